@@ -1,0 +1,151 @@
+"""The embedded rubric judge: scores any text against the simulated world.
+
+Style: marker features (each style's marker words, emoticons for cute, '!' for chuunibyou, archaic
+-eth verbs for classical). The judged style is the top style if it holds >= DOMINANCE of the marker
+mass, "plain" if there is too little marker mass, "mixed" otherwise.
+
+Quality (0/1) passes only if every check holds: length, proper ending, no degenerate repetition,
+fluency (share of adjacent token pairs the world's grammar can produce, computed exactly from its
+templates) and topicality (one of the topic's keywords appears; skipped for unknown topics).
+
+Deterministic for a seed; optional label noise flips quality and style_match independently,
+decided by a hash of (seed, prompt, response).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import time
+
+from testbed.types import JudgeRequest, Verdict
+from testbed.world.language import (
+    EMOTICON_SET,
+    JUDGE_MAX_WORDS,
+    JUDGE_MIN_WORDS,
+    count_words,
+    proper_ending,
+    repetition_problem,
+    split_words,
+    valid_bigrams,
+)
+from testbed.world.prompts import topic_of_prompt
+from testbed.world.styles import STYLE_SPECS, STYLES
+from testbed.world.topics import TOPICS, topic_keywords
+
+MARKED_STYLES: tuple[str, ...] = tuple(s for s in STYLES if s != "plain")
+MIN_MARKER_MASS = 1.5  # below this a text reads as plain (a marked piece carries >= 2 markers)
+DOMINANCE = 0.6  # share of marker mass the top style needs, else "mixed"
+FLUENCY_MIN = 0.9
+MAX_CHARS = 4000  # longer than any acceptable piece: analyse a prefix only, fail on length
+EMOTICON_WEIGHT = 1.0  # -> cute
+BANG_WEIGHT = 0.3  # '!' -> chuunibyou (cute uses it too, so it is weak)
+ETH_WEIGHT = 1.0  # unknown archaic -eth verb -> classical
+_ETH_EXCEPTIONS = frozenset("teeth beneath seth beth kenneth elizabeth macbeth".split())
+
+# Module-level tables: computed once, shared by every judge instance.
+_BIGRAMS = valid_bigrams()
+_MARKERS: dict[str, int] = {w: i for i, s in enumerate(MARKED_STYLES) for w in STYLE_SPECS[s].markers}
+_CUTE, _CHUUNI, _CLASSICAL = (MARKED_STYLES.index(s) for s in ("cute", "chuunibyou", "classical"))
+_KEYWORDS = {t: topic_keywords(t) for t in TOPICS}
+_SHORT = {"academic": "aca", "cute": "cute", "chuunibyou": "chuu", "classical": "cla"}
+
+
+def style_scores(tokens: list[str]) -> list[float]:
+    """Marker mass per marked style (order: MARKED_STYLES); tokens already lowercased."""
+    scores = [0.0] * len(MARKED_STYLES)
+    for tok in tokens:
+        idx = _MARKERS.get(tok)
+        if idx is not None:
+            scores[idx] += 1.0
+        elif tok in EMOTICON_SET:
+            scores[_CUTE] += EMOTICON_WEIGHT
+        elif tok == "!":
+            scores[_CHUUNI] += BANG_WEIGHT
+        elif len(tok) >= 5 and tok.endswith("eth") and not tok.endswith("ieth") and tok not in _ETH_EXCEPTIONS:
+            scores[_CLASSICAL] += ETH_WEIGHT
+    return scores
+
+
+def judged_style(scores: list[float]) -> str:
+    total = sum(scores)
+    if total < MIN_MARKER_MASS:
+        return "plain"
+    top = max(range(len(scores)), key=scores.__getitem__)
+    return MARKED_STYLES[top] if scores[top] >= DOMINANCE * total else "mixed"
+
+
+def fluency(tokens: list[str]) -> float:
+    """Share of adjacent token pairs the world's grammar can produce (0 for < 2 tokens)."""
+    if len(tokens) < 2:
+        return 0.0
+    ok = sum(1 for pair in zip(tokens, tokens[1:]) if pair in _BIGRAMS)
+    return ok / (len(tokens) - 1)
+
+
+def _noise(seed: int, prompt: str, response: str) -> tuple[float, float]:
+    """Two uniforms in [0, 1) from a hash, so noise is a pure function of its inputs."""
+    h = hashlib.blake2b(f"{seed}\x00{prompt}\x00{response}".encode("utf-8", "replace"), digest_size=16).digest()
+    a, b = struct.unpack("<QQ", h)
+    return a / 2**64, b / 2**64
+
+
+class RubricJudge:
+    """Rule-based judge (see module doc). `label_noise` in [0, 1] models an imperfect judge."""
+
+    def __init__(self, seed: int = 0, label_noise: float = 0.0) -> None:
+        if not 0.0 <= label_noise <= 1.0:
+            raise ValueError("label_noise must be in [0, 1]")
+        self.seed = seed
+        self.label_noise = label_noise
+
+    async def judge(self, requests: list[JudgeRequest]) -> list[Verdict]:
+        return [self.score(r) for r in requests]
+
+    def score(self, req: JudgeRequest) -> Verdict:
+        t0 = time.perf_counter()
+        try:
+            return self._score(req, t0)
+        except Exception as exc:  # a safety net: the judge must answer, never raise
+            return Verdict.failed(f"rubric judge error: {exc!r}", time.perf_counter() - t0)
+
+    def _score(self, req: JudgeRequest, t0: float) -> Verdict:
+        text = req.response if isinstance(req.response, str) else ""
+        prompt = req.prompt if isinstance(req.prompt, str) else ""
+        too_long = len(text) > MAX_CHARS
+        tokens = [t.lower() for t in split_words(text[:MAX_CHARS] if too_long else text)]
+
+        scores = style_scores(tokens)
+        style = judged_style(scores)
+        style_match = int(style == req.target_style)
+
+        failed: list[str] = []
+        n_words = count_words(tokens)
+        if too_long or not JUDGE_MIN_WORDS <= n_words <= JUDGE_MAX_WORDS:
+            failed.append("length")
+        if not proper_ending(tokens):
+            failed.append("ending")
+        rep = repetition_problem(tokens)
+        if rep:
+            failed.append(f"repeat_{rep}")
+        flu = fluency(tokens)
+        if flu < FLUENCY_MIN:
+            failed.append("fluency")
+        topic = req.topic if req.topic in _KEYWORDS else topic_of_prompt(prompt)
+        if topic is not None and not _KEYWORDS[topic].intersection(tokens):
+            failed.append("topic")
+        quality = int(not failed)
+
+        noise = ""
+        if self.label_noise > 0.0:
+            u_q, u_s = _noise(self.seed, prompt, text)
+            if u_q < self.label_noise:
+                quality, noise = 1 - quality, noise + " flip_q"
+            if u_s < self.label_noise:
+                style_match, noise = 1 - style_match, noise + " flip_s"
+
+        sc = ",".join(f"{_SHORT[s]}:{v:g}" for s, v in zip(MARKED_STYLES, scores))
+        raw = (f"style={style} [{sc}] words={n_words} fluency={flu:.2f} topic={topic} "
+               f"fail={'+'.join(failed) or 'none'}{noise}")
+        return Verdict(quality=quality, style_match=style_match, style=style, raw=raw,
+                       latency_s=time.perf_counter() - t0)

@@ -1,0 +1,393 @@
+"""The scenario schema: a YAML file names the world, policy, judge, drift schedule, arms and seeds.
+
+Every mistake is reported with the file, the field's dotted path and what was expected, before
+any training starts. Fractions (phase starts, windows, periods) are fractions of the episode
+budget, so a scenario keeps its shape when the budget changes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from testbed import registry
+from testbed.world import STYLES
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot run; the message names the file and field."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _plugin_shorthand(value: Any) -> Any:
+    # `judge: rubric` is short for `judge: {name: rubric}`.
+    return {"name": value} if isinstance(value, str) else value
+
+
+class JudgeConfig(Strict):
+    """A built-in judge by `name`, or a user's judge by `class: "package.module:Name"`."""
+
+    name: str | None = None
+    class_: str | None = Field(None, alias="class")
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    _shorthand = model_validator(mode="before")(_plugin_shorthand)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> JudgeConfig:
+        if (self.name is None) == (self.class_ is None):
+            raise ValueError("give exactly one of 'name' (a built-in judge) or 'class' (an import path)")
+        if self.name is not None:
+            registry.resolve("judge", self.name)
+        return self
+
+    @property
+    def path(self) -> str:
+        return self.class_ or registry.resolve("judge", self.name or "")
+
+
+class PhaseConfig(Strict):
+    style: str
+    start: float = Field(ge=0.0, le=1.0)
+    end: float = Field(gt=0.0, le=1.0)
+    candidates: list[str] | None = None  # default: the scenario's archetypes
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PhaseConfig:
+        if self.end <= self.start:
+            raise ValueError(f"phase '{self.style}' ends ({self.end}) before it starts ({self.start})")
+        return self
+
+
+def _check_contiguous(phases: list[PhaseConfig]) -> list[PhaseConfig]:
+    if not phases:
+        raise ValueError("needs at least one phase")
+    if phases[0].start != 0.0:
+        raise ValueError(f"phases[0] starts at {phases[0].start}; the first phase must start at 0.0")
+    for i in range(1, len(phases)):
+        prev, cur = phases[i - 1], phases[i]
+        if abs(cur.start - prev.end) > 1e-9:
+            what = "overlaps" if cur.start < prev.end else "leaves a gap after"
+            raise ValueError(
+                f"phases[{i}] starts at {cur.start} but phases[{i - 1}] ends at {prev.end}: it {what} "
+                "the previous phase (phases must be contiguous)"
+            )
+    if abs(phases[-1].end - 1.0) > 1e-9:
+        raise ValueError(f"the last phase ends at {phases[-1].end}; it must end at 1.0 (the whole budget)")
+    return phases
+
+
+class PiecewiseScheduleConfig(Strict):
+    kind: Literal["piecewise"] = "piecewise"
+    phases: list[PhaseConfig]
+    _contiguous = field_validator("phases")(_check_contiguous)
+
+
+class GradualScheduleConfig(Strict):
+    kind: Literal["gradual"]
+    phases: list[PhaseConfig]
+    window: float = Field(0.1, gt=0.0, lt=1.0, description="transition width, fraction of budget")
+    seed: int = 0
+    _contiguous = field_validator("phases")(_check_contiguous)
+
+
+class PeriodicScheduleConfig(Strict):
+    kind: Literal["periodic"]
+    styles: list[str] = Field(min_length=2)
+    period: float = Field(gt=0.0, le=1.0, description="phase length, fraction of budget")
+    candidates: list[str] | None = None
+
+
+class RandomScheduleConfig(Strict):
+    kind: Literal["random"]
+    styles: list[str] = Field(min_length=2)
+    mean_phase: float = Field(0.25, gt=0.0, le=1.0)
+    min_phase: float = Field(0.1, gt=0.0, le=1.0)
+    candidates: list[str] | None = None
+    seed: int = 0
+
+
+class CustomScheduleConfig(Strict):
+    kind: Literal["custom"]
+    class_: str = Field(alias="class")
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+ScheduleConfig = Annotated[
+    Union[
+        PiecewiseScheduleConfig,
+        GradualScheduleConfig,
+        PeriodicScheduleConfig,
+        RandomScheduleConfig,
+        CustomScheduleConfig,
+    ],
+    Field(discriminator="kind"),
+]
+
+
+class WorldConfig(Strict):
+    styles: list[str] = Field(default_factory=lambda: list(STYLES))
+    archetypes: list[str] = Field(
+        default_factory=lambda: ["academic", "cute", "chuunibyou", "classical"],
+        description="the styles a prompt may offer as candidates by default",
+    )
+
+    @field_validator("styles", "archetypes")
+    @classmethod
+    def _known_styles(cls, styles: list[str]) -> list[str]:
+        for s in styles:
+            if s not in STYLES:
+                raise ValueError(f"unknown style '{s}' (the world has: {', '.join(STYLES)})")
+        return styles
+
+
+class SFTConfig(Strict):
+    steps: int = Field(1500, ge=0)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    corpus_size: int = Field(20_000, ge=1)
+    # Acceptance: keep training (in rounds of `steps`) until every archetype is written and
+    # quality is high, as judged by the embedded rubric on held-out prompts.
+    min_style_share: float = Field(0.10, ge=0, le=1)
+    min_quality: float = Field(0.80, ge=0, le=1)
+    eval_samples: int = Field(256, ge=1)
+    max_rounds: int = Field(3, ge=1)
+    seed: int = 0
+
+
+class PolicyConfig(Strict):
+    checkpoint: str | None = Field(None, description="a real HF checkpoint directory replaces the built model")
+    hidden_size: int = Field(64, ge=8)
+    num_layers: int = Field(4, ge=1)
+    num_heads: int = Field(4, ge=1)
+    num_kv_heads: int = Field(2, ge=1)
+    num_experts: int = Field(8, ge=1)
+    top_k: int = Field(2, ge=1)
+    expert_size: int = Field(64, ge=1, description="moe_intermediate_size")
+    max_positions: int = Field(128, ge=16)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+
+    @model_validator(mode="after")
+    def _shapes(self) -> PolicyConfig:
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k ({self.top_k}) cannot exceed num_experts ({self.num_experts})")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})")
+        return self
+
+
+class SamplingConfig(Strict):
+    temperature: float = Field(1.0, gt=0)
+    max_new_tokens: int = Field(48, ge=1)
+
+
+class ArmConfig(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    trainer: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("trainer")
+    @classmethod
+    def _known_trainer(cls, name: str) -> str:
+        registry.resolve("trainer", name)
+        return name
+
+    def trainer_class(self) -> type:
+        return registry.load("trainer", self.trainer)
+
+
+class BudgetConfig(Strict):
+    episodes: int = Field(gt=0, description="judged training episodes per arm x seed")
+
+
+class EvalConfig(Strict):
+    every: int = Field(200, gt=0, description="episodes between held-out evaluations")
+    prompts: int = Field(64, gt=0, description="held-out prompts per evaluation")
+
+
+class OutputConfig(Strict):
+    dir: str = "runs"
+    flush_rows: int = Field(512, gt=0, description="buffered rows per table before a durable flush")
+
+
+class Scenario(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str = ""
+    world: WorldConfig = Field(default_factory=WorldConfig)
+    judge: JudgeConfig = Field(default_factory=lambda: JudgeConfig(name="rubric"))
+    schedule: ScheduleConfig
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    arms: list[ArmConfig] = Field(min_length=1)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    budget: BudgetConfig
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        names = [a.name for a in self.arms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"arm names must be unique, got {names}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be unique, got {self.seeds}")
+        for where, style in self._schedule_styles():
+            if style not in self.world.styles:
+                raise ValueError(f"{where}: style '{style}' is not in world.styles ({', '.join(self.world.styles)})")
+        return self
+
+    def _schedule_styles(self) -> list[tuple[str, str]]:
+        s = self.schedule
+        found: list[tuple[str, str]] = []
+        for i, p in enumerate(getattr(s, "phases", [])):
+            found.append((f"schedule.phases.{i}.style", p.style))
+            found += [(f"schedule.phases.{i}.candidates", c) for c in p.candidates or []]
+        found += [("schedule.styles", st) for st in getattr(s, "styles", [])]
+        found += [("schedule.candidates", c) for c in getattr(s, "candidates", None) or []]
+        return found
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True).encode()).hexdigest()[:12]
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading, overrides and readable errors
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """`--set arms.0.args.lr=1e-3`: a dotted path (list indices as numbers), the value as YAML."""
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key:
+        raise ScenarioError(f"--set {assignment!r}: expected key=value, e.g. budget.episodes=500")
+    value = yaml.safe_load(raw) if raw else ""
+    parts = key.split(".")
+    node: Any = data
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        where = ".".join(parts[: depth + 1])
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ScenarioError(f"--set {key}: '{where}' is not an index of a list of {len(node)}")
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                node = node.setdefault(part, {})
+        else:
+            raise ScenarioError(f"--set {key}: '{'.'.join(parts[:depth])}' is a value, not a section")
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The known keys of the section that `loc` points into (for "did you mean" hints)."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        field = current.model_fields.get(part) or next(
+            (f for f in current.model_fields.values() if f.alias == part), None
+        )
+        if field is None:
+            # a discriminated union shows the variant's tag in the location ("piecewise")
+            return []
+        current = _unwrap(field.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or name for name, f in current.model_fields.items()]
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    """list[X] -> X, X | None -> X, Annotated[Union[...]] -> the union (left as is)."""
+    while True:
+        origin = get_origin(annotation)
+        if origin in (list, tuple):
+            annotation = get_args(annotation)[0]
+        elif origin is Union or str(origin) == "types.UnionType":
+            models = [a for a in get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+            if len(models) != 1:
+                return annotation
+            annotation = models[0]
+        elif origin is Annotated:
+            annotation = get_args(annotation)[0]
+        else:
+            return annotation
+
+
+def format_validation_error(exc: ValidationError, model: type[BaseModel], source: str) -> str:
+    lines = [f"{source}: invalid scenario ({exc.error_count()} problem{'s' if exc.error_count() > 1 else ''})"]
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        # drop the discriminator tag pydantic inserts for tagged unions
+        shown = [str(p) for p in loc if p not in ("piecewise", "gradual", "periodic", "random", "custom")]
+        where = ".".join(shown) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            known = _fields_at(model, tuple(p for p in loc if p not in ("piecewise", "gradual", "periodic", "random", "custom")))
+            hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            msg = f"unknown key '{loc[-1]}'"
+            if hint:
+                msg += f" (did you mean '{hint[0]}'?)"
+            elif known:
+                msg += f" (expected one of: {', '.join(known)})"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            if "input" in err and err["type"] not in ("value_error", "assertion_error") and not isinstance(err["input"], dict):
+                msg += f" (got {err['input']!r})"
+        lines.append(f"  {where}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario must be a mapping of keys to values, got {type(data).__name__}")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(format_validation_error(exc, Scenario, source)) from None
+    # Each trainer validates its own arguments, so a typo in `arms[i].args` fails here, not mid-run.
+    problems = []
+    for i, arm in enumerate(scenario.arms):
+        config_cls = getattr(arm.trainer_class(), "Config", None)
+        if config_cls is None:
+            continue
+        try:
+            config_cls.model_validate(arm.args)
+        except ValidationError as exc:
+            body = format_validation_error(exc, config_cls, source).splitlines()[1:]
+            problems += [line.replace("  ", f"  arms.{i}.args.", 1) for line in body]
+    if problems:
+        raise ScenarioError(f"{source}: invalid trainer arguments\n" + "\n".join(problems))
+    return scenario
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    path = Path(path)
+    if not path.is_file():
+        raise ScenarioError(f"scenario file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+    data = data if data is not None else {}
+    for assignment in overrides or []:
+        if not isinstance(data, dict):
+            break
+        apply_override(data, assignment)
+    return parse_scenario(data, str(path))

@@ -1,0 +1,289 @@
+"""StyleShiftEnv: a single-turn writing environment whose hidden target style drifts.
+
+An episode is one prompt and one response. The env picks a prompt, asks the drift schedule for
+the target at the current clock ``t``, renders the prompt with the target's candidate styles
+(the style itself stays hidden from the policy), and has the judge score the response against
+the target: reward = r_quality x r_style in {0, 1}.
+
+**The drift clock.** ``env.clock`` is the number of *judged* training episodes so far. It
+advances by one for every verdict without an error; a verdict with an error (the judge failed)
+ends the episode but does not advance the clock: such an episode is not a training episode, it is
+excluded and counted in ``env.judge_errors``. Evaluation episodes (``evaluate_batch``) never move
+the clock. Set ``env.clock = n`` to resume a run at clock ``n``.
+
+Two ways to use it:
+
+- the Gymnasium API (``reset()`` / ``step(text)``), one episode at a time. ``step`` runs the async
+  judge with ``asyncio.run``; when called from inside a running event loop (e.g. a notebook) it
+  runs the judge on a private loop in a worker thread and blocks until it is done, so in async
+  code use the batched ``await env.astep_batch(...)`` instead.
+- the batched path used by the training loop: ``starts = env.reset_batch(n)`` gives ``n``
+  episodes at clocks ``t0 .. t0+n-1`` (``t0 = env.clock``), each with its own target and prompt;
+  ``env.step_batch(starts, responses)`` (or ``await env.astep_batch(...)``) judges all responses
+  in ONE judge call and advances the clock by the number of successful verdicts.
+  ``reset_batch`` does not move the clock, so two calls before a ``step_batch`` get the same
+  clocks. For held-out evaluation at clock ``t``: ``starts = env.eval_starts(specs, t)``, then
+  ``env.evaluate_batch(starts, responses)`` (clock untouched).
+
+**Seeding.** The constructor's ``seed`` seeds the prompt sampler (``self.np_random``).
+Following Gymnasium's contract (the same seed and actions replay the same episodes),
+``reset(seed=s)`` starts a fresh stream: it reseeds the sampler AND rewinds the clock to 0 (or to
+``options["clock"]`` when given). ``reset()`` without a seed keeps the clock. So seed once, at the
+start; do not pass a seed to every reset, or the target never drifts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import string
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import gymnasium
+from gymnasium import spaces
+from gymnasium.utils import seeding
+
+from testbed.protocols import DriftSchedule, Judge
+from testbed.types import JudgeRequest, Target, Verdict
+if TYPE_CHECKING:
+    from testbed.world import PromptSpec
+
+__all__ = ["EpisodeStart", "StyleShiftEnv", "episode_info"]
+
+_T = TypeVar("_T")
+_PRINTABLE = frozenset(string.printable)
+
+
+@dataclass(frozen=True)
+class EpisodeStart:
+    """The start of one episode: the rendered prompt, where it came from, its clock and target.
+    The target's style is hidden from the policy; only ``prompt_text`` goes to the model."""
+
+    prompt_text: str
+    prompt_id: str
+    topic: str
+    t: int
+    target: Target
+
+    def request(self, response: str) -> JudgeRequest:
+        """The judge request for ``response`` to this episode."""
+        return JudgeRequest(
+            prompt=self.prompt_text,
+            response=response,
+            target_style=self.target.style,
+            candidate_styles=self.target.candidates,
+            topic=self.topic,
+        )
+
+
+def episode_info(start: EpisodeStart, verdict: Verdict) -> dict[str, Any]:
+    """One episode's record, with the run directory's column names: ``target_style,
+    judged_style, r_quality, r_style, t, judge_error, prompt_id, topic``. ``judge_error`` is the
+    error message (None when judged); with an error the r_* values are 0 and mean nothing."""
+    return {
+        "target_style": start.target.style,
+        "judged_style": verdict.style,
+        "r_quality": int(verdict.quality),
+        "r_style": int(verdict.style_match),
+        "t": start.t,
+        "judge_error": verdict.error,
+        "prompt_id": start.prompt_id,
+        "topic": start.topic,
+    }
+
+
+def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run a coroutine to completion from sync code. With no running loop: ``asyncio.run``.
+    Inside a running loop (a notebook, an async app): on a fresh loop in a worker thread,
+    blocking the caller (async callers should await the ``a*`` methods instead)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+class StyleShiftEnv(gymnasium.Env[str, str]):
+    """Single-turn writing env with a hidden, drifting target style (see the module docstring).
+
+    Observation: the rendered prompt (``Text(max_prompt_chars, charset=string.printable)``).
+    Action: the response text (``Text(max_response_chars, charset=string.printable)``); any
+    ``str`` is judged as given (the bounds describe the space, they are not enforced on actions).
+    ``step`` returns ``reward = verdict.reward`` (0.0 when the judge failed: check
+    ``info["judge_error"]`` and drop such episodes), ``terminated=True``, ``truncated=False``.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        judge: Judge,
+        schedule: DriftSchedule,
+        prompt_specs: Sequence[PromptSpec],
+        *,
+        seed: int = 0,
+        max_prompt_chars: int = 512,
+        max_response_chars: int = 2048,
+        render_mode: str | None = None,
+    ) -> None:
+        if not callable(getattr(judge, "judge", None)):
+            raise TypeError(f"judge must implement `async judge(requests) -> list[Verdict]`, got {type(judge).__name__}")
+        if not (callable(getattr(schedule, "target", None)) and callable(getattr(schedule, "switch_points", None))):
+            raise TypeError(
+                f"schedule must implement target(t) -> Target and switch_points(), got {type(schedule).__name__}"
+            )
+        self.prompt_specs = list(prompt_specs)
+        if not self.prompt_specs:
+            raise ValueError("prompt_specs is empty: the env needs at least one prompt")
+        if render_mode is not None:
+            raise ValueError(f"StyleShiftEnv has no render modes, got render_mode={render_mode!r}")
+        self.render_mode = None
+        # Imported here so that `testbed.envs` (schedules included) loads without the world.
+        from testbed.world import render_prompt
+
+        self._render_prompt = render_prompt
+        self.judge = judge
+        self.schedule = schedule
+        self.max_prompt_chars = int(max_prompt_chars)
+        self.max_response_chars = int(max_response_chars)
+        self.observation_space = spaces.Text(max_length=self.max_prompt_chars, min_length=0, charset=string.printable)
+        self.action_space = spaces.Text(max_length=self.max_response_chars, min_length=0, charset=string.printable)
+        self._np_random, self._np_random_seed = seeding.np_random(seed)
+        self._clock = 0
+        self._episode: EpisodeStart | None = None
+        self.judge_errors = 0  # training episodes whose verdict had an error (not counted by the clock)
+        # Fail at construction, not mid-run, if a prompt cannot fit the observation space.
+        first = self._target(0)
+        for spec in self.prompt_specs:
+            self._render(spec, first)
+
+    # ---- the drift clock -------------------------------------------------------------------
+    @property
+    def clock(self) -> int:
+        """Judged training episodes so far; the clock the next episode gets."""
+        return self._clock
+
+    @clock.setter
+    def clock(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"clock must be an int >= 0, got {value!r}")
+        self._clock = value
+
+    # ---- building episodes -----------------------------------------------------------------
+    def _target(self, t: int) -> Target:
+        target = self.schedule.target(t)
+        target = Target(style=target.style, candidates=tuple(target.candidates))
+        if target.style not in target.candidates:
+            raise ValueError(f"schedule gave target style {target.style!r} at t={t}, not in its candidates {target.candidates}")
+        return target
+
+    def _render(self, spec: PromptSpec, target: Target) -> str:
+        text = self._render_prompt(spec, target.candidates)
+        if len(text) > self.max_prompt_chars:
+            raise ValueError(
+                f"prompt {spec.prompt_id!r} renders to {len(text)} chars, over max_prompt_chars="
+                f"{self.max_prompt_chars}; raise max_prompt_chars"
+            )
+        bad = sorted(set(text) - _PRINTABLE)
+        if bad:
+            raise ValueError(f"prompt {spec.prompt_id!r} has characters outside string.printable: {bad!r}")
+        return text
+
+    def _start(self, spec: PromptSpec, t: int) -> EpisodeStart:
+        target = self._target(t)
+        return EpisodeStart(
+            prompt_text=self._render(spec, target), prompt_id=spec.prompt_id, topic=spec.topic, t=t, target=target
+        )
+
+    def _sample_specs(self, n: int) -> list[PromptSpec]:
+        idx = self.np_random.integers(len(self.prompt_specs), size=n)
+        return [self.prompt_specs[int(i)] for i in idx]
+
+    # ---- judging ---------------------------------------------------------------------------
+    async def _judge(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
+        starts, responses = list(starts), list(responses)
+        if len(starts) != len(responses):
+            raise ValueError(f"got {len(starts)} episode starts but {len(responses)} responses")
+        for r in responses:
+            if not isinstance(r, str):
+                raise TypeError(f"responses must be str, got {type(r).__name__}")
+        if not starts:
+            return []
+        verdicts = await self.judge.judge([s.request(r) for s, r in zip(starts, responses)])
+        verdicts = list(verdicts)
+        if len(verdicts) != len(starts) or not all(isinstance(v, Verdict) for v in verdicts):
+            raise RuntimeError(
+                f"judge {type(self.judge).__name__} returned {len(verdicts)} items for {len(starts)} "
+                "requests; a judge must return one Verdict per request, in order"
+            )
+        return verdicts
+
+    # ---- batched path (the training loop) --------------------------------------------------
+    def reset_batch(self, n: int) -> list[EpisodeStart]:
+        """``n`` training episodes: prompts drawn with ``self.np_random``; the i-th episode has
+        clock ``env.clock + i`` and that clock's target. Does not move the clock."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"n must be an int >= 0, got {n!r}")
+        t0 = self._clock
+        return [self._start(spec, t0 + i) for i, spec in enumerate(self._sample_specs(n))]
+
+    async def astep_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
+        """Judge ``responses[i]`` for ``starts[i]`` in ONE judge call; advance the clock by the
+        number of verdicts without an error (errors are counted in ``judge_errors``)."""
+        verdicts = await self._judge(starts, responses)
+        failed = sum(v.error is not None for v in verdicts)
+        self._clock += len(verdicts) - failed
+        self.judge_errors += failed
+        return verdicts
+
+    def step_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
+        """Sync ``astep_batch`` (see the module docstring about running event loops)."""
+        return _run_sync(self.astep_batch(starts, responses))
+
+    # ---- evaluation (never moves the clock) ------------------------------------------------
+    def eval_starts(self, specs: Sequence[PromptSpec], t: int) -> list[EpisodeStart]:
+        """Episodes for the given (e.g. held-out) prompts, all at clock ``t``, in order. No
+        randomness, no clock change."""
+        return [self._start(spec, t) for spec in specs]
+
+    async def aevaluate_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
+        """Judge evaluation responses in one judge call. The clock and ``judge_errors`` are untouched."""
+        return await self._judge(starts, responses)
+
+    def evaluate_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
+        """Sync ``aevaluate_batch``."""
+        return _run_sync(self.aevaluate_batch(starts, responses))
+
+    # ---- Gymnasium API ---------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start one episode at the current clock. Returns ``(prompt_text, info)`` with info
+        ``prompt_id, topic, t, candidates`` (the target style stays hidden until ``step``).
+        ``seed`` reseeds the sampler and rewinds the clock to 0; ``options={"clock": n}`` sets
+        the clock first."""
+        super().reset(seed=seed)
+        if seed is not None:
+            self._clock = 0
+        if options and "clock" in options:
+            self.clock = options["clock"]
+        start = self._start(self._sample_specs(1)[0], self._clock)
+        self._episode = start
+        return start.prompt_text, {
+            "prompt_id": start.prompt_id,
+            "topic": start.topic,
+            "t": start.t,
+            "candidates": start.target.candidates,
+        }
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Judge ``action`` for the episode opened by ``reset``; the episode always terminates.
+        Info: ``target_style, judged_style, r_quality, r_style, t, judge_error, prompt_id, topic``.
+        The observation is the same prompt text."""
+        if self._episode is None:
+            raise RuntimeError("no open episode: call reset() before step() (episodes are single-turn)")
+        start, self._episode = self._episode, None
+        verdict = self.step_batch([start], [action])[0]
+        reward = 0.0 if verdict.error is not None else float(verdict.reward)
+        return start.prompt_text, reward, True, False, episode_info(start, verdict)

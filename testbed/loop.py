@@ -1,0 +1,211 @@
+"""The synchronous online loop for one arm x seed.
+
+    prompts   <- env.reset_batch(B)              (the env owns the drift clock)
+    responses <- engine.generate(prompts)         (behaviour log-probs recorded)
+    verdicts  <- env.step_batch(responses)        (the judge sees the target at each clock)
+    metrics   <- trainer.update(batch)            (once a full batch of judged episodes is in)
+    store.append(episodes, updates, evals)        (every row, as it happens)
+
+Episodes whose verdict carries a judge error are stored and counted but never trained on.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from testbed.config import ArmConfig, Scenario
+from testbed.envs.style_shift import EpisodeStart, StyleShiftEnv
+from testbed.models.tokenizer import WordTokenizer
+from testbed.protocols import DriftSchedule, Judge
+from testbed.rollout.hf_engine import HFEngine
+from testbed.store import RunStore
+from testbed.types import Trajectory
+from testbed.world import STYLES, PromptSpec, prompts
+
+
+@dataclass
+class Timer:
+    """Wall time per part of the loop, for the throughput benchmark and the manifest."""
+
+    seconds: Counter = field(default_factory=Counter)
+
+    def part(self, name: str) -> _Lap:
+        return _Lap(self, name)
+
+
+class _Lap:
+    def __init__(self, timer: Timer, name: str):
+        self.timer, self.name = timer, name
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.timer.seconds[self.name] += time.perf_counter() - self.start
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def make_progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.fields[arm]}[/] seed {task.fields[seed]}"),
+        BarColumn(),
+        TextColumn("t {task.completed:>5.0f}/{task.total:.0f}"),
+        TextColumn("target [cyan]{task.fields[target]:<10}[/]"),
+        TextColumn("reward {task.fields[reward]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+
+
+def episode_rows(arm: str, seed: int, trajs: list[Trajectory], starts: list[EpisodeStart], trainer_version: int) -> list[dict]:
+    rows = []
+    for traj, start in zip(trajs, starts):
+        v = traj.verdict
+        assert v is not None
+        rows.append({
+            "arm": arm,
+            "seed": seed,
+            "t": start.t,
+            "prompt_id": start.prompt_id,
+            "topic": start.topic,
+            "target_style": start.target.style,
+            "candidates": ",".join(start.target.candidates),
+            "judged_style": v.style,
+            "r_quality": int(v.quality),
+            "r_style": int(v.style_match),
+            "reward": v.reward if v.error is None else None,
+            "judge_error": v.error,
+            "judge_latency_s": v.latency_s,
+            "policy_version": traj.policy_version,
+            "staleness": trainer_version - traj.policy_version,
+            "response_tokens": len(traj.response_tokens),
+            "response": traj.response_text,
+        })
+    return rows
+
+
+def evaluate_heldout(env: StyleShiftEnv, engine: HFEngine, specs: list[PromptSpec], t: int) -> tuple[list[dict], float]:
+    """Held-out style shares at clock t: one sample per held-out prompt, rendered with the
+    candidates offered at t; the clock does not move."""
+    starts = env.eval_starts(specs, t)
+    trajs = engine.generate([s.prompt_text for s in starts])
+    verdicts = env.evaluate_batch(starts, [tr.response_text for tr in trajs])
+    ok = [v for v in verdicts if v.error is None]
+    counts = Counter(v.style for v in ok)
+    reward = sum(v.reward for v in ok) / max(1, len(ok))
+    quality = sum(v.quality for v in ok) / max(1, len(ok))
+    styles = list(STYLES) + sorted(s for s in counts if s not in STYLES and s is not None)
+    rows = [
+        {"t": t, "style": s, "share": counts.get(s, 0) / max(1, len(ok)), "n": len(ok),
+         "eval_reward": reward, "eval_quality": quality, "target_style": starts[0].target.style}
+        for s in styles
+    ]
+    return rows, reward
+
+
+def run_arm(
+    scenario: Scenario,
+    arm: ArmConfig,
+    seed: int,
+    *,
+    base_policy: torch.nn.Module,
+    tokenizer: WordTokenizer,
+    judge: Judge,
+    schedule: DriftSchedule,
+    store: RunStore,
+    progress: Progress | None = None,
+    on_update: Callable[[dict], None] | None = None,
+) -> dict[str, Any]:
+    """Train one arm with one seed for the scenario's episode budget; returns its totals."""
+    seed_everything(seed)
+    budget = scenario.budget.episodes
+    policy = copy.deepcopy(base_policy)
+    engine = HFEngine(policy, tokenizer, scenario.sampling)
+    trainer = arm.trainer_class()(policy, arm.args, pad_id=tokenizer.pad_id, temperature=scenario.sampling.temperature, seed=seed)
+    env = StyleShiftEnv(judge, schedule, prompts("train"), seed=seed)
+    env.reset(seed=seed)  # seeds the env's prompt sampler
+    env.clock = 0
+    heldout = prompts("heldout")[: scenario.eval.prompts]
+    timer = Timer()
+    recent: deque[float] = deque(maxlen=128)
+    buffer: list[Trajectory] = []
+    judge_calls = failures = updates = 0
+    next_eval = 0
+    task: TaskID | None = None
+    if progress is not None:
+        task = progress.add_task("", total=budget, arm=arm.name, seed=seed, target=schedule.target(0).style, reward="  -  ")
+    wall = time.perf_counter()
+
+    while env.clock < budget:
+        if env.clock >= next_eval:
+            with timer.part("eval"):
+                rows, _ = evaluate_heldout(env, engine, heldout, env.clock)
+            with timer.part("bookkeeping"):
+                store.append("evals", [{"arm": arm.name, "seed": seed, **r} for r in rows])
+            next_eval += scenario.eval.every
+
+        per_round = max(1, trainer.batch_size // trainer.group_size)
+        with timer.part("bookkeeping"):
+            starts = env.reset_batch(min(per_round, budget - env.clock))
+        with timer.part("generation"):
+            trajs = engine.generate([s.prompt_text for s in starts])
+        with timer.part("judging"):
+            verdicts = env.step_batch(starts, [tr.response_text for tr in trajs])
+        with timer.part("bookkeeping"):
+            judge_calls += len(verdicts)
+            for traj, start, verdict in zip(trajs, starts, verdicts):
+                traj.verdict, traj.t, traj.target_style = verdict, start.t, start.target.style
+                traj.prompt_id, traj.topic, traj.arm, traj.seed = start.prompt_id, start.topic, arm.name, seed
+                if verdict.error is None:
+                    buffer.append(traj)
+                    recent.append(verdict.reward)
+                else:
+                    failures += 1
+            store.append("episodes", episode_rows(arm.name, seed, trajs, starts, trainer.version))
+
+        while len(buffer) >= trainer.batch_size:
+            batch, buffer = buffer[: trainer.batch_size], buffer[trainer.batch_size :]
+            with timer.part("training"):
+                metrics = trainer.update(batch)
+            updates += 1
+            engine.load_weights(None, trainer.version)  # shared module: only the version moves
+            with timer.part("bookkeeping"):
+                row = {"arm": arm.name, "seed": seed, "update": updates, "t": env.clock, "judge_calls": judge_calls,
+                       "judge_failures": failures, **metrics}
+                store.append("updates", [row])
+                if on_update:
+                    on_update(row)
+
+        if progress is not None and task is not None:
+            rolling = f"{sum(recent) / len(recent):.2f}" if recent else "  -  "
+            progress.update(task, completed=env.clock, target=schedule.target(min(env.clock, budget - 1)).style, reward=rolling)
+
+    with timer.part("eval"):
+        rows, _ = evaluate_heldout(env, engine, heldout, budget)
+    store.append("evals", [{"arm": arm.name, "seed": seed, **r} for r in rows])
+    store.flush()
+    wall = time.perf_counter() - wall
+    return {
+        "episodes": env.clock,
+        "judge_calls": judge_calls,
+        "judge_failures": failures,
+        "updates": updates,
+        "wall_s": round(wall, 2),
+        "episodes_per_s": round(env.clock / wall, 2),
+        "time_s": {k: round(v, 3) for k, v in timer.seconds.items()},
+    }

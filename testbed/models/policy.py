@@ -1,0 +1,59 @@
+"""The policy: a small Qwen3-MoE causal LM built from a config (no download), and the one
+function every trainer and test uses to score tokens under it."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+from testbed.config import PolicyConfig
+from testbed.models.tokenizer import WordTokenizer
+
+
+def build_policy(cfg: PolicyConfig, tokenizer: WordTokenizer, seed: int = 0) -> Qwen3MoeForCausalLM:
+    torch.manual_seed(seed)
+    config = Qwen3MoeConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.expert_size * 2,
+        moe_intermediate_size=cfg.expert_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.hidden_size // cfg.num_heads,
+        num_experts=cfg.num_experts,
+        num_experts_per_tok=cfg.top_k,
+        decoder_sparse_step=1,  # every layer is MoE
+        norm_topk_prob=True,
+        max_position_embeddings=cfg.max_positions,
+        tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_id,
+        bos_token_id=tokenizer.bos_id,
+        eos_token_id=tokenizer.eos_id,
+        output_router_logits=False,
+    )
+    return Qwen3MoeForCausalLM(config)
+
+
+def count_parameters(model: torch.nn.Module, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    tokens: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities of each token given its prefix, and the entropy of each position's
+    distribution, both [B, T] and aligned with `tokens` (position 0 gets 0: it has no prefix).
+
+    The temperature must be the engine's, so that these equal the behaviour log-probs.
+    """
+    logits = model(input_ids=tokens, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
+    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, tokens[:, 1:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    pad = torch.zeros_like(logp[:, :1])
+    return torch.cat([pad, logp], dim=1), torch.cat([pad, entropy], dim=1)

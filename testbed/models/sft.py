@@ -1,0 +1,184 @@
+"""Supervised fine-tuning on a mixed-style corpus, so RL starts from a policy that can write every
+style, and a cache keyed by config hash so later runs skip it.
+
+Each example is `<bos> prompt <sep> piece <eos>`: the prompt names a topic and lists candidate
+styles, and the piece is written in one of the candidates chosen uniformly. The SFT policy
+therefore picks among the listed styles; which one the hidden reward wants is what RL learns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from transformers import AutoModelForCausalLM
+
+from testbed.config import PolicyConfig
+from testbed.models.policy import build_policy, count_parameters
+from testbed.models.tokenizer import WordTokenizer
+from testbed.world import generate, prompts, render_prompt, vocabulary
+
+CACHE_FORMAT = 1  # bump when the corpus or training recipe changes meaning
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TESTBED_CACHE", Path.home() / ".cache" / "testbed"))
+
+
+def policy_key(cfg: PolicyConfig, archetypes: list[str]) -> str:
+    spec = {
+        "format": CACHE_FORMAT,
+        "policy": cfg.model_dump(mode="json", exclude={"checkpoint"}),
+        "archetypes": archetypes,
+        "vocabulary": hashlib.sha256("\n".join(vocabulary()).encode()).hexdigest(),
+        "torch": torch.__version__.split("+")[0],
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def sft_corpus(size: int, archetypes: list[str], seed: int) -> list[tuple[str, str, str]]:
+    """(prompt, piece, style) triples over the training prompts, candidates drawn per example."""
+    rng = random.Random(seed)
+    specs = prompts("train")
+    corpus = []
+    for _ in range(size):
+        spec = rng.choice(specs)
+        k = rng.randint(min(2, len(archetypes)), len(archetypes))
+        candidates = rng.sample(archetypes, k)
+        style = rng.choice(candidates)
+        corpus.append((render_prompt(spec, candidates), generate(style, spec.topic, rng), style))
+    return corpus
+
+
+def encode_corpus(corpus: list[tuple[str, str, str]], tok: WordTokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded input ids, attention mask and labels (-100 off the piece and its <eos>)."""
+    rows = []
+    for prompt, piece, _ in corpus:
+        prefix = tok.prompt_ids(prompt)
+        rows.append((prefix, tok.encode(piece) + [tok.eos_id]))
+    width = max(len(p) + len(r) for p, r in rows)
+    ids = torch.full((len(rows), width), tok.pad_id, dtype=torch.long)
+    labels = torch.full_like(ids, -100)
+    mask = torch.zeros_like(ids)
+    for i, (prefix, response) in enumerate(rows):
+        seq = prefix + response
+        ids[i, : len(seq)] = torch.tensor(seq)
+        mask[i, : len(seq)] = 1
+        labels[i, len(prefix) : len(seq)] = torch.tensor(response)
+    return ids, mask, labels
+
+
+def train_sft(model: torch.nn.Module, data: tuple[torch.Tensor, ...], steps: int, batch_size: int, lr: float, seed: int, label: str = "SFT") -> list[float]:
+    """AdamW with linear warm-up and cosine decay; returns the loss curve."""
+    ids, mask, labels = data
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, steps))))
+    )
+    losses: list[float] = []
+    model.train()
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} loss {task.fields[loss]}"),
+                  TimeElapsedColumn(), TimeRemainingColumn(), transient=True) as bar:
+        task = bar.add_task(label, total=steps, loss="-")
+        for step in range(steps):
+            idx = torch.randint(0, len(ids), (batch_size,), generator=gen)
+            width = int(mask[idx].sum(1).max())  # trim padding shared by the whole batch
+            out = model(input_ids=ids[idx, :width], attention_mask=mask[idx, :width], labels=labels[idx, :width], use_cache=False)
+            opt.zero_grad(set_to_none=True)
+            out.loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(out.loss.item())
+            if step % 20 == 0 or step == steps - 1:
+                bar.update(task, completed=step + 1, loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+    model.eval()
+    return losses
+
+
+Evaluate = Callable[[torch.nn.Module, WordTokenizer], dict]
+
+
+def sft_passes(report: dict, cfg: PolicyConfig, archetypes: list[str]) -> bool:
+    shares = report["style_shares"]
+    return report["quality"] >= cfg.sft.min_quality and all(shares.get(s, 0.0) >= cfg.sft.min_style_share for s in archetypes)
+
+
+def load_or_train_policy(
+    cfg: PolicyConfig, archetypes: list[str], evaluate: Evaluate | None = None, log: Callable[[str], None] = print
+) -> tuple[torch.nn.Module, WordTokenizer, dict]:
+    """The SFT policy for this config: from the cache if it is there, else trained (in rounds of
+    `sft.steps` until `evaluate` says every archetype is written well) and cached."""
+    if cfg.checkpoint:
+        return load_checkpoint(cfg.checkpoint)
+    key = policy_key(cfg, archetypes)
+    directory = cache_root() / f"policy-{key}"
+    if (directory / "sft_report.json").exists():
+        tok = WordTokenizer.load(directory / "tokenizer.json")
+        model = AutoModelForCausalLM.from_pretrained(directory)
+        model.eval()
+        report = json.loads((directory / "sft_report.json").read_text())
+        log(f"SFT policy from cache {directory} (quality {report['eval'].get('quality', float('nan')):.2f})")
+        return model, tok, report
+
+    tok = WordTokenizer.build()
+    model = build_policy(cfg, tok, seed=cfg.sft.seed)
+    log(f"Training the SFT policy ({count_parameters(model):,} parameters, {cfg.num_experts} experts, top-{cfg.top_k}); cached as {directory}")
+    start = time.time()
+    corpus = sft_corpus(cfg.sft.corpus_size, archetypes, cfg.sft.seed)
+    data = encode_corpus(corpus, tok)
+    losses: list[float] = []
+    report: dict = {}
+    for round_ in range(cfg.sft.max_rounds):
+        losses += train_sft(model, data, cfg.sft.steps, cfg.sft.batch_size, cfg.sft.lr, cfg.sft.seed + round_, f"SFT round {round_ + 1}")
+        report = evaluate(model, tok) if evaluate else {}
+        if not evaluate or sft_passes(report, cfg, archetypes):
+            break
+        log(f"SFT round {round_ + 1} not yet good enough: {report}")
+    else:
+        log(f"warning: after {cfg.sft.max_rounds} rounds the SFT policy misses the acceptance bar: {report}")
+    full_report = {
+        "key": key,
+        "parameters": count_parameters(model),
+        "steps": len(losses),
+        "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
+        "seconds": round(time.time() - start, 1),
+        "eval": report,
+        "passed": bool(report) and sft_passes(report, cfg, archetypes),
+    }
+    tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp)
+    tok.save(tmp / "tokenizer.json")
+    (tmp / "sft_report.json").write_text(json.dumps(full_report, indent=2))
+    if directory.exists():  # another process finished first; keep theirs
+        shutil.rmtree(tmp)
+    else:
+        os.replace(tmp, directory)
+    log(f"SFT done in {full_report['seconds']} s: {report}")
+    return model, tok, full_report
+
+
+def load_checkpoint(path: str) -> tuple[torch.nn.Module, WordTokenizer, dict]:
+    """A real checkpoint directory holding a causal LM and this project's tokenizer.json."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"policy.checkpoint: no such directory: {directory}")
+    if not (directory / "tokenizer.json").exists():
+        raise FileNotFoundError(f"policy.checkpoint: {directory} has no tokenizer.json")
+    tok = WordTokenizer.load(directory / "tokenizer.json")
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    model.eval()
+    return model, tok, {"checkpoint": str(directory)}

@@ -1,0 +1,110 @@
+"""The data that flows through an experiment: judge requests and verdicts, drift targets, and
+the Trajectory that carries one episode from the engine through the env to the trainer and store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """One response to score. `topic` lets a judge check topicality without parsing the prompt."""
+
+    prompt: str
+    response: str
+    target_style: str
+    candidate_styles: tuple[str, ...]
+    topic: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's answer. A verdict with `error` set is not a zero reward: the episode is excluded
+    from training and counted as a judge failure."""
+
+    quality: int  # 0 | 1
+    style_match: int  # 0 | 1
+    style: str | None  # the style the judge read in the text ("mixed"/"plain" allowed)
+    raw: str = ""  # the judge's own output (an LLM's text, or the rubric's feature summary)
+    error: str | None = None
+    latency_s: float = 0.0
+
+    @property
+    def reward(self) -> float:
+        return float(self.quality * self.style_match)
+
+    @classmethod
+    def failed(cls, error: str, latency_s: float = 0.0) -> Verdict:
+        return cls(quality=0, style_match=0, style=None, error=error, latency_s=latency_s)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the hidden reward wants at a clock value: the style, and the candidate styles the
+    prompt offers (the system prompt lists them, as in the paper)."""
+
+    style: str
+    candidates: tuple[str, ...]
+
+
+@dataclass
+class Segment:
+    """A span of tokens: `action` (model-generated, with behaviour log-probs) or `observation`."""
+
+    kind: Literal["action", "observation"]
+    tokens: list[int]
+    logprobs: list[float] | None = None  # behaviour log-probs, one per token, actions only
+
+    def __post_init__(self) -> None:
+        if self.kind == "action" and (self.logprobs is None or len(self.logprobs) != len(self.tokens)):
+            raise ValueError("an action segment needs one behaviour log-prob per token")
+
+
+@dataclass
+class Trajectory:
+    """One episode. The engine fills prompt and segments; the env fills verdict and clock;
+    the loop fills arm/seed/group bookkeeping."""
+
+    prompt_tokens: list[int]
+    segments: list[Segment]
+    response_text: str = ""
+    prompt_text: str = ""
+    prompt_id: str = ""
+    topic: str = ""
+    policy_version: int = 0
+    t: int = -1
+    target_style: str = ""
+    verdict: Verdict | None = None
+    arm: str = ""
+    seed: int = 0
+    group_id: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def reward(self) -> float:
+        return 0.0 if self.verdict is None else self.verdict.reward
+
+    @property
+    def judged(self) -> bool:
+        return self.verdict is not None and self.verdict.error is None
+
+    @property
+    def response_tokens(self) -> list[int]:
+        return [tok for seg in self.segments for tok in seg.tokens]
+
+    def token_layout(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(tokens, action_mask, behaviour_logprobs) over prompt + segments, as 1-D tensors.
+        Prompt and observation positions have mask 0 and log-prob 0."""
+        toks = list(self.prompt_tokens)
+        mask = [0] * len(toks)
+        lps = [0.0] * len(toks)
+        for seg in self.segments:
+            toks += seg.tokens
+            is_action = seg.kind == "action"
+            mask += [int(is_action)] * len(seg.tokens)
+            lps += list(seg.logprobs) if is_action else [0.0] * len(seg.tokens)
+        return torch.tensor(toks), torch.tensor(mask, dtype=torch.bool), torch.tensor(lps)

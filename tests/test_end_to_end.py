@@ -1,0 +1,73 @@
+"""A tiny scenario through the real CLI: SFT (cached), the loop, the store and the report."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from testbed.store import read_table
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(args, tmp_path, **kw):
+    env = {"TESTBED_CACHE": str(kw.pop("cache", tmp_path / "cache")), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "testbed.run", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, **kw)
+
+
+def test_tiny_scenario_end_to_end(tmp_path):
+    proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs")], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip().splitlines()[-1])
+    assert run_dir.parent == tmp_path / "runs" and run_dir.name.startswith("tiny-")
+
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "done" and manifest["switch_points"] == [64, 112]
+    assert set(manifest["arms"]["running_mean"]) == {"0", "1"}
+    assert (run_dir / "scenario.yaml").exists()
+
+    episodes = read_table(run_dir, "episodes")
+    for column in ("arm", "seed", "t", "prompt_id", "topic", "target_style", "judged_style", "r_quality",
+                   "r_style", "reward", "judge_error", "policy_version", "staleness", "response_tokens"):
+        assert column in episodes.columns
+    for seed in (0, 1):
+        ts = episodes[(episodes.seed == seed) & episodes.judge_error.isna()]["t"].sort_values().tolist()
+        assert ts == list(range(160))  # every clock value once: nothing lost, nothing doubled
+    targets = episodes[episodes.seed == 0].set_index("t")["target_style"]
+    assert targets[63] == "cute" and targets[64] == "chuunibyou" and targets[112] == "classical"
+    assert ((episodes.reward == episodes.r_quality * episodes.r_style) | episodes.judge_error.notna()).all()
+
+    updates = read_table(run_dir, "updates")
+    assert len(updates) == 2 * (160 // 16)
+    assert updates["policy_loss"].notna().all()
+    learning = updates[updates["advantage_abs_mean"] > 0]
+    assert len(learning) > 0 and (learning["grad_norm"] > 0).all()  # a reward signal moves the policy
+    assert episodes["reward"].sum() > 0
+
+    evals = read_table(run_dir, "evals")
+    shares = evals.groupby(["seed", "t"])["share"].sum()
+    assert ((shares - 1.0).abs() < 1e-6).all()  # each evaluation's style shares add up to 1
+    assert sorted(evals[evals.seed == 0]["t"].unique()) == [0, 64, 128, 160]
+
+    assert "Reward around each switch" in proc.stdout
+
+
+def test_second_run_reuses_the_cached_policy(tmp_path):
+    quick = ["--set", "seeds=[0]", "--set", "budget.episodes=32", "--set", "policy.sft.steps=5"]
+    first = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *quick], tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "Training the SFT policy" in first.stderr
+    second = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *quick], tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "SFT policy from cache" in second.stderr and "Training the SFT policy" not in second.stderr
+
+
+def test_bad_scenario_exits_with_a_clear_error(tmp_path):
+    proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), "--set", "arms.0.trainer=sao2"], tmp_path)
+    assert proc.returncode == 2
+    assert "unknown trainer 'sao2'" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists()  # nothing is created for a scenario that cannot run

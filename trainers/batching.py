@@ -1,0 +1,42 @@
+"""Turn a list of Trajectories into the padded tensors the losses work on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from testbed.types import Trajectory
+
+
+@dataclass
+class Batch:
+    tokens: torch.Tensor  # [B, T] long, right-padded
+    attention_mask: torch.Tensor  # [B, T] long
+    action_mask: torch.Tensor  # [B, T] bool: model-generated tokens
+    behaviour_logprobs: torch.Tensor  # [B, T] float, 0 off actions
+    rewards: torch.Tensor  # [B, T] float: the episode reward on its last action token
+    episode_rewards: torch.Tensor  # [B]
+    action_lengths: torch.Tensor  # [B]
+
+
+def collate(trajectories: list[Trajectory], pad_id: int) -> Batch:
+    layouts = [t.token_layout() for t in trajectories]
+    width = max(len(toks) for toks, _, _ in layouts)
+    n = len(layouts)
+    tokens = torch.full((n, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((n, width), dtype=torch.long)
+    action = torch.zeros((n, width), dtype=torch.bool)
+    behaviour = torch.zeros((n, width))
+    rewards = torch.zeros((n, width))
+    for row, ((toks, mask, lps), traj) in enumerate(zip(layouts, trajectories)):
+        length = len(toks)
+        tokens[row, :length] = toks
+        attention[row, :length] = 1
+        action[row, :length] = mask
+        behaviour[row, :length] = lps
+        action_positions = mask.nonzero()
+        if len(action_positions):
+            rewards[row, action_positions[-1, 0]] = traj.reward
+    episode_rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float)
+    return Batch(tokens, attention, action, behaviour, rewards, episode_rewards, action.sum(1))

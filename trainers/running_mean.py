@@ -1,0 +1,95 @@
+"""The running-mean baseline (SAO.md): REINFORCE on single rollouts with a sliding window of the
+most recent rewards as the baseline,
+
+    A = r - mean(r over the last `window` rewards, this one included),
+
+broadcast to every action token. The loss is DIS against the engine's log-probs by default, or
+plain REINFORCE.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from testbed.models.policy import token_logprobs
+from testbed.types import Trajectory
+from trainers.advantages import SlidingWindowBaseline, broadcast_to_tokens
+from trainers.batching import collate
+from trainers.losses import dis_policy_loss, reinforce_loss, token_mean
+
+
+class RunningMeanConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    batch_size: int = Field(32, ge=1, description="single rollouts per policy update")
+    window: int = Field(128, ge=1, description="rewards in the sliding-window baseline")
+    per_prompt: bool = Field(False, description="one window per prompt (Table 4 variant) instead of global")
+    lr: float = Field(2e-3, gt=0)
+    loss: Literal["dis", "reinforce"] = "dis"
+    eps_low: float = Field(0.3, gt=0, lt=1)
+    eps_high: float = Field(5.0, gt=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+
+
+class RunningMeanTrainer:
+    Config = RunningMeanConfig
+    group_size = 1
+
+    def __init__(self, policy: torch.nn.Module, config: dict[str, Any], *, pad_id: int, temperature: float = 1.0, seed: int = 0):
+        self.cfg = RunningMeanConfig.model_validate(config)
+        self.policy = policy
+        self.pad_id = pad_id
+        self.temperature = temperature
+        self.batch_size = self.cfg.batch_size
+        self.baseline = SlidingWindowBaseline(size=self.cfg.window, per_prompt=self.cfg.per_prompt)
+        self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0)
+        self.version = 0
+
+    def update(self, batch: list[Trajectory]) -> dict[str, float]:
+        data = collate(batch, self.pad_id)
+        per_episode = self.baseline.advantages(
+            [t.reward for t in batch], [t.prompt_id for t in batch] if self.cfg.per_prompt else None
+        )
+        advantages = broadcast_to_tokens(torch.tensor(per_episode, dtype=torch.float), data.action_mask)
+
+        self.policy.train()
+        logprobs, entropy = token_logprobs(self.policy, data.tokens, data.attention_mask, self.temperature)
+        if self.cfg.loss == "dis":
+            loss, stats = dis_policy_loss(
+                logprobs, data.behaviour_logprobs, advantages, data.action_mask, self.cfg.eps_low, self.cfg.eps_high
+            )
+        else:
+            loss, stats = reinforce_loss(logprobs, advantages, data.action_mask), {}
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+        self.version += 1
+        return {
+            "policy_loss": float(loss.detach()),
+            "grad_norm": float(grad_norm),
+            "entropy": float(token_mean(entropy.detach(), data.action_mask)),
+            "reward_mean": float(data.episode_rewards.mean()),
+            "baseline": float(data.episode_rewards.mean() - torch.tensor(per_episode).mean()),
+            "advantage_abs_mean": float(torch.tensor(per_episode).abs().mean()),
+            "response_tokens_mean": float(data.action_lengths.float().mean()),
+            **{k: float(v) for k, v in stats.items()},
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "baseline": self.baseline.state_dict(),
+            "version": self.version,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.baseline.load_state_dict(state["baseline"])
+        self.version = state["version"]
