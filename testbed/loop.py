@@ -12,6 +12,9 @@ Episodes whose verdict carries a judge error are stored and counted but never tr
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import os
 import random
 import time
 from collections import Counter, deque
@@ -73,6 +76,7 @@ def make_progress() -> Progress:
 
 
 def episode_rows(arm: str, seed: int, trajs: list[Trajectory], starts: list[EpisodeStart], trainer_version: int) -> list[dict]:
+    """One row per episode, judged or failed, with the run directory's column names."""
     rows = []
     for traj, start in zip(trajs, starts):
         v = traj.verdict
@@ -91,6 +95,7 @@ def episode_rows(arm: str, seed: int, trajs: list[Trajectory], starts: list[Epis
             "reward": v.reward if v.error is None else None,
             "judge_error": v.error,
             "judge_latency_s": v.latency_s,
+            "group_id": traj.group_id,
             "policy_version": traj.policy_version,
             "staleness": trainer_version - traj.policy_version,
             "response_tokens": len(traj.response_tokens),
@@ -118,6 +123,54 @@ def evaluate_heldout(env: StyleShiftEnv, engine: HFEngine, specs: list[PromptSpe
     return rows, reward
 
 
+def judged_samples(env: StyleShiftEnv, engine: HFEngine, specs: list[PromptSpec], n: int, seed: int, chunk: int = 128) -> list[Trajectory]:
+    """n samples from the engine's (fixed) policy on random training prompts, judged against the
+    target at clock 0 without moving the clock; failed verdicts are dropped."""
+    rng = random.Random(seed)
+    out: list[Trajectory] = []
+    for i in range(0, n, chunk):
+        starts = env.eval_starts([rng.choice(specs) for _ in range(min(chunk, n - i))], 0)
+        trajs = engine.generate([s.prompt_text for s in starts])
+        for traj, start, verdict in zip(trajs, starts, env.evaluate_batch(starts, [t.response_text for t in trajs])):
+            if verdict.error is None:
+                traj.verdict, traj.t, traj.target_style, traj.prompt_id = verdict, 0, start.target.style, start.prompt_id
+                out.append(traj)
+    return out
+
+
+def pretrain_value(trainer: Any, env: StyleShiftEnv, engine: HFEngine, cache_key: dict, log: Callable[[str], None]) -> dict:
+    """SAO's value pretraining, cached by everything that determines its result."""
+    from testbed.models.sft import cache_root  # the cache lives beside the SFT policy's
+
+    key = hashlib.sha256(json.dumps(cache_key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    path = cache_root() / f"critic-{key}.pt"
+    if path.exists():
+        saved = torch.load(path, weights_only=False)
+        trainer.load_critic_state(saved["state"])
+        return {**saved["report"], "cached": str(path)}
+    log(f"value pretraining on {trainer.pretrain_samples} judged samples from the SFT policy (cached as {path})")
+    started = time.perf_counter()
+    samples = judged_samples(env, engine, prompts("train"), trainer.pretrain_samples, seed=0)
+    report = {**trainer.pretrain_value(samples), "judge_calls": trainer.pretrain_samples,
+              "seconds": round(time.perf_counter() - started, 1)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    torch.save({"state": trainer.critic_state(), "report": report}, tmp)
+    os.replace(tmp, path)
+    return report
+
+
+def judge_counters(judge: Judge) -> dict[str, float]:
+    """The judge's cumulative accounting, if it keeps any (LLM judges do)."""
+    stats = getattr(judge, "stats", None)
+    return {k: float(v) for k, v in stats().items()} if callable(stats) else {}
+
+
+def counter_delta(start: dict[str, float], now: dict[str, float]) -> dict[str, float]:
+    """This arm's share of a judge's cumulative counters (latency percentiles are kept as they are)."""
+    return {k: v - start.get(k, 0.0) if "latency" not in k else v for k, v in now.items()}
+
+
 def run_arm(
     scenario: Scenario,
     arm: ArmConfig,
@@ -130,6 +183,8 @@ def run_arm(
     store: RunStore,
     progress: Progress | None = None,
     on_update: Callable[[dict], None] | None = None,
+    policy_key: str = "",
+    log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Train one arm with one seed for the scenario's episode budget; returns its totals."""
     seed_everything(seed)
@@ -141,10 +196,17 @@ def run_arm(
     env.reset(seed=seed)  # seeds the env's prompt sampler
     env.clock = 0
     heldout = prompts("heldout")[: scenario.eval.prompts]
+    pretrain_report: dict = {}
+    if getattr(trainer, "pretrain_samples", 0) > 0:
+        cache_key = {"policy": policy_key, "trainer": trainer.pretrain_key(), "judge": scenario.judge.model_dump(by_alias=True),
+                     "target": schedule.target(0), "sampling": scenario.sampling.model_dump()}
+        pretrain_report = pretrain_value(trainer, env, engine, cache_key, log)
+        seed_everything(seed)  # the cache must not change what the RL run samples
+    judge_start = judge_counters(judge)
     timer = Timer()
     recent: deque[float] = deque(maxlen=128)
     buffer: list[Trajectory] = []
-    judge_calls = failures = updates = 0
+    judge_calls = failures = updates = groups = 0
     next_eval = 0
     task: TaskID | None = None
     if progress is not None:
@@ -159,23 +221,26 @@ def run_arm(
                 store.append("evals", [{"arm": arm.name, "seed": seed, **r} for r in rows])
             next_eval += scenario.eval.every
 
-        per_round = max(1, trainer.batch_size // trainer.group_size)
+        group = trainer.group_size
+        per_round = max(1, trainer.batch_size // group)
         with timer.part("bookkeeping"):
-            starts = env.reset_batch(min(per_round, budget - env.clock))
+            starts = env.reset_batch(per_round, repeat=group)[: budget - env.clock]
         with timer.part("generation"):
             trajs = engine.generate([s.prompt_text for s in starts])
         with timer.part("judging"):
             verdicts = env.step_batch(starts, [tr.response_text for tr in trajs])
         with timer.part("bookkeeping"):
             judge_calls += len(verdicts)
-            for traj, start, verdict in zip(trajs, starts, verdicts):
+            for i, (traj, start, verdict) in enumerate(zip(trajs, starts, verdicts)):
                 traj.verdict, traj.t, traj.target_style = verdict, start.t, start.target.style
                 traj.prompt_id, traj.topic, traj.arm, traj.seed = start.prompt_id, start.topic, arm.name, seed
+                traj.group_id = groups + i // group
                 if verdict.error is None:
                     buffer.append(traj)
                     recent.append(verdict.reward)
                 else:
                     failures += 1
+            groups += per_round
             store.append("episodes", episode_rows(arm.name, seed, trajs, starts, trainer.version))
 
         while len(buffer) >= trainer.batch_size:
@@ -186,7 +251,7 @@ def run_arm(
             engine.load_weights(None, trainer.version)  # shared module: only the version moves
             with timer.part("bookkeeping"):
                 row = {"arm": arm.name, "seed": seed, "update": updates, "t": env.clock, "judge_calls": judge_calls,
-                       "judge_failures": failures, **metrics}
+                       "judge_failures": failures, **metrics, **counter_delta(judge_start, judge_counters(judge))}
                 store.append("updates", [row])
                 if on_update:
                     on_update(row)
@@ -201,6 +266,8 @@ def run_arm(
     store.flush()
     wall = time.perf_counter() - wall
     return {
+        "pretrain": pretrain_report,
+        "judge": counter_delta(judge_start, judge_counters(judge)),
         "episodes": env.clock,
         "judge_calls": judge_calls,
         "judge_failures": failures,

@@ -14,9 +14,12 @@ from typing import Any
 BUILTINS: dict[str, dict[str, str]] = {
     "judge": {
         "rubric": "judges.rubric:RubricJudge",
+        "llm": "judges.llm:LLMJudge",
     },
     "trainer": {
         "running_mean": "trainers.running_mean:RunningMeanTrainer",
+        "sao": "trainers.sao:SAOTrainer",
+        "grpo": "trainers.grpo:GRPOTrainer",
     },
     "schedule": {
         "piecewise": "testbed.envs.schedules:PiecewiseSchedule",

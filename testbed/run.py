@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             for arm in scenario.arms:
                 for seed in scenario.seeds:
                     totals = run_arm(scenario, arm, seed, base_policy=base_policy, tokenizer=tokenizer, judge=judge,
-                                     schedule=schedule, store=store, progress=progress)
+                                     schedule=schedule, store=store, progress=progress, log=progress.console.print,
+                                     policy_key=sft_report.get("key") or sft_report.get("checkpoint", ""))
                     manifest["arms"].setdefault(arm.name, {})[str(seed)] = totals
                     store.write_manifest(manifest)
     except KeyboardInterrupt:

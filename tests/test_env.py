@@ -197,6 +197,16 @@ def test_batch_is_one_judge_call_with_clocks_and_targets_across_a_switch():
     assert env.reset_batch(1)[0].t == 11
 
 
+def test_reset_batch_repeat_resamples_each_prompt_in_a_row():
+    env = make_env()
+    starts = env.reset_batch(3, repeat=4)
+    assert [s.t for s in starts] == list(range(12))
+    ids = [s.prompt_id for s in starts]
+    assert all(len(set(ids[i : i + 4])) == 1 for i in range(0, 12, 4))  # one prompt per group
+    with pytest.raises(ValueError, match="repeat"):
+        env.reset_batch(2, repeat=0)
+
+
 def test_async_batch_and_sync_step_inside_a_running_loop():
     judge = CountingJudge()
     env = make_env(judge=judge)

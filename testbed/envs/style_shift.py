@@ -222,13 +222,18 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         return verdicts
 
     # ---- batched path (the training loop) --------------------------------------------------
-    def reset_batch(self, n: int) -> list[EpisodeStart]:
-        """``n`` training episodes: prompts drawn with ``self.np_random``; the i-th episode has
-        clock ``env.clock + i`` and that clock's target. Does not move the clock."""
+    def reset_batch(self, n: int, repeat: int = 1) -> list[EpisodeStart]:
+        """``n * repeat`` training episodes: ``n`` prompts drawn with ``self.np_random``, each
+        re-sampled ``repeat`` times in a row (GRPO's groups; every one is its own judged
+        episode). The i-th episode has clock ``env.clock + i`` and that clock's target. Does not
+        move the clock."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"n must be an int >= 0, got {n!r}")
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+            raise ValueError(f"repeat must be an int >= 1, got {repeat!r}")
         t0 = self._clock
-        return [self._start(spec, t0 + i) for i, spec in enumerate(self._sample_specs(n))]
+        specs = [spec for spec in self._sample_specs(n) for _ in range(repeat)]
+        return [self._start(spec, t0 + i) for i, spec in enumerate(specs)]
 
     async def astep_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
         """Judge ``responses[i]`` for ``starts[i]`` in ONE judge call; advance the clock by the

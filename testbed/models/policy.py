@@ -51,9 +51,22 @@ def token_logprobs(
 
     The temperature must be the engine's, so that these equal the behaviour log-probs.
     """
-    logits = model(input_ids=tokens, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
-    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)
+    logp, entropy, _ = token_logprobs_and_routing(model, tokens, attention_mask, temperature, routing=False)
+    return logp, entropy
+
+
+def token_logprobs_and_routing(
+    model: torch.nn.Module,
+    tokens: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    routing: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
+    """`token_logprobs` plus the router logits of every MoE layer (for expert-load diagnostics)."""
+    out = model(input_ids=tokens, attention_mask=attention_mask, use_cache=False, output_router_logits=routing)
+    logp_all = F.log_softmax(out.logits[:, :-1].float() / temperature, dim=-1)
     logp = logp_all.gather(-1, tokens[:, 1:, None]).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     pad = torch.zeros_like(logp[:, :1])
-    return torch.cat([pad, logp], dim=1), torch.cat([pad, entropy], dim=1)
+    router = getattr(out, "router_logits", None) if routing else None
+    return torch.cat([pad, logp], dim=1), torch.cat([pad, entropy], dim=1), router

@@ -1,0 +1,73 @@
+"""Throughput of the online loop: episodes per second and where the wall time goes.
+
+    python benchmarks/throughput.py [SCENARIO] [--arm NAME] [--set key=value ...]
+
+Runs one arm with one seed of the scenario (default: scenarios/style_shift.yaml, its first arm)
+into a temporary directory and prints the time split that the loop records in the manifest.
+Target on the 2-core reference machine: the default running-mean arm in under 3 minutes, with
+bookkeeping (store appends, flushes, batching) under 5% of wall time. The SFT policy is loaded
+from the cache (trained first if absent; that time is reported separately).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from testbed import run  # noqa: E402
+from testbed.config import load_scenario  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", nargs="?", default="scenarios/style_shift.yaml")
+    parser.add_argument("--arm", help="arm name (default: the first)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+
+    scenario = load_scenario(args.scenario, args.overrides)
+    names = [a.name for a in scenario.arms]
+    arm = args.arm or names[0]
+    if arm not in names:
+        parser.error(f"no arm {arm!r} in {args.scenario} (arms: {', '.join(names)})")
+    keep = names.index(arm)
+    overrides = [*args.overrides, f"seeds=[{scenario.seeds[0]}]", f"arms=[{json.dumps(scenario.arms[keep].model_dump())}]"]
+
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        code = run.main([args.scenario, "--out", out, *sum((["--set", o] for o in overrides), [])])
+        total = time.perf_counter() - start
+        if code != 0:
+            return code
+        run_dir = next(Path(out).iterdir())
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+
+    totals = next(iter(manifest["arms"][arm].values()))
+    wall = totals["wall_s"]
+    table = Table(title=f"{arm} on {args.scenario}: {totals['episodes']} episodes, {totals['updates']} updates")
+    table.add_column("part")
+    table.add_column("seconds", justify="right")
+    table.add_column("share of wall", justify="right")
+    for part in ("generation", "judging", "training", "eval", "bookkeeping"):
+        seconds = totals["time_s"].get(part, 0.0)
+        table.add_row(part, f"{seconds:.2f}", f"{seconds / wall:.1%}")
+    other = wall - sum(totals["time_s"].values())
+    table.add_row("other (loop, progress bar)", f"{other:.2f}", f"{other / wall:.1%}")
+    console = Console()
+    console.print(table)
+    console.print(f"arm wall time {wall:.1f} s, {totals['episodes_per_s']:.1f} episodes/s "
+                  f"(process total {total:.1f} s; SFT {manifest['sft'].get('seconds', 'cached')})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""The trainers on real (tiny) MoE models and real trajectories: what each update must change,
+what it must leave alone, and the metrics it reports."""
+
+import random
+import warnings
+
+import pytest
+import torch
+
+from testbed.config import PolicyConfig, SamplingConfig
+from testbed.models.critic import ATTENTION, EXPERTS, ROUTER, Critic, module_family
+from testbed.models.policy import build_policy
+from testbed.models.tokenizer import WordTokenizer
+from testbed.rollout.hf_engine import HFEngine
+from testbed.types import Verdict
+from testbed.world import prompts, render_prompt
+from trainers.grpo import G1_WARNING, GRPOTrainer
+from trainers.running_mean import RunningMeanTrainer
+from trainers.sao import SAOTrainer
+
+TOK = WordTokenizer.build()
+SMALL = PolicyConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, num_experts=4, expert_size=16)
+
+
+def policy(seed=0):
+    return build_policy(SMALL, TOK, seed=seed)
+
+
+def rollouts(model, n, rewards=None, groups=1, seed=0):
+    """Real samples from the model, given rewards (alternating 1/0 unless told)."""
+    torch.manual_seed(seed)
+    engine = HFEngine(model, TOK, SamplingConfig(max_new_tokens=10))
+    specs = prompts("train")
+    texts = [render_prompt(specs[i], ["cute", "academic"]) for i in range(n // groups)]
+    trajs = engine.generate(texts, n=groups)
+    for i, traj in enumerate(trajs):
+        r = rewards[i] if rewards is not None else i % 2
+        traj.verdict = Verdict(quality=1, style_match=int(r), style="cute")
+        traj.group_id = i // groups
+        traj.prompt_id = f"p{i // groups}"
+    return trajs
+
+
+def snapshot(module):
+    return {n: p.detach().clone() for n, p in module.named_parameters()}
+
+
+def test_module_families():
+    assert module_family("model.layers.0.self_attn.q_proj.weight") == ATTENTION
+    assert module_family("model.layers.1.mlp.experts.gate_up_proj") == EXPERTS
+    assert module_family("model.layers.1.mlp.gate.weight") == ROUTER
+    assert module_family("model.embed_tokens.weight") == "other"
+
+
+def test_frozen_attention_critic_keeps_attention_bit_identical():
+    model = policy()
+    trainer = SAOTrainer(model, {"batch_size": 8, "value_warmup_updates": 0, "critic_lr": 1e-2}, pad_id=TOK.pad_id)
+    before = snapshot(trainer.critic)
+    for step in range(3):
+        trainer.update(rollouts(model, 8, seed=step))
+    after = snapshot(trainer.critic)
+    attention = [n for n in before if ".self_attn." in n]
+    moe = [n for n in before if ".mlp." in n]
+    assert attention and moe
+    for name in attention:
+        assert torch.equal(before[name], after[name]), name
+    assert all(not torch.equal(before[n], after[n]) for n in moe)  # router and experts all learn
+    assert not torch.equal(before["value_head.weight"], after["value_head.weight"])
+    assert torch.equal(before["backbone.embed_tokens.weight"], after["backbone.embed_tokens.weight"])
+
+
+def test_critic_trainable_all_moves_attention_too():
+    model = policy()
+    trainer = SAOTrainer(model, {"batch_size": 8, "critic_trainable": "all", "value_warmup_updates": 0}, pad_id=TOK.pad_id)
+    before = snapshot(trainer.critic)
+    trainer.update(rollouts(model, 8))
+    after = snapshot(trainer.critic)
+    assert any(not torch.equal(before[n], after[n]) for n in before if ".self_attn." in n)
+
+
+def test_critic_starts_from_the_sft_policy_weights():
+    model = policy()
+    critic = Critic.from_policy(model)
+    for name, param in model.model.named_parameters():
+        assert torch.equal(param, dict(critic.backbone.named_parameters())[name])
+    assert critic.backbone is not model.model
+
+
+def test_sao_update_metrics_and_warmup():
+    model = policy()
+    trainer = SAOTrainer(model, {"batch_size": 8, "value_warmup_updates": 1}, pad_id=TOK.pad_id)
+    policy_before = snapshot(model)
+    warm = trainer.update(rollouts(model, 8))
+    assert warm["value_warmup"] == 1.0 and trainer.version == 0
+    assert all(torch.equal(policy_before[n], p) for n, p in model.named_parameters())  # policy frozen in warm-up
+    metrics = trainer.update(rollouts(model, 8, seed=1))
+    assert trainer.version == 1
+    for key in ("policy_loss", "critic_loss", "value_explained_variance", "entropy", "approx_kl", "dis_masked_frac",
+                "policy_grad_norm_attention", "policy_grad_norm_experts", "policy_grad_norm_router",
+                "critic_grad_norm_experts", "critic_grad_norm_router", "policy_expert_load_cv"):
+        assert key in metrics, key
+    assert "critic_grad_norm_attention" not in metrics  # frozen: no gradient at all
+    assert metrics["dis_masked_frac"] == 0.0  # on-policy: every ratio is 1, inside the band
+
+
+def test_k_value_updates_per_policy_update():
+    model = policy()
+    calls = []
+    trainer = SAOTrainer(model, {"batch_size": 8, "value_updates_per_policy_update": 3, "value_warmup_updates": 0},
+                         pad_id=TOK.pad_id)
+    original = trainer._critic_step
+    trainer._critic_step = lambda *a, **k: calls.append(1) or original(*a, **k)
+    trainer.update(rollouts(model, 8))
+    assert len(calls) == 3
+
+
+def test_value_pretraining_improves_explained_variance():
+    model = policy()
+    trainer = SAOTrainer(model, {"value_pretrain_epochs": 8, "value_pretrain_batch": 16, "critic_lr": 3e-3}, pad_id=TOK.pad_id)
+    # a learnable signal: reward 1 exactly when the response is short
+    samples = rollouts(model, 64, seed=3)
+    median = sorted(len(t.response_tokens) for t in samples)[32]
+    for t in samples:
+        t.verdict = Verdict(quality=1, style_match=int(len(t.response_tokens) < median), style="cute")
+    report = trainer.pretrain_value(samples)
+    curve = report["curve"]
+    assert curve[-1]["value_loss"] < curve[0]["value_loss"]
+    assert report["parameters"]["trainable"] < report["parameters"]["total"]
+
+
+def test_staleness_bound_drops_old_rollouts():
+    model = policy()
+    trainer = SAOTrainer(model, {"batch_size": 4, "staleness_bound": 0, "value_warmup_updates": 0}, pad_id=TOK.pad_id)
+    trainer.update(rollouts(model, 4))
+    old = rollouts(model, 4, seed=5)
+    for t in old:
+        t.policy_version = 0
+    metrics = trainer.update(old)  # the trainer is at version 1 now: all 4 are stale
+    assert metrics["dropped_stale"] == 4.0 and trainer.version == 1
+
+
+def test_grpo_group_size_one_warns_and_has_zero_advantage():
+    model = policy()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = GRPOTrainer(model, {"group_size": 1, "prompts_per_update": 8}, pad_id=TOK.pad_id)
+    assert any(G1_WARNING in str(w.message) for w in caught)
+    before = snapshot(model)
+    metrics = trainer.update(rollouts(model, 8))
+    assert metrics["advantage_abs_mean"] == 0.0 and metrics["zero_advantage_groups"] == 1.0
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters())  # nothing to learn from
+
+
+def test_grpo_groups_learn_from_within_group_differences():
+    model = policy()
+    trainer = GRPOTrainer(model, {"group_size": 4, "prompts_per_update": 2}, pad_id=TOK.pad_id)
+    # group 0 has mixed rewards, group 1 all ones (zero advantage)
+    metrics = trainer.update(rollouts(model, 8, rewards=[1, 0, 0, 1, 1, 1, 1, 1], groups=4))
+    assert metrics["zero_advantage_groups"] == 0.5 and metrics["advantage_abs_mean"] > 0
+    assert trainer.batch_size == 8 and trainer.group_size == 4
+
+
+def test_running_mean_baseline_window():
+    model = policy()
+    trainer = RunningMeanTrainer(model, {"batch_size": 4, "window": 4}, pad_id=TOK.pad_id)
+    m1 = trainer.update(rollouts(model, 4, rewards=[1, 1, 1, 1]))
+    assert m1["advantage_abs_mean"] == pytest.approx(0.0)  # every reward equals the window mean
+    m2 = trainer.update(rollouts(model, 4, rewards=[0, 0, 0, 0], seed=1))
+    # window after each push: [1,1,1,0] -> -0.75, [1,1,0,0] -> -0.5, [1,0,0,0] -> -0.25, [0,0,0,0] -> 0
+    assert m2["advantage_abs_mean"] == pytest.approx((0.75 + 0.5 + 0.25 + 0) / 4)

@@ -1,0 +1,44 @@
+"""Update diagnostics shared by the trainers: gradient norms by module family (the paper's
+pilot analysis) and MoE expert load."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from testbed.models.critic import module_family
+
+
+def grad_norms_by_family(model: nn.Module, prefix: str) -> dict[str, float]:
+    """L2 norm of the gradient per family (attention / experts / router / other) and in total."""
+    sq: dict[str, float] = {}
+    for name, param in model.named_parameters():
+        if param.grad is None:
+            continue
+        family = module_family("." + name)
+        sq[family] = sq.get(family, 0.0) + float(param.grad.detach().float().pow(2).sum())
+    out = {f"{prefix}grad_norm_{family}": value**0.5 for family, value in sq.items()}
+    out[f"{prefix}grad_norm"] = sum(sq.values()) ** 0.5
+    return out
+
+
+@torch.no_grad()
+def expert_load(router_logits: tuple[torch.Tensor, ...] | None, token_mask: torch.Tensor, top_k: int, prefix: str) -> dict[str, float]:
+    """Share of routed (token, slot) pairs each expert receives over the masked tokens, summarised
+    as the coefficient of variation across experts (0 = perfectly balanced) and the busiest
+    expert's share relative to a uniform share (1 = balanced)."""
+    if not router_logits:
+        return {}
+    flat_mask = token_mask.reshape(-1).bool()
+    cvs, peaks = [], []
+    for layer_logits in router_logits:
+        chosen = layer_logits[flat_mask].topk(top_k, dim=-1).indices.reshape(-1)
+        if chosen.numel() == 0:
+            continue
+        counts = torch.bincount(chosen, minlength=layer_logits.shape[-1]).float()
+        share = counts / counts.sum()
+        cvs.append(float(share.std(unbiased=False) / share.mean()))
+        peaks.append(float(share.max() * share.numel()))
+    if not cvs:
+        return {}
+    return {f"{prefix}expert_load_cv": sum(cvs) / len(cvs), f"{prefix}expert_load_peak": max(peaks)}

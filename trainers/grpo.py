@@ -1,0 +1,96 @@
+"""GRPO (SAO.md): G rollouts per prompt, group-normalised advantages
+A_i = (R_i - mean_j R_j) / (std_j R_j + eps) (or RLOO: R_i - mean_{j!=i} R_j) broadcast to the
+tokens, and the PPO-clip loss against the policy that generated the batch.
+
+With G = 1 every advantage is exactly zero: in an online setting that returns one feedback per
+prompt, GRPO cannot learn. The trainer says so plainly and still runs (the flat curve is the point).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from testbed.models.policy import token_logprobs_and_routing
+from testbed.types import Trajectory
+from trainers.advantages import broadcast_to_tokens, group_advantages
+from trainers.batching import collate
+from trainers.diagnostics import expert_load, grad_norms_by_family
+from trainers.losses import ppo_clip_loss, token_mean
+
+G1_WARNING = (
+    "GRPO with group_size=1: group-relative advantages are identically zero when each prompt gets a "
+    "single feedback, so the policy will not learn. Use group_size > 1 where the environment can "
+    "re-sample a prompt (every extra sample is a judge call)."
+)
+
+
+class GRPOConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    group_size: int = Field(8, ge=1, description="G rollouts per prompt, each judged (and counted)")
+    prompts_per_update: int = Field(4, ge=1)
+    lr: float = Field(2e-4, gt=0)
+    advantage: Literal["grpo", "rloo"] = "grpo"
+    clip_low: float = Field(0.2, gt=0, lt=1)
+    clip_high: float = Field(0.28, gt=0)
+    epochs: int = Field(1, ge=1, description="PPO epochs over each batch")
+    max_grad_norm: float = Field(1.0, gt=0)
+
+
+class GRPOTrainer:
+    Config = GRPOConfig
+
+    def __init__(self, policy: torch.nn.Module, config: dict[str, Any], *, pad_id: int, temperature: float = 1.0, seed: int = 0):
+        self.cfg = GRPOConfig.model_validate(config)
+        self.policy = policy
+        self.pad_id = pad_id
+        self.temperature = temperature
+        self.group_size = self.cfg.group_size
+        self.batch_size = self.cfg.group_size * self.cfg.prompts_per_update
+        self.top_k = policy.config.num_experts_per_tok
+        self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0)
+        self.version = 0
+        if self.group_size == 1:
+            warnings.warn(G1_WARNING, stacklevel=2)
+
+    def update(self, batch: list[Trajectory]) -> dict[str, float]:
+        data = collate(batch, self.pad_id)
+        per_episode = group_advantages(data.episode_rewards, [t.group_id for t in batch], kind=self.cfg.advantage)
+        advantages = broadcast_to_tokens(per_episode, data.action_mask)
+        metrics: dict[str, float] = {}
+        for _ in range(self.cfg.epochs):
+            self.policy.train()
+            logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask, self.temperature)
+            loss, stats = ppo_clip_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask,
+                                        self.cfg.clip_low, self.cfg.clip_high)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            norms = grad_norms_by_family(self.policy, "policy_")
+            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
+            self.optimizer.step()
+            metrics = {"policy_loss": float(loss.detach()), "entropy": float(token_mean(entropy.detach(), data.action_mask)),
+                       **{k: float(v) for k, v in stats.items()}, **norms,
+                       **expert_load(router, data.action_mask, self.top_k, "policy_")}
+        self.version += 1
+        groups = {t.group_id for t in batch}
+        return {
+            **metrics,
+            "reward_mean": float(data.episode_rewards.mean()),
+            "advantage_abs_mean": float(per_episode.abs().mean()),
+            "zero_advantage_groups": float(sum(
+                1 for g in groups if all(per_episode[i] == 0 for i, t in enumerate(batch) if t.group_id == g)
+            ) / len(groups)),
+            "response_tokens_mean": float(data.action_lengths.float().mean()),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = state["version"]

@@ -1,0 +1,230 @@
+"""SAO: single-rollout asynchronous optimisation (SAO.md).
+
+One rollout per prompt and a critic, made stable by four designs:
+  1. faster value updates (TTUR): K critic updates per policy update, larger critic lr;
+  2. a frozen-attention MoE critic: the policy's architecture + a value head, attention frozen;
+  3. observation-skipping token-level GAE with decoupled lambdas (critic 1, policy 1 - 1/(alpha*l));
+  4. value pretraining on Monte-Carlo returns from the fixed SFT policy, then a short value warm-up.
+The policy loss is DIS against the rollout engine's own log-probs (no pi_old, no clip, no KL).
+
+Every ablation of the paper's Table 4 is a switch in `SAOConfig`.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from testbed.models.critic import Critic, trainable_parameter_counts
+from testbed.models.policy import token_logprobs_and_routing
+from testbed.types import Trajectory
+from trainers.advantages import length_adaptive_lambda, policy_and_critic_advantages
+from trainers.batching import Batch, collate
+from trainers.diagnostics import expert_load, grad_norms_by_family
+from trainers.losses import dis_policy_loss, explained_variance, ppo_clip_loss, token_mean, value_loss
+
+
+class SAOConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    batch_size: int = Field(32, ge=1, description="single rollouts per policy update")
+    policy_lr: float = Field(2e-4, gt=0)
+    critic_lr: float = Field(1e-3, gt=0, description="TTUR: larger than the policy's (paper: 5x)")
+    value_updates_per_policy_update: int = Field(2, ge=1, description="K; the 'w/o faster value' ablation is 1")
+    critic_trainable: Literal["moe", "all"] = Field("moe", description="'moe' freezes the critic's attention")
+    critic_train_embeddings_norms: bool = False
+    gae: Literal["token", "step_average", "step_last"] = "token"
+    gamma: float = Field(1.0, ge=0, le=1)
+    lambda_policy: float | Literal["adaptive"] = Field("adaptive", description="'adaptive': 1 - 1/(alpha * l)")
+    alpha: float = Field(1.5, gt=0)
+    lambda_critic: float = Field(1.0, ge=0, le=1)
+    policy_loss: Literal["dis", "ppo_clip"] = Field("dis", description="'ppo_clip' is vanilla VAPO (no DIS)")
+    eps_low: float = Field(0.3, gt=0, lt=1)
+    eps_high: float = Field(5.0, gt=0)
+    clip_low: float = Field(0.2, gt=0, lt=1)
+    clip_high: float = Field(0.28, gt=0)
+    value_clip: float | None = Field(None, gt=0, description="PPO-style value clipping (off by default)")
+    staleness_bound: int | None = Field(None, ge=0, description="drop rollouts more than this many versions old")
+    value_pretrain_samples: int = Field(2048, ge=0, description="judged SFT samples for value pretraining (0: none)")
+    value_pretrain_epochs: int = Field(6, ge=1)
+    value_pretrain_batch: int = Field(64, ge=1)
+    value_warmup_updates: int = Field(10, ge=0, description="critic-only updates at the start of RL (policy frozen)")
+    max_grad_norm: float = Field(1.0, gt=0)
+
+
+class SAOTrainer:
+    Config = SAOConfig
+    group_size = 1
+
+    def __init__(self, policy: torch.nn.Module, config: dict[str, Any], *, pad_id: int, temperature: float = 1.0, seed: int = 0):
+        self.cfg = SAOConfig.model_validate(config)
+        self.policy = policy
+        self.pad_id = pad_id
+        self.temperature = temperature
+        self.batch_size = self.cfg.batch_size
+        self.top_k = policy.config.num_experts_per_tok
+        self.critic = Critic.from_policy(policy, self.cfg.critic_trainable, self.cfg.critic_train_embeddings_norms)
+        self.policy_opt = torch.optim.AdamW(policy.parameters(), lr=self.cfg.policy_lr, weight_decay=0.0)
+        self.critic_opt = torch.optim.AdamW(
+            [p for p in self.critic.parameters() if p.requires_grad], lr=self.cfg.critic_lr, weight_decay=0.0
+        )
+        self.version = 0  # policy updates so far
+        self.updates = 0  # all updates, warm-up included
+        self.dropped_stale = 0
+        self.rng = random.Random(seed)
+        self.parameter_counts = trainable_parameter_counts(self.critic)
+
+    # -- the update ---------------------------------------------------------------------------
+
+    def update(self, batch: list[Trajectory]) -> dict[str, float]:
+        batch = self._drop_stale(batch)
+        if not batch:
+            return {"dropped_stale": float(self.dropped_stale)}
+        data = collate(batch, self.pad_id)
+
+        # Values before this batch's critic updates: their explained variance is out of sample.
+        with torch.no_grad():
+            values_before, _ = self.critic(data.tokens, data.attention_mask)
+        _, returns = self._advantages(data, values_before)
+        metrics = {"value_explained_variance": explained_variance(values_before, returns, data.action_mask)}
+
+        # 1. TTUR: K critic updates, so values are fresh before they shape the advantages.
+        for _ in range(self.cfg.value_updates_per_policy_update):
+            metrics.update(self._critic_step(data, returns, values_before))
+
+        # 2. Advantages from the updated critic (observation-skipping GAE, decoupled lambda).
+        with torch.no_grad():
+            values, _ = self.critic(data.tokens, data.attention_mask)
+        advantages, _ = self._advantages(data, values)
+
+        # 3. The policy step, unless still in the value warm-up.
+        self.updates += 1
+        if self.updates > self.cfg.value_warmup_updates:
+            metrics.update(self._policy_step(data, advantages))
+            self.version += 1
+        else:
+            metrics["value_warmup"] = 1.0
+        metrics.update({
+            "reward_mean": float(data.episode_rewards.mean()),
+            "value_mean": float(token_mean(values, data.action_mask)),
+            "advantage_mean": float(token_mean(advantages, data.action_mask)),
+            "advantage_abs_mean": float(token_mean(advantages.abs(), data.action_mask)),
+            "response_tokens_mean": float(data.action_lengths.float().mean()),
+            "dropped_stale": float(self.dropped_stale),
+        })
+        return metrics
+
+    def _advantages(self, data: Batch, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.cfg.lambda_policy == "adaptive":
+            lam_policy = length_adaptive_lambda(data.action_lengths, self.cfg.alpha)
+        else:
+            lam_policy = float(self.cfg.lambda_policy)
+        return policy_and_critic_advantages(
+            data.rewards, values, data.action_mask, self.cfg.gamma, lam_policy, self.cfg.lambda_critic, self.cfg.gae
+        )
+
+    def _critic_step(self, data: Batch, returns: torch.Tensor, old_values: torch.Tensor) -> dict[str, float]:
+        self.critic.train()
+        values, router = self.critic(data.tokens, data.attention_mask, output_router_logits=True)
+        loss = value_loss(values, returns, data.action_mask, old_values=old_values if self.cfg.value_clip else None,
+                          clip=self.cfg.value_clip)
+        self.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        stats = grad_norms_by_family(self.critic, "critic_")
+        torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.max_grad_norm)
+        self.critic_opt.step()
+        return {"critic_loss": float(loss.detach()), **stats, **expert_load(router, data.action_mask, self.top_k, "critic_")}
+
+    def _policy_step(self, data: Batch, advantages: torch.Tensor) -> dict[str, float]:
+        self.policy.train()
+        logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask, self.temperature)
+        if self.cfg.policy_loss == "dis":
+            loss, stats = dis_policy_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask,
+                                          self.cfg.eps_low, self.cfg.eps_high)
+        else:  # vanilla VAPO: PPO clip against the policy that generated the batch
+            loss, stats = ppo_clip_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask,
+                                        self.cfg.clip_low, self.cfg.clip_high)
+        self.policy_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        norms = grad_norms_by_family(self.policy, "policy_")
+        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
+        self.policy_opt.step()
+        return {
+            "policy_loss": float(loss.detach()),
+            "entropy": float(token_mean(entropy.detach(), data.action_mask)),
+            **{k: float(v) for k, v in stats.items()},
+            **norms,
+            **expert_load(router, data.action_mask, self.top_k, "policy_"),
+        }
+
+    def _drop_stale(self, batch: list[Trajectory]) -> list[Trajectory]:
+        if self.cfg.staleness_bound is None:
+            return batch
+        fresh = [t for t in batch if self.version - t.policy_version <= self.cfg.staleness_bound]
+        self.dropped_stale += len(batch) - len(fresh)
+        return fresh
+
+    # -- value pretraining ----------------------------------------------------------------------
+
+    @property
+    def pretrain_samples(self) -> int:
+        return self.cfg.value_pretrain_samples
+
+    def pretrain_value(self, trajectories: list[Trajectory]) -> dict[str, Any]:
+        """Regress the critic on lambda=1 returns of judged samples from the fixed SFT policy,
+        epoch by epoch, and report the loss and explained variance after each epoch."""
+        curve = []
+        size = self.cfg.value_pretrain_batch
+        for epoch in range(self.cfg.value_pretrain_epochs):
+            order = list(range(len(trajectories)))
+            self.rng.shuffle(order)
+            losses, evs = [], []
+            for i in range(0, len(order), size):
+                data = collate([trajectories[j] for j in order[i : i + size]], self.pad_id)
+                with torch.no_grad():
+                    before, _ = self.critic(data.tokens, data.attention_mask)
+                _, returns = policy_and_critic_advantages(
+                    data.rewards, before, data.action_mask, self.cfg.gamma, 1.0, 1.0, self.cfg.gae
+                )
+                evs.append(explained_variance(before, returns, data.action_mask))
+                losses.append(self._critic_step(data, returns, before)["critic_loss"])
+            curve.append({"epoch": epoch + 1, "value_loss": sum(losses) / len(losses),
+                          "explained_variance": float(torch.tensor(evs).nanmean())})
+        return {"samples": len(trajectories), "curve": curve, "parameters": self.parameter_counts}
+
+    def pretrain_key(self) -> dict[str, Any]:
+        """The settings that determine the pretrained critic (the loop caches it under these)."""
+        return self.cfg.model_dump(include={
+            "critic_trainable", "critic_train_embeddings_norms", "gae", "gamma", "critic_lr", "value_clip",
+            "value_pretrain_samples", "value_pretrain_epochs", "value_pretrain_batch", "max_grad_norm",
+        })
+
+    def critic_state(self) -> dict[str, Any]:
+        return {"critic": self.critic.state_dict(), "critic_opt": self.critic_opt.state_dict()}
+
+    def load_critic_state(self, state: dict[str, Any]) -> None:
+        self.critic.load_state_dict(state["critic"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.state_dict(),
+            "policy_opt": self.policy_opt.state_dict(),
+            **self.critic_state(),
+            "version": self.version,
+            "updates": self.updates,
+            "dropped_stale": self.dropped_stale,
+            "rng": self.rng.getstate(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.policy_opt.load_state_dict(state["policy_opt"])
+        self.load_critic_state(state)
+        self.version, self.updates, self.dropped_stale = state["version"], state["updates"], state["dropped_stale"]
+        self.rng.setstate(state["rng"])
