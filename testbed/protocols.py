@@ -22,7 +22,19 @@ class DriftSchedule(Protocol):
 
 @runtime_checkable
 class Trainer(Protocol):
+    """An algorithm behind one protocol. The loop builds it as
+    `cls(policy, args: dict, *, pad_id, temperature, seed)`, validates `args` with `cls.Config`
+    (a pydantic model) when the scenario loads, and feeds it judged trajectories in batches of
+    `batch_size` episodes, `group_size` samples per prompt. `version` counts policy updates.
+
+    Optional: a trainer with `pretrain_samples > 0` also has `pretrain_value(trajectories)`,
+    `pretrain_key()`, `critic_state()` and `load_critic_state()`; the loop then samples and
+    judges that many episodes from the fixed SFT policy before RL and caches the result.
+    """
+
     group_size: int
+    batch_size: int
+    version: int
 
     def update(self, batch: list[Trajectory]) -> dict[str, float]: ...
 
