@@ -8,7 +8,6 @@ and prints the reward before and after each switch.
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 import time
 from collections import Counter
@@ -28,6 +27,7 @@ from testbed.envs.schedules import (
     RandomSchedule,
     load_schedule,
 )
+from testbed.judge_adapter import as_judge
 from testbed.loop import make_progress, run_arm
 from testbed.models.sft import load_or_train_policy
 from testbed.models.tokenizer import WordTokenizer
@@ -60,11 +60,13 @@ def build_schedule(scenario: Scenario) -> DriftSchedule:
 
 
 def build_judge(scenario: Scenario) -> Judge:
-    cls = registry.import_path(scenario.judge.path)
-    judge = cls(**scenario.judge.args)
-    if not inspect.iscoroutinefunction(getattr(judge, "judge", None)):
-        raise ScenarioError(f"judge {scenario.judge.path}: has no 'async def judge(requests)' method")
-    return judge
+    """The scenario's judge, in any shape `as_judge` accepts (async or sync, batch or single)."""
+    factory = registry.import_path(scenario.judge.path)
+    try:
+        obj = factory(**scenario.judge.args) if isinstance(factory, type) else factory
+    except TypeError as exc:
+        raise ScenarioError(f"judge {scenario.judge.path}: bad judge.args {scenario.judge.args}: {exc}") from None
+    return as_judge(obj)
 
 
 def sft_evaluator(scenario: Scenario):
@@ -160,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         manifest["status"] = "failed"
         store.write_manifest(manifest)
         raise
+    finally:
+        close = getattr(judge, "close", None)
+        if callable(close):  # e.g. an LLM judge stops the local server it started
+            close()
     manifest["status"] = "done"
     manifest["wall_s"] = round(time.time() - started, 1)
     store.write_manifest(manifest)
