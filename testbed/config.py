@@ -219,6 +219,7 @@ class EvalConfig(Strict):
 class OutputConfig(Strict):
     dir: str = "runs"
     flush_rows: int = Field(512, gt=0, description="buffered rows per table before a durable flush")
+    flush_seconds: float = Field(30.0, gt=0, description="...or this long since the last flush")
 
 
 class Scenario(Strict):

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out_dir = Path(args.out or scenario.output.dir)
     try:
-        store = RunStore.create(out_dir, scenario.name, scenario.output.flush_rows)
+        store = RunStore.create(out_dir, scenario.name, scenario.output.flush_rows, scenario.output.flush_seconds)
     except OSError as exc:
         console.print(f"[red]error:[/] cannot write the run directory under {out_dir}: {exc}")
         return 2

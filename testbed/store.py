@@ -9,8 +9,9 @@
       checkpoints/
 
 A table is a directory of parquet parts (pandas, pyarrow and duckdb read it as one table).
-Rows are buffered and flushed as a new part, written to a temporary name and renamed, so a crash
-loses at most the rows since the last flush and never a whole table.
+Rows are buffered and flushed as a new part (every `flush_rows` rows or `flush_seconds`, whichever
+comes first), written to a temporary name and renamed, so a crash loses at most the rows since the
+last flush and never a whole table.
 """
 
 from __future__ import annotations
@@ -33,16 +34,18 @@ TABLES = ("episodes", "updates", "evals")
 
 
 class Table:
-    def __init__(self, root: Path, name: str, flush_rows: int):
+    def __init__(self, root: Path, name: str, flush_rows: int, flush_seconds: float = 30.0):
         self.dir = root / f"{name}.parquet"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.flush_rows = flush_rows
+        self.flush_seconds = flush_seconds
         self.rows: list[dict[str, Any]] = []
         self.parts = len(list(self.dir.glob("part-*.parquet")))
+        self.last_flush = time.monotonic()
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         self.rows.extend(rows)
-        if len(self.rows) >= self.flush_rows:
+        if len(self.rows) >= self.flush_rows or time.monotonic() - self.last_flush >= self.flush_seconds:
             self.flush()
 
     def flush(self) -> None:
@@ -58,24 +61,25 @@ class Table:
         os.replace(tmp, final)  # atomic: a reader sees the whole part or none of it
         self.parts += 1
         self.rows = []
+        self.last_flush = time.monotonic()
 
 
 class RunStore:
-    def __init__(self, root: Path, flush_rows: int = 512):
+    def __init__(self, root: Path, flush_rows: int = 512, flush_seconds: float = 30.0):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "checkpoints").mkdir(exist_ok=True)
-        self.tables = {name: Table(self.root, name, flush_rows) for name in TABLES}
+        self.tables = {name: Table(self.root, name, flush_rows, flush_seconds) for name in TABLES}
 
     @classmethod
-    def create(cls, out_dir: str | Path, scenario_name: str, flush_rows: int = 512) -> RunStore:
+    def create(cls, out_dir: str | Path, scenario_name: str, flush_rows: int = 512, flush_seconds: float = 30.0) -> RunStore:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         root = Path(out_dir) / f"{scenario_name}-{stamp}"
         suffix = 1
         while root.exists():  # two runs in the same second get distinct directories
             root = Path(out_dir) / f"{scenario_name}-{stamp}-{suffix}"
             suffix += 1
-        return cls(root, flush_rows)
+        return cls(root, flush_rows, flush_seconds)
 
     def append(self, table: str, rows: list[dict[str, Any]]) -> None:
         self.tables[table].append(rows)
