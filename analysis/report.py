@@ -1,44 +1,418 @@
-"""Report on a run directory: for now the switch table printed at the end of every run."""
+"""Report on one or more run directories: realignment metrics, figures and a summary table.
+
+    python -m analysis.report RUN_DIR [RUN_DIR ...] [--out DIR] [--window W] [--fraction F]
+                              [--horizon H] [--no-figures]
+
+Where it writes (`default_out_dir`):
+  one run      into the run directory itself (DESIGN.md's layout: RUN_DIR/summary.csv, figures/);
+  several      into `comparison-<first run's name>-vs-<n-1>-more/` beside the first run (the
+               same runs always land in the same folder, re-running overwrites it); --out wins.
+
+What it writes:
+  summary.md              the table a person reads first: per arm, then per arm and switch, with
+                          the metrics' definitions and the figures;
+  summary.csv             one row per run, arm and switch (arm-level columns repeated; a run
+                          without switches has one row per arm): means and 95% intervals;
+  switches_by_seed.csv    the per-seed metrics behind it;
+  figures/*.png           see analysis/plots.py.
+
+From code: `report(run_dirs, out_dir=None, console=None) -> Path` (the output folder). It never
+raises for a thin run (one arm, one seed, no switches, no evaluations, no updates): what cannot be
+computed is left empty, and a figure that fails is reported on the console and skipped.
+`print_switch_table(run_dir, console=None)` prints the switch table only (no files, no figures).
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from rich.console import Console
-from rich.table import Table
+import numpy as np
+import pandas as pd
 
-from analysis.realign import phase_shares, switch_table
+from analysis import realign
 from testbed.store import read_table
 
 
-def print_switch_table(run_dir: str | Path, console: Console | None = None) -> None:
+@dataclass
+class RunData:
+    """A run directory's manifest and tables."""
+
+    path: Path
+    manifest: dict[str, Any]
+    episodes: pd.DataFrame
+    updates: pd.DataFrame
+    evals: pd.DataFrame
+    name: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def switch_points(self) -> list[int]:
+        return [int(s) for s in self.manifest.get("switch_points") or []]
+
+    @property
+    def budget(self) -> int:
+        budget = self.manifest.get("budget")
+        if budget is None:
+            budget = int(self.episodes["t"].max()) + 1 if not self.episodes.empty else 0
+        return int(budget)
+
+    @property
+    def seeds(self) -> list[int]:
+        seeds = self.manifest.get("seeds")
+        if seeds is None and not self.episodes.empty:
+            seeds = sorted(self.episodes["seed"].unique())
+        return [int(s) for s in seeds or []]
+
+    def schedule_key(self) -> tuple:
+        targets = realign.phase_targets(self.episodes, self.evals, self.switch_points, self.budget)
+        return tuple(self.switch_points), self.budget, tuple(targets)
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run directory (manifest and the three tables, each possibly empty)."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"not a run directory: {path}")
+    manifest_path = path / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    tables = {name: read_table(path, name) for name in ("episodes", "updates", "evals")}
+    run = RunData(path=path, manifest=manifest, name=path.name, **tables)
+    if not manifest_path.exists():
+        run.notes.append("no manifest.json")
+    status = manifest.get("status")
+    if status and status != "done":
+        run.notes.append(f"status: {status}")
+    for name, df in tables.items():
+        if df.empty:
+            run.notes.append(f"no {name}")
+    return run
+
+
+# ----------------------------------------------------------------------------------------------
+# analysis
+
+
+@dataclass
+class Analysis:
+    runs: list[RunData]
+    per_seed: pd.DataFrame      # switch metrics per run, arm, seed and switch
+    switches: pd.DataFrame      # aggregated per run, arm and switch
+    arms: pd.DataFrame          # per run and arm
+    summary: pd.DataFrame       # arms joined with switches: summary.csv
+    windows: dict[str, int]
+    fraction: float
+    horizon: int | None
+    labelled: bool              # arms are labelled "run:arm" (several runs)
+
+
+def analyse(runs: list[RunData], window: int | None = None, fraction: float = realign.DEFAULT_FRACTION,
+            horizon: int | None = realign.DEFAULT_HORIZON) -> Analysis:
+    """Metrics for each run; with several runs the arm column becomes 'run:arm'."""
+    labelled = len(runs) > 1
+    names = [r.name for r in runs]
+    for i, run in enumerate(runs):  # two runs with the same directory name get distinct labels
+        if names.count(run.name) > 1:
+            run.name = f"{run.name}#{i + 1}"
+    per_seed, switches, arms, windows = [], [], [], {}
+    for run in runs:
+        w = realign.auto_window(run.switch_points, run.budget, window)
+        windows[run.name] = w
+        ps = realign.switch_metrics(run.episodes, run.switch_points, run.budget, run.evals, run.updates,
+                                    window=w, fraction=fraction, horizon=horizon,
+                                    seeds=run.seeds if not run.episodes.empty else None)
+        ov = realign.arm_overview(run.episodes, run.evals, run.updates, window=w)
+        ps.insert(0, "run", run.name)
+        ov.insert(0, "run", run.name)
+        if labelled:
+            ps["arm"] = run.name + ":" + ps["arm"].astype(str)
+            ov["arm"] = run.name + ":" + ov["arm"].astype(str)
+        per_seed.append(ps)
+        switches.append(realign.aggregate(ps))
+        arms.append(ov.assign(window=w))
+    per_seed_df = pd.concat(per_seed, ignore_index=True) if per_seed else pd.DataFrame()
+    switches_df = pd.concat(switches, ignore_index=True) if switches else pd.DataFrame()
+    arms_df = pd.concat(arms, ignore_index=True) if arms else pd.DataFrame()
+    if not arms_df.empty:
+        right = switches_df.drop(columns=["seeds"], errors="ignore") if not switches_df.empty else None
+        summary = arms_df.merge(right, on=["run", "arm"], how="left") if right is not None else arms_df.copy()
+        summary = summary.assign(fraction=fraction, horizon=horizon)
+    else:
+        summary = pd.DataFrame()
+    return Analysis(runs, per_seed_df, switches_df, arms_df, summary, windows, fraction, horizon, labelled)
+
+
+# ----------------------------------------------------------------------------------------------
+# formatting
+
+
+def _num(x: float, digits: int) -> str:
+    if x is None or not np.isfinite(x):
+        return "-"
+    return f"{x:.{digits}f}" if digits else f"{x:.0f}"
+
+
+def fmt_ci(row: pd.Series, metric: str, digits: int = 2) -> str:
+    """'mean [lo, hi]', 'mean' (one seed) or '-' (no value)."""
+    mean, lo, hi = row.get(metric), row.get(f"{metric}_lo"), row.get(f"{metric}_hi")
+    if mean is None or not np.isfinite(mean):
+        return "-"
+    if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
+        return f"{_num(mean, digits)} [{_num(lo, digits)}, {_num(hi, digits)}]"
+    return _num(mean, digits)
+
+
+SWITCH_HEADER = ["arm", "switch", "recovered", "episodes to recover", "judge calls to recover", "plateau -> dip",
+                 "horizon reward", "old half-life", "crossover", "new share at end"]
+ARM_HEADER = ["arm", "seeds", "episodes", "judge calls (failed)", "mean reward", "final reward", "final target share"]
+
+
+def switch_rows(switches: pd.DataFrame) -> list[list[str]]:
+    rows = []
+    for _, r in switches.iterrows():
+        rows.append([
+            str(r["arm"]),
+            f"{r['switch']}: {r['from_style']} -> {r['to_style']} @ {r['t']}",
+            f"{r['recovered']}/{r['seeds_with_data']}" if r["seeds_with_data"] else "n/a",
+            fmt_ci(r, "episodes_to_recover", 0),
+            fmt_ci(r, "judge_calls_to_recover", 0),
+            f"{_num(r['plateau'], 2)} -> {fmt_ci(r, 'dip', 2)}",
+            fmt_ci(r, "horizon_reward", 2),
+            fmt_ci(r, "old_half_life", 0),
+            fmt_ci(r, "crossover", 0),
+            fmt_ci(r, "new_share_end", 2),
+        ])
+    return rows
+
+
+def arm_rows(arms: pd.DataFrame) -> list[list[str]]:
+    return [[str(r["arm"]), str(r["seeds"]), str(r["episodes"]), f"{r['judge_calls']} ({r['judge_failures']})",
+             _num(r["mean_reward"], 3), _num(r["final_reward"], 3), _num(r["final_target_share"], 2)]
+            for _, r in arms.iterrows()]
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def definitions(a: Analysis) -> str:
+    w = ", ".join(f"{v}" for v in dict.fromkeys(a.windows.values())) or str(realign.DEFAULT_WINDOW)
+    horizon = "the whole phase" if a.horizon is None else f"{a.horizon} episodes (capped at the phase)"
+    return "\n".join([
+        f"- **window** = {w} episodes (rolling mean of the training reward); **fraction** = {a.fraction}; "
+        f"**horizon** = {horizon}.",
+        "- **plateau**: mean reward of the `window` judged episodes before the switch. "
+        "**dip**: the lowest rolling reward over full post-switch windows before the next switch.",
+        "- **recovered** k/n: seeds whose rolling reward (post-switch episodes only) reaches fraction x plateau "
+        "before the next switch (n/a: no data around the switch, or a pre-switch plateau of 0: nothing to "
+        "recover). **episodes / judge calls to recover**: from the switch to the end of that first "
+        "window (so at least `window`); averaged over the seeds that recovered.",
+        "- **horizon reward**: mean reward of the episodes in [T, T + horizon).",
+        "- **old half-life**: episodes until the old target's held-out share falls to half its value at the switch. "
+        "**crossover**: episodes until the new target's held-out share passes the old one's (both linear between "
+        "evaluations). **new share at end**: the new target's held-out share at the phase's last evaluation.",
+        "- Brackets: 95% percentile-bootstrap interval over seeds (none with one seed); '-': no value "
+        "(never happened within the phase, or no data).",
+    ])
+
+
+def summary_markdown(a: Analysis, figures: list[Path], out_dir: Path) -> str:
+    parts = ["# Realignment summary", ""]
+    for run in a.runs:
+        sw = ", ".join(str(s) for s in run.switch_points) or "none"
+        note = f" - **{'; '.join(run.notes)}**" if run.notes else ""
+        parts.append(f"- `{run.name}` ({run.path}): scenario {run.manifest.get('scenario', '?')}, "
+                     f"budget {run.budget} episodes, seeds {run.seeds}, switches at {sw}{note}")
+    parts += ["", "## Arms", "", _md_table(ARM_HEADER, arm_rows(a.arms)) if not a.arms.empty else "_no episodes_", ""]
+    parts += ["## After each switch", ""]
+    if a.switches.empty:
+        parts.append("_no switches in these runs_" if all(not r.switch_points for r in a.runs) else "_no data_")
+    else:
+        parts.append(_md_table(SWITCH_HEADER, switch_rows(a.switches)))
+    parts += ["", "### How to read it", "", definitions(a), ""]
+    if figures:
+        parts += ["## Figures", ""]
+        parts += [f"![{f.stem}]({f.relative_to(out_dir).as_posix()})" for f in figures]
+        parts.append("")
+    return "\n".join(parts)
+
+
+def print_tables(a: Analysis, console=None) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
     console = console or Console()
-    manifest = __import__("json").loads((Path(run_dir) / "manifest.json").read_text())
-    episodes = read_table(run_dir, "episodes")
-    evals = read_table(run_dir, "evals")
-    if episodes.empty:
+    if a.arms.empty:
         console.print("no episodes recorded")
         return
-    switches, budget = manifest.get("switch_points", []), manifest["budget"]
-    table = Table(title=f"Reward around each switch (mean over seeds) - {Path(run_dir).name}")
-    for col in ("arm", "switch", "at t", "before", "dip", "late", "target share first -> last"):
-        table.add_column(col, justify="right" if col != "arm" else "left")
-    sw = switch_table(episodes, switches, budget)
-    sh = phase_shares(evals, switches, budget) if not evals.empty else None
-    for arm in sw["arm"].unique() if not sw.empty else []:
-        for i, s in enumerate(switches, start=1):
-            rows = sw[(sw["arm"] == arm) & (sw["switch"] == i)]
-            share = ""
-            if sh is not None and not sh.empty:
-                p = sh[(sh["arm"] == arm) & (sh["phase"] == i + 1)]
-                if not p.empty:
-                    share = f"{p['target'].iloc[0]} {p['share_first'].mean():.2f} -> {p['share_last'].mean():.2f}"
-            table.add_row(arm, str(i), str(s), f"{rows['before'].mean():.2f}", f"{rows['dip'].mean():.2f}",
-                          f"{rows['late'].mean():.2f}", share)
+    title = a.runs[0].name if len(a.runs) == 1 else f"{len(a.runs)} runs"
+    table = Table(title=f"Arms - {title}", box=box.SIMPLE_HEAD)
+    for col in ARM_HEADER:
+        table.add_column(col, justify="left" if col == "arm" else "right")
+    for row in arm_rows(a.arms):
+        table.add_row(*row)
+    console.print(table)
+    if a.switches.empty:
+        console.print("no switches in this run" if len(a.runs) == 1 else "no switches in these runs")
+        return
+    if console.width < 120:  # a narrow console: one line per arm and switch instead of a squeezed table
+        console.print(f"Realignment after each switch (mean [95% CI] over seeds; window "
+                      f"{', '.join(map(str, dict.fromkeys(a.windows.values())))}, fraction {a.fraction}):",
+                      highlight=False)
+        for row in switch_rows(a.switches):
+            console.print(f"  {row[0]}  switch {row[1]}: recovered {row[2]}, episodes {row[3]}, judge calls {row[4]}, "
+                          f"plateau -> dip {row[5]}, horizon reward {row[6]}, old half-life {row[7]}, "
+                          f"crossover {row[8]}, new share {row[9]}", highlight=False)
+        return
+    table = Table(title=f"Realignment after each switch (mean [95% CI] over seeds; window "
+                        f"{', '.join(map(str, dict.fromkeys(a.windows.values())))}, fraction {a.fraction}; "
+                        "details in summary.md)", box=box.SIMPLE_HEAD)
+    short = ["arm", "switch", "recov.", "episodes", "judge calls", "plateau -> dip", "horizon rwd", "half-life",
+             "crossover"]
+    for col in short:
+        table.add_column(col, justify="left" if col in ("arm", "switch") else "right")
+    for row in switch_rows(a.switches):
+        table.add_row(row[0], row[1].replace(": ", " ").replace(" @ ", "\n@ "), *row[2:9])
     console.print(table)
 
 
+# ----------------------------------------------------------------------------------------------
+# figures
+
+
+def make_figures(a: Analysis, fig_dir: Path, log=print) -> list[Path]:
+    """Draw every figure that the data allows into fig_dir; returns the files written."""
+    from analysis import plots
+
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    runs = a.runs
+    if a.labelled:
+        for run in runs:
+            for df in (run.episodes, run.updates, run.evals):
+                if not df.empty and "arm" in df and not str(df["arm"].iloc[0]).startswith(run.name + ":"):
+                    df["arm"] = run.name + ":" + df["arm"].astype(str)
+    arms = list(dict.fromkeys(a.arms["arm"])) if not a.arms.empty else []
+    palette = plots.arm_palette(arms)
+    same_schedule = len({r.schedule_key() for r in runs}) == 1
+    groups = [runs] if same_schedule else [[r] for r in runs]
+    written: list[Path] = []
+
+    def save(fig, name: str) -> None:
+        if fig is None:
+            return
+        path = fig_dir / f"{name}.png"
+        fig.savefig(path)
+        written.append(path)
+
+    def cat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
+        dfs = [d for d in dfs if not d.empty]
+        return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
+
+    for group in groups:
+        suffix = "" if len(groups) == 1 else f"_{group[0].name}"
+        head = group[0]
+        sp, budget = head.switch_points, head.budget
+        window = a.windows.get(head.name)
+        ep, up, ev = cat([r.episodes for r in group]), cat([r.updates for r in group]), cat([r.evals for r in group])
+        title = head.name if len(group) == 1 else f"{len(group)} runs"
+        jobs = [
+            ("realignment", lambda: plots.realignment_figure(ep, ev, sp, budget, window, title=title, palette=palette)),
+            ("target_share", lambda: plots.target_share_figure(ev, sp, budget, palette=palette, title=title)),
+            ("reward_vs_judge_calls", lambda: plots.judge_calls_figure(ep, up, sp, budget, window, palette=palette,
+                                                                       title=title)),
+            ("training_diagnostics", lambda: plots.training_figure(up, sp, budget, palette=palette)),
+            ("critic_diagnostics", lambda: plots.critic_figure(up, sp, budget, palette=palette)),
+        ]
+        for name, job in jobs:
+            try:
+                save(job(), name + suffix)
+            except Exception as exc:  # a figure must never sink the report
+                log(f"figure {name + suffix} failed: {type(exc).__name__}: {exc}")
+    try:
+        per_seed, summ = a.per_seed, a.switches
+        if same_schedule and "run" in per_seed:
+            per_seed, summ = per_seed.drop(columns="run"), summ.drop(columns="run", errors="ignore")
+        save(plots.speed_figure(per_seed, summ, palette=palette), "realignment_speed")
+    except Exception as exc:
+        log(f"figure realignment_speed failed: {type(exc).__name__}: {exc}")
+    return written
+
+
+# ----------------------------------------------------------------------------------------------
+# entry points
+
+
+def default_out_dir(run_dirs: list[Path]) -> Path:
+    first = Path(run_dirs[0])
+    if len(run_dirs) == 1:
+        return first
+    return first.parent / f"comparison-{first.name}-vs-{len(run_dirs) - 1}-more"
+
+
+def report(run_dirs: str | Path | list[str | Path], out_dir: str | Path | None = None, console=None, *,
+           window: int | None = None, fraction: float = realign.DEFAULT_FRACTION,
+           horizon: int | None = realign.DEFAULT_HORIZON, figures: bool = True) -> Path:
+    """Analyse the runs, write summary.md, summary.csv, switches_by_seed.csv and figures/*.png
+    into out_dir (default: `default_out_dir`), print the tables on `console` (a rich Console;
+    default: a new one), and return out_dir."""
+    from rich.console import Console
+
+    console = console or Console()
+    if isinstance(run_dirs, (str, Path)):
+        run_dirs = [run_dirs]
+    paths = [Path(p) for p in run_dirs]
+    if not paths:
+        raise ValueError("report: no run directories given")
+    out = Path(out_dir) if out_dir is not None else default_out_dir(paths)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    runs = [load_run(p) for p in paths]
+    a = analyse(runs, window=window, fraction=fraction, horizon=horizon)
+    a.summary.to_csv(out / "summary.csv", index=False)
+    a.per_seed.to_csv(out / "switches_by_seed.csv", index=False)
+    written = make_figures(a, out / "figures", log=console.print) if figures else []
+    (out / "summary.md").write_text(summary_markdown(a, written, out))
+    print_tables(a, console)
+    console.print(f"report: {out} ({len(written)} figures, {time.time() - started:.1f} s)", highlight=False)
+    return out
+
+
+def print_switch_table(run_dir: str | Path, console=None) -> None:
+    """Print the arms and switch tables of one run (no files written)."""
+    print_tables(analyse([load_run(run_dir)]), console)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", help="run directories (several are compared side by side)")
+    parser.add_argument("--out", help="output folder (default: the run directory; for several runs "
+                                      "comparison-<first>-vs-<n>-more/ beside the first)")
+    parser.add_argument("--window", type=int, default=None,
+                        help=f"rolling-reward window in episodes (default {realign.DEFAULT_WINDOW}, "
+                             "at most a quarter of the shortest phase)")
+    parser.add_argument("--fraction", type=float, default=realign.DEFAULT_FRACTION,
+                        help="recovered = rolling reward >= fraction x pre-switch plateau (default %(default)s)")
+    parser.add_argument("--horizon", type=int, default=realign.DEFAULT_HORIZON,
+                        help="episodes after a switch for the mean reward (default %(default)s; 0 = whole phase)")
+    parser.add_argument("--no-figures", action="store_true", help="tables only")
+    args = parser.parse_args(argv)
+    try:
+        out = report(args.run_dirs, args.out, window=args.window, fraction=args.fraction,
+                     horizon=args.horizon or None, figures=not args.no_figures)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(out)
+    return 0
+
+
 if __name__ == "__main__":
-    for run in sys.argv[1:]:
-        print_switch_table(run)
+    sys.exit(main())

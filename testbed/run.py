@@ -170,9 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     manifest["wall_s"] = round(time.time() - started, 1)
     store.write_manifest(manifest)
 
-    from analysis.report import print_switch_table  # the one place the core calls analysis
+    from analysis.report import report  # the one place the core calls analysis
 
-    print_switch_table(store.root)
+    report([store.root], console=console)
     print(store.root)
     return 0
 

@@ -53,7 +53,10 @@ def test_tiny_scenario_end_to_end(tmp_path):
     assert ((shares - 1.0).abs() < 1e-6).all()  # each evaluation's style shares add up to 1
     assert sorted(evals[evals.seed == 0]["t"].unique()) == [0, 64, 128, 160]
 
-    assert "Reward around each switch" in proc.stdout
+    # the report written at the end of every run
+    assert (run_dir / "summary.md").exists() and (run_dir / "summary.csv").exists()
+    assert (run_dir / "figures" / "realignment.png").stat().st_size > 10_000
+    assert "Realignment after each switch" in proc.stderr
 
 
 def test_second_run_reuses_the_cached_policy(tmp_path):

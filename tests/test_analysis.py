@@ -1,0 +1,234 @@
+"""Realignment metrics on small hand-built tables whose answers are known, and the report on thin
+run directories (one arm, one seed, no switches, no evaluations)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import realign
+from analysis.plots import arm_palette, style_palette
+from analysis.report import load_run, print_switch_table, report
+from testbed.store import RunStore
+
+
+def episodes(rewards, arm="rm", seed=0, switch_points=(200,), targets=("cute", "chuunibyou"), t0=0):
+    t = np.arange(t0, t0 + len(rewards))
+    phase = np.searchsorted(np.asarray(switch_points), t, side="right")
+    return pd.DataFrame({
+        "arm": arm, "seed": seed, "t": t, "target_style": [targets[p] for p in phase],
+        "reward": np.asarray(rewards, dtype=float), "judge_error": None,
+    })
+
+
+def recovering(n_dip=50, budget=400, switch=200):
+    """1 before the switch, 0 for n_dip episodes after it, then 1 again."""
+    r = np.ones(budget)
+    r[switch:switch + n_dip] = 0.0
+    return r
+
+
+def evals_table(rows, arm="rm", seed=0):
+    """rows: (t, target, {style: share})."""
+    out = []
+    for t, target, shares in rows:
+        for style, share in shares.items():
+            out.append({"arm": arm, "seed": seed, "t": t, "style": style, "share": share, "n": 10,
+                        "eval_reward": shares.get(target, 0.0), "eval_quality": 1.0, "target_style": target})
+    return pd.DataFrame(out)
+
+
+def test_recovers_at_a_known_episode():
+    m = realign.switch_metrics(episodes(recovering()), [200], 400, window=10, fraction=0.9, horizon=100)
+    row = m.iloc[0]
+    assert (row["switch"], row["t"], row["from_style"], row["to_style"]) == (1, 200, "cute", "chuunibyou")
+    assert row["status"] == "recovered" and bool(row["recovered"])
+    assert row["plateau"] == 1.0 and row["threshold"] == pytest.approx(0.9)
+    # post-switch windows of 10: the first with >= 9 ones ends at post-switch index 58 (t = 258)
+    assert row["episodes_to_recover"] == 59
+    assert row["judge_calls_to_recover"] == 59  # no updates table: one call per episode row
+    assert row["dip"] == 0.0 and row["dip_at"] == 10
+    assert row["horizon_reward"] == pytest.approx(0.5) and row["horizon_episodes"] == 100
+
+
+def test_fraction_and_window_are_parameters():
+    ep = episodes(recovering())
+    strict = realign.switch_metrics(ep, [200], 400, window=10, fraction=1.0).iloc[0]
+    assert strict["episodes_to_recover"] == 60  # all ten ones: window ends at index 59
+    wide = realign.switch_metrics(ep, [200], 400, window=20, fraction=0.5).iloc[0]
+    assert wide["episodes_to_recover"] == 60  # 10 ones of 20 at index 59
+
+
+def test_never_recovers():
+    r = np.ones(400)
+    r[200:] = 0.0
+    row = realign.switch_metrics(episodes(r), [200], 400, window=10).iloc[0]
+    assert row["status"] == "not recovered" and not row["recovered"]
+    assert math.isnan(row["episodes_to_recover"]) and math.isnan(row["judge_calls_to_recover"])
+    assert row["dip"] == 0.0 and row["horizon_reward"] == 0.0
+    agg = realign.aggregate(realign.switch_metrics(episodes(r), [200], 400, window=10)).iloc[0]
+    assert agg["recovered"] == 0 and agg["seeds_with_data"] == 1 and math.isnan(agg["episodes_to_recover"])
+
+
+def test_missing_seeds_are_counted_not_invented():
+    ep = pd.concat([episodes(recovering(50), seed=0), episodes(recovering(70), seed=1)])
+    m = realign.switch_metrics(ep, [200], 400, window=10, seeds=[0, 1, 2])
+    assert list(m["seed"]) == [0, 1, 2]
+    assert list(m["status"]) == ["recovered", "recovered", "no data"]
+    agg = realign.aggregate(m).iloc[0]
+    assert (agg["seeds"], agg["seeds_with_data"], agg["recovered"]) == (3, 2, 2)
+    assert agg["episodes_to_recover"] == pytest.approx((59 + 79) / 2)
+    assert agg["episodes_to_recover_n"] == 2
+    assert agg["episodes_to_recover_lo"] <= agg["episodes_to_recover"] <= agg["episodes_to_recover_hi"]
+    assert agg["episodes_to_recover_lo"] >= 59 and agg["episodes_to_recover_hi"] <= 79
+
+
+def test_single_seed_has_a_mean_and_no_interval():
+    agg = realign.aggregate(realign.switch_metrics(episodes(recovering()), [200], 400, window=10)).iloc[0]
+    assert agg["seeds"] == 1 and agg["episodes_to_recover"] == 59
+    assert math.isnan(agg["episodes_to_recover_lo"]) and math.isnan(agg["episodes_to_recover_hi"])
+
+
+def test_switch_with_no_data_after_it():
+    ep = episodes(np.ones(200), switch_points=(200, 300), targets=("cute", "chuunibyou", "classical"))
+    m = realign.switch_metrics(ep, [200, 300], 400, window=10)
+    assert list(m["status"]) == ["no data", "no data"]
+    assert list(m["episodes_after"]) == [0, 0]
+    assert m["plateau"].iloc[0] == 1.0 and math.isnan(m["plateau"].iloc[1])
+    assert m[["dip", "horizon_reward", "episodes_to_recover"]].isna().all().all()
+    agg = realign.aggregate(m)
+    assert list(agg["seeds_with_data"]) == [0, 0] and list(agg["recovered"]) == [0, 0]
+
+
+def test_failed_judge_calls_are_excluded_but_counted():
+    ep = episodes(recovering())
+    ep.loc[ep["t"].between(200, 209), ["reward", "judge_error"]] = [np.nan, "timeout"]
+    row = realign.switch_metrics(ep, [200], 400, window=10, fraction=0.9).iloc[0]
+    # ten failed episodes: the judged ones after the switch start at t = 210
+    assert row["recovered"] and row["episodes_to_recover"] == 59
+    assert row["judge_calls_to_recover"] == 59
+
+
+def test_judge_calls_come_from_the_updates_table():
+    ep = episodes(recovering())
+    updates = pd.DataFrame({"arm": "rm", "seed": 0, "update": range(1, 41), "t": np.arange(10, 410, 10),
+                            "judge_calls": np.arange(10, 410, 10) * 4})  # e.g. GRPO, four samples per prompt
+    row = realign.switch_metrics(ep, [200], 400, updates=updates, window=10).iloc[0]
+    assert row["judge_calls_to_recover"] == pytest.approx(4 * 59)
+
+
+def test_half_life_and_crossover_from_held_out_shares():
+    ev = evals_table([
+        (0, "cute", {"cute": 0.5, "chuunibyou": 0.5}),
+        (200, "chuunibyou", {"cute": 1.0, "chuunibyou": 0.0}),
+        (300, "chuunibyou", {"cute": 0.8, "chuunibyou": 0.2}),
+        (400, "chuunibyou", {"cute": 0.2, "chuunibyou": 0.8}),
+    ])
+    row = realign.switch_metrics(episodes(recovering(), switch_points=(200,)), [200], 500, evals=ev,
+                                 window=10).iloc[0]
+    assert row["old_share_at_switch"] == 1.0
+    assert row["old_half_life"] == pytest.approx(150.0)   # 0.8 -> 0.2 crosses 0.5 halfway
+    assert row["crossover"] == pytest.approx(150.0)       # -0.6 -> +0.6 crosses 0 halfway
+    assert row["new_share_end"] == pytest.approx(0.8)
+
+
+def test_old_style_that_never_fades():
+    ev = evals_table([(t, "chuunibyou" if t >= 200 else "cute", {"cute": 0.9, "chuunibyou": 0.1})
+                      for t in (0, 100, 200, 300)])
+    row = realign.switch_metrics(episodes(recovering()), [200], 400, evals=ev, window=10).iloc[0]
+    assert math.isnan(row["old_half_life"]) and math.isnan(row["crossover"])
+
+
+def test_bootstrap_ci_sanity():
+    rng = np.random.default_rng(1)
+    for n in (2, 3, 5, 20):
+        x = rng.normal(size=n)
+        mean, lo, hi = realign.bootstrap_ci(x)
+        assert mean == pytest.approx(x.mean()) and lo <= mean <= hi and lo >= x.min() and hi <= x.max()
+    assert realign.bootstrap_ci([0.7, 0.7, 0.7]) == (pytest.approx(0.7), pytest.approx(0.7), pytest.approx(0.7))
+    mean, lo, hi = realign.bootstrap_ci([3.0, float("nan")])
+    assert mean == 3.0 and math.isnan(lo) and math.isnan(hi)
+    assert all(math.isnan(v) for v in realign.bootstrap_ci([]))
+    # reproducible
+    assert realign.bootstrap_ci([1, 2, 3, 9]) == realign.bootstrap_ci([1, 2, 3, 9])
+
+
+def test_auto_window_shrinks_for_short_runs():
+    assert realign.auto_window([2400, 4200], 6000) == 128
+    assert realign.auto_window([38, 67], 96) == 7
+    assert realign.auto_window([], 10) == 2
+    assert realign.auto_window([2400], 6000, window=50) == 50
+
+
+def test_first_version_helpers_still_work():
+    ep = episodes(recovering())
+    old = realign.switch_table(ep, [200], 400, window=10)
+    assert list(old.columns) == ["arm", "seed", "switch", "t", "before", "dip", "late", "window"]
+    assert old["before"].iloc[0] == 1.0 and old["dip"].iloc[0] == 0.0 and old["late"].iloc[0] == 1.0
+    assert len(realign.rolling_reward(ep, 10)) == 400
+
+
+def test_colours_are_stable():
+    a = arm_palette(["sao", "running_mean", "custom"])
+    b = arm_palette(["custom", "running_mean", "sao"])
+    assert a["sao"] == b["sao"] and a["running_mean"] == b["running_mean"] and len(set(a.values())) == 3
+    assert style_palette(["cute"])["cute"] == style_palette(["classical", "cute"])["cute"]
+
+
+# ----------------------------------------------------------------------------------------------
+# the report on thin run directories
+
+
+def write_run(root, name, ep, manifest, evals=None, updates=None):
+    store = RunStore(root / name, flush_rows=10_000)
+    if not ep.empty:
+        store.append("episodes", ep.to_dict("records"))
+    if evals is not None:
+        store.append("evals", evals.to_dict("records"))
+    if updates is not None:
+        store.append("updates", updates.to_dict("records"))
+    store.flush()
+    store.write_manifest({"scenario": "hand", "status": "done", "seeds": [0], **manifest})
+    return store.root
+
+
+def test_report_on_a_thin_run(tmp_path, capsys):
+    # one arm, one seed, no switches, no evaluations, no updates
+    run = write_run(tmp_path, "thin", episodes(np.r_[np.zeros(50), np.ones(50)], switch_points=(), targets=("cute",)),
+                    {"switch_points": [], "budget": 100})
+    out = report([run])
+    assert out == run
+    assert (run / "summary.md").read_text().count("no switches") == 1
+    summary = pd.read_csv(run / "summary.csv")
+    assert list(summary["arm"]) == ["rm"] and summary["final_reward"].iloc[0] == 1.0
+    assert (run / "figures" / "realignment.png").stat().st_size > 0
+    assert not (run / "figures" / "critic_diagnostics.png").exists()
+    print_switch_table(run)
+    assert "no switches" in capsys.readouterr().out
+
+
+def test_report_on_an_empty_run_and_a_comparison(tmp_path):
+    empty = write_run(tmp_path, "empty", pd.DataFrame(), {"switch_points": [40], "budget": 100, "status": "failed"})
+    out = report([empty], figures=False)
+    assert "status: failed" in (out / "summary.md").read_text()
+    ep = pd.concat([episodes(recovering(10, 100, 40), seed=s, switch_points=(40,)) for s in (0, 1)])
+    two = write_run(tmp_path, "two", ep, {"switch_points": [40], "budget": 100, "seeds": [0, 1]})
+    comparison = report([two, empty], out_dir=tmp_path / "cmp")
+    assert comparison == tmp_path / "cmp"
+    summary = pd.read_csv(comparison / "summary.csv")
+    assert set(summary["arm"]) == {"two:rm"}
+    assert summary["recovered"].iloc[0] == 2
+    assert (comparison / "figures" / "realignment_speed.png").exists()
+    assert load_run(two).seeds == [0, 1]
+
+
+def test_nothing_to_recover_when_the_plateau_is_zero():
+    r = np.zeros(400)
+    r[300:] = 1.0
+    row = realign.switch_metrics(episodes(r), [200], 400, window=10).iloc[0]
+    assert row["status"] == "no plateau" and not row["recovered"] and math.isnan(row["episodes_to_recover"])
+    agg = realign.aggregate(realign.switch_metrics(episodes(r), [200], 400, window=10)).iloc[0]
+    assert agg["seeds_with_data"] == 0

@@ -1,0 +1,87 @@
+"""The notebooks and the report run for real against a run of the tiny scenario."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+ANALYSIS = ROOT / "analysis"
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("tiny")
+    # a fresh policy cache (the SFT of the tiny policy is part of the test); TESTBED_TEST_CACHE
+    # points at an existing one instead, to rerun the notebooks quickly
+    env = {**os.environ, "TESTBED_CACHE": os.environ.get("TESTBED_TEST_CACHE") or str(tmp / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "testbed.run", "tests/data/tiny.yaml", "--out", str(tmp / "runs"),
+         "--set", "budget.episodes=96", "--set", "seeds=[0,1]"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = Path(proc.stdout.strip().splitlines()[-1])
+    assert (run / "manifest.json").exists()
+    return run
+
+
+def execute(name: str, env: dict[str, str]) -> nbformat.NotebookNode:
+    nb = nbformat.read(ANALYSIS / name, as_version=4)
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the kernel inherits the environment
+    try:
+        NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ANALYSIS)}}).execute()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return nb
+
+
+def outputs(nb, kind):
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if kind(o)]
+
+
+def test_notebooks_are_stored_without_outputs():
+    for name in ("realignment.ipynb", "compare_runs.ipynb"):
+        nb = nbformat.read(ANALYSIS / name, as_version=4)
+        nbformat.validate(nb)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert code and all(not c.outputs and c.execution_count is None for c in code)
+        assert "os.environ.get(\"TESTBED_RUN_DIR" in code[0].source
+
+
+def test_realignment_notebook_runs(tiny_run, tmp_path):
+    nb = execute("realignment.ipynb", {"TESTBED_RUN_DIR": str(tiny_run), "TESTBED_NOTEBOOK_OUT": str(tmp_path)})
+    assert not outputs(nb, lambda o: o.output_type == "error")
+    assert len(outputs(nb, lambda o: "image/png" in o.get("data", {}))) >= 5
+    for name in ("realignment", "realignment_speed", "target_share", "reward_vs_judge_calls", "training_diagnostics"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 10_000, name
+
+
+def test_compare_notebook_runs(tiny_run, tmp_path):
+    env = {"TESTBED_RUN_DIRS": os.pathsep.join([str(tiny_run), str(tiny_run)]), "TESTBED_NOTEBOOK_OUT": str(tmp_path)}
+    nb = execute("compare_runs.ipynb", env)
+    assert not outputs(nb, lambda o: o.output_type == "error")
+    assert len(outputs(nb, lambda o: "image/png" in o.get("data", {}))) >= 5
+    assert (tmp_path / "realignment.png").exists() and (tmp_path / "realignment_speed.png").exists()
+
+
+def test_report_on_the_tiny_run(tiny_run, tmp_path):
+    from analysis.report import report
+
+    out = report([tiny_run], out_dir=tmp_path)
+    summary = pd.read_csv(out / "summary.csv")
+    assert set(summary["switch"]) == {1, 2} and set(summary["seeds"]) == {2}
+    assert "After each switch" in (out / "summary.md").read_text()
+    assert len(list((out / "figures").glob("*.png"))) >= 5
