@@ -51,7 +51,11 @@ class Table:
     def flush(self) -> None:
         if not self.rows:
             return
-        table = pa.Table.from_pylist(self.rows)
+        # Rows may differ in keys (a warm-up update has no policy loss): keep the union, in order
+        # of first appearance, with nulls where a row lacks a key. (from_pylist would take the
+        # first row's keys and silently drop the rest.)
+        columns = list(dict.fromkeys(key for row in self.rows for key in row))
+        table = pa.Table.from_pydict({key: [row.get(key) for row in self.rows] for key in columns})
         final = self.dir / f"part-{self.parts:06d}.parquet"
         tmp = final.with_suffix(".tmp")
         with open(tmp, "wb") as fh:

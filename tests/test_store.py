@@ -33,3 +33,13 @@ def test_create_never_reuses_a_directory(tmp_path):
     a = RunStore.create(tmp_path, "s")
     b = RunStore.create(tmp_path, "s")
     assert a.root != b.root and a.root.name.startswith("s-") and b.root.exists()
+
+
+def test_rows_with_different_keys_keep_every_column(tmp_path):
+    store = RunStore(tmp_path / "run", flush_rows=100)
+    store.append("updates", [{"update": 1, "critic_loss": 0.5, "value_warmup": 1.0}])
+    store.append("updates", [{"update": 2, "critic_loss": 0.4, "policy_loss": -0.1}])
+    store.flush()
+    table = read_table(store.root, "updates")
+    assert table["policy_loss"].isna().tolist() == [True, False]
+    assert table["value_warmup"].tolist()[0] == 1.0 and table["critic_loss"].tolist() == [0.5, 0.4]
