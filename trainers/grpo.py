@@ -39,6 +39,7 @@ class GRPOConfig(BaseModel):
     clip_high: float = Field(0.28, gt=0)
     epochs: int = Field(1, ge=1, description="PPO epochs over each batch")
     max_grad_norm: float = Field(1.0, gt=0)
+    adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
 
 
 class GRPOTrainer:
@@ -52,7 +53,7 @@ class GRPOTrainer:
         self.group_size = self.cfg.group_size
         self.batch_size = self.cfg.group_size * self.cfg.prompts_per_update
         self.top_k = policy.config.num_experts_per_tok
-        self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0, eps=self.cfg.adam_eps)
         self.version = 0
         if self.group_size == 1:
             warnings.warn(G1_WARNING, stacklevel=2)

@@ -32,6 +32,7 @@ class RunningMeanConfig(BaseModel):
     eps_low: float = Field(0.3, gt=0, lt=1)
     eps_high: float = Field(5.0, gt=0)
     max_grad_norm: float = Field(1.0, gt=0)
+    adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
 
 
 class RunningMeanTrainer:
@@ -45,7 +46,7 @@ class RunningMeanTrainer:
         self.temperature = temperature
         self.batch_size = self.cfg.batch_size
         self.baseline = SlidingWindowBaseline(size=self.cfg.window, per_prompt=self.cfg.per_prompt)
-        self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0, eps=self.cfg.adam_eps)
         self.version = 0
 
     def update(self, batch: list[Trajectory]) -> dict[str, float]:

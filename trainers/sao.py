@@ -53,6 +53,7 @@ class SAOConfig(BaseModel):
     value_pretrain_batch: int = Field(64, ge=1)
     value_warmup_updates: int = Field(10, ge=0, description="critic-only updates at the start of RL (policy frozen)")
     max_grad_norm: float = Field(1.0, gt=0)
+    adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
 
 
 class SAOTrainer:
@@ -67,9 +68,9 @@ class SAOTrainer:
         self.batch_size = self.cfg.batch_size
         self.top_k = policy.config.num_experts_per_tok
         self.critic = Critic.from_policy(policy, self.cfg.critic_trainable, self.cfg.critic_train_embeddings_norms)
-        self.policy_opt = torch.optim.AdamW(policy.parameters(), lr=self.cfg.policy_lr, weight_decay=0.0)
+        self.policy_opt = torch.optim.AdamW(policy.parameters(), lr=self.cfg.policy_lr, weight_decay=0.0, eps=self.cfg.adam_eps)
         self.critic_opt = torch.optim.AdamW(
-            [p for p in self.critic.parameters() if p.requires_grad], lr=self.cfg.critic_lr, weight_decay=0.0
+            [p for p in self.critic.parameters() if p.requires_grad], lr=self.cfg.critic_lr, weight_decay=0.0, eps=self.cfg.adam_eps
         )
         self.version = 0  # policy updates so far
         self.updates = 0  # all updates, warm-up included
