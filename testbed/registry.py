@@ -15,6 +15,7 @@ BUILTINS: dict[str, dict[str, str]] = {
     "judge": {
         "rubric": "judges.rubric:RubricJudge",
         "llm": "judges.llm:LLMJudge",
+        "smollm": "judges.smollm:SmolLMJudge",  # optional extra: pip install -e '.[smollm]'
     },
     "trainer": {
         "running_mean": "trainers.running_mean:RunningMeanTrainer",
