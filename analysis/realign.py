@@ -21,7 +21,8 @@ Per arm, seed and switch at clock T from style O to style N (`switch_metrics`):
   recovered           whether a full post-switch window reaches fraction x plateau before the next
                       switch (or the end of the run); False also when there is nothing to judge by
                       (see `status`: "recovered", "not recovered", "no data" (nothing after T or
-                      before it), "no plateau" (the reward before T was 0: nothing to recover)).
+                      before it), "no plateau" (the reward before T was under MIN_PLATEAU = 0.1: the arm
+                      had not learned the old target, so "recovering" a fraction of ~0 means nothing)).
   episodes_to_recover T..end of that first window, in episodes (at least `window`: the first window
                       that lies wholly after the switch); NaN if not recovered.
   judge_calls_to_recover  judge calls spent from T to the recovery (failed calls included; from
@@ -53,6 +54,7 @@ DEFAULT_FRACTION = 0.9
 DEFAULT_HORIZON = 512
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_N_BOOT = 2000
+MIN_PLATEAU = 0.1  # below this pre-switch reward a "recovery" to a fraction of it is trivial
 
 # The per-seed metrics that `aggregate` summarises (name -> what a reader sees).
 METRICS: dict[str, str] = {
@@ -284,8 +286,8 @@ def _one_switch(ok: pd.DataFrame, all_rows: pd.DataFrame, updates: pd.DataFrame 
     row.update(recovered=False, episodes_to_recover=float("nan"), judge_calls_to_recover=float("nan"))
     if not full.any() or not np.isfinite(threshold):
         row["status"] = "no data"
-    elif plateau <= 0:
-        row["status"] = "no plateau"  # the reward was 0 before the switch: nothing to recover
+    elif plateau < MIN_PLATEAU:
+        row["status"] = "no plateau"  # the old target was never learned: nothing to recover to
     else:
         hit = np.flatnonzero(full & (roll >= threshold - 1e-12))
         if hit.size:

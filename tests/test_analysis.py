@@ -73,6 +73,16 @@ def test_never_recovers():
     assert agg["recovered"] == 0 and agg["seeds_with_data"] == 1 and math.isnan(agg["episodes_to_recover"])
 
 
+def test_a_plateau_that_was_never_learned_is_not_a_recovery():
+    # 5% reward before the switch, 10% after: "recovering 90% of 0.05" would be trivially true
+    rng = np.random.default_rng(0)
+    r = (rng.random(400) < 0.05).astype(float)
+    r[200:] = (rng.random(200) < 0.10).astype(float)
+    row = realign.switch_metrics(episodes(r), [200], 400, window=10).iloc[0]
+    assert row["plateau"] < realign.MIN_PLATEAU
+    assert row["status"] == "no plateau" and not row["recovered"]
+
+
 def test_missing_seeds_are_counted_not_invented():
     ep = pd.concat([episodes(recovering(50), seed=0), episodes(recovering(70), seed=1)])
     m = realign.switch_metrics(ep, [200], 400, window=10, seeds=[0, 1, 2])
