@@ -5,9 +5,10 @@ the Trajectory that carries one episode from the engine through the env to the t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class Trajectory:
     def token_layout(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(tokens, action_mask, behaviour_logprobs) over prompt + segments, as 1-D tensors.
         Prompt and observation positions have mask 0 and log-prob 0."""
+        import torch  # here, so judges and the judge server start without loading torch
         toks = list(self.prompt_tokens)
         mask = [0] * len(toks)
         lps = [0.0] * len(toks)
