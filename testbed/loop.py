@@ -36,6 +36,9 @@ from testbed.types import Trajectory
 from testbed.world import STYLES, PromptSpec, prompts
 
 
+MAX_FAILED_ROUNDS = 20  # consecutive rounds in which every verdict was an error
+
+
 @dataclass
 class Timer:
     """Wall time per part of the loop, for the throughput benchmark and the manifest."""
@@ -182,7 +185,6 @@ def run_arm(
     schedule: DriftSchedule,
     store: RunStore,
     progress: Progress | None = None,
-    on_update: Callable[[dict], None] | None = None,
     policy_key: str = "",
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -206,7 +208,7 @@ def run_arm(
     timer = Timer()
     recent: deque[float] = deque(maxlen=128)
     buffer: list[Trajectory] = []
-    judge_calls = failures = updates = groups = 0
+    judge_calls = failures = updates = groups = failed_rounds = 0
     next_eval = 0
     task: TaskID | None = None
     if progress is not None:
@@ -242,6 +244,12 @@ def run_arm(
                     failures += 1
             groups += per_round
             store.append("episodes", episode_rows(arm.name, seed, trajs, starts, trainer.version))
+            # A judge that fails every request would leave the clock where it is forever.
+            failed_rounds = failed_rounds + 1 if all(v.error is not None for v in verdicts) else 0
+            if failed_rounds >= MAX_FAILED_ROUNDS:
+                store.flush()
+                raise RuntimeError(f"arm {arm.name} seed {seed}: the judge failed every request for {failed_rounds} "
+                                   f"rounds in a row at t={env.clock} (last error: {verdicts[-1].error})")
 
         while len(buffer) >= trainer.batch_size:
             batch, buffer = buffer[: trainer.batch_size], buffer[trainer.batch_size :]
@@ -253,8 +261,6 @@ def run_arm(
                 row = {"arm": arm.name, "seed": seed, "update": updates, "t": env.clock, "judge_calls": judge_calls,
                        "judge_failures": failures, **metrics, **counter_delta(judge_start, judge_counters(judge))}
                 store.append("updates", [row])
-                if on_update:
-                    on_update(row)
 
         if progress is not None and task is not None:
             rolling = f"{sum(recent) / len(recent):.2f}" if recent else "  -  "

@@ -74,3 +74,23 @@ def test_bad_scenario_exits_with_a_clear_error(tmp_path):
     assert proc.returncode == 2
     assert "unknown trainer 'sao2'" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "runs").exists()  # nothing is created for a scenario that cannot run
+
+
+class BrokenJudge:
+    """A judge that is down: every verdict carries an error."""
+
+    async def judge(self, requests):
+        from testbed.types import Verdict
+
+        return [Verdict.failed("connection refused") for _ in requests]
+
+
+def test_a_judge_that_always_fails_stops_the_run_with_a_message(tmp_path):
+    proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), "--set", "seeds=[0]",
+                    "--set", "policy.sft.steps=5", "--set", "judge={class: 'tests.test_end_to_end:BrokenJudge'}"], tmp_path)
+    assert proc.returncode != 0
+    assert "judge failed every request for 20 rounds" in proc.stderr and "connection refused" in proc.stderr
+    run_dir = next((tmp_path / "runs").iterdir())
+    episodes = read_table(run_dir, "episodes")
+    assert len(episodes) == 20 * 16 and episodes["judge_error"].notna().all()  # every failed episode is kept
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "failed"
