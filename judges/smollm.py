@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from judges.template import VerdictParseError, parse_verdict
+from judges.template import VerdictParseError, parse_verdict, read_sections
 from testbed.types import JudgeRequest, Verdict
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates" / "smollm"
@@ -62,17 +62,7 @@ def load_prompt(name: str = DEFAULT_TEMPLATE) -> tuple[str, str, str]:
     if not path.is_file():
         known = sorted(p.stem for p in TEMPLATE_DIR.glob("*.txt"))
         raise ValueError(f"smollm prompt template '{name}' not found (known: {', '.join(known)})")
-    sections: dict[str, list[str]] = {}
-    current: str | None = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        head = re.fullmatch(r"=== (\w+) ===\s*", line)
-        if head:
-            current = head.group(1)
-            sections[current] = []
-        elif current is not None:
-            sections[current].append(line)
-        elif line.strip() and not line.startswith("#"):
-            raise ValueError(f"{path}: text before the first section: {line!r}")
+    sections = read_sections(path)
     if not {"system", "user"} <= set(sections) <= {"system", "user", "reply"}:
         raise ValueError(f"{path}: needs the sections 'system' and 'user' (and optionally 'reply'), "
                          f"found {sorted(sections)}")

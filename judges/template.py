@@ -122,16 +122,12 @@ class Template:
 
 
 @functools.lru_cache(maxsize=None)
-def load_template(name: str = DEFAULT_TEMPLATE) -> Template:
-    """Load `judges/templates/<name>.txt` (or a path to a .txt file)."""
-    path = Path(name) if name.endswith(".txt") else TEMPLATE_DIR / f"{name}.txt"
-    if not path.is_file():
-        known = sorted(p.stem for p in TEMPLATE_DIR.glob("*.txt"))
-        raise TemplateError(f"prompt template '{name}' not found (known: {', '.join(known)})")
-    text = path.read_text(encoding="utf-8")
+def read_sections(path: Path) -> dict[str, list[str]]:
+    """A template file's `=== name ===` sections, as lists of lines ('#' comments allowed before
+    the first section)."""
     sections: dict[str, list[str]] = {}
     current: str | None = None
-    for line in text.splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         head = re.fullmatch(r"=== (\w+) ===\s*", line)
         if head:
             current = head.group(1)
@@ -140,6 +136,16 @@ def load_template(name: str = DEFAULT_TEMPLATE) -> Template:
             sections[current].append(line)
         elif line.strip() and not line.startswith("#"):
             raise TemplateError(f"{path}: text before the first section: {line!r}")
+    return sections
+
+
+def load_template(name: str = DEFAULT_TEMPLATE) -> Template:
+    """Load `judges/templates/<name>.txt` (or a path to a .txt file)."""
+    path = Path(name) if name.endswith(".txt") else TEMPLATE_DIR / f"{name}.txt"
+    if not path.is_file():
+        known = sorted(p.stem for p in TEMPLATE_DIR.glob("*.txt"))
+        raise TemplateError(f"prompt template '{name}' not found (known: {', '.join(known)})")
+    sections = read_sections(path)
     if set(sections) != {"system", "user"}:
         raise TemplateError(f"{path}: needs exactly the sections 'system' and 'user', found {sorted(sections)}")
     user = "\n".join(sections["user"]).strip()
