@@ -17,8 +17,9 @@ class HFEngine:
     distribution is exactly softmax(logits / T) and its log-probs are exact.
 
     The decoding loop is written out (left-padded prompts, explicit position ids, a
-    `DynamicCache`) rather than calling `model.generate`: for models this small the per-step
-    overhead of `generate` was about half the wall time of a run.
+    `DynamicCache`) rather than calling `model.generate`, so that positions, stopping and the
+    log-probs of exactly the sampled distribution are visible in one place. It is only slightly
+    faster (0.23 s vs 0.25 s per batch of 32 on a quiet 2-core machine).
 
     In the synchronous loop the engine and the trainer share one model object, so
     `load_weights(None, version)` only records the version; a remote engine copies the tensors.
