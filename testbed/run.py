@@ -27,6 +27,7 @@ from testbed.envs.schedules import (
     RandomSchedule,
     load_schedule,
 )
+from testbed.envs.style_shift import StyleShiftEnv
 from testbed.judge_adapter import as_judge
 from testbed.loop import make_progress, run_arm
 from testbed.models.sft import load_or_train_policy
@@ -77,9 +78,6 @@ def sft_evaluator(scenario: Scenario):
     candidate_sets = [tuple(c for c in archetypes if c != left_out) for left_out in archetypes] if len(archetypes) > 3 else [tuple(archetypes)]
 
     def evaluate(model: torch.nn.Module, tokenizer: WordTokenizer) -> dict:
-        from testbed.envs.style_shift import StyleShiftEnv
-        from testbed.envs.schedules import PiecewiseSchedule
-
         engine = HFEngine(model, tokenizer, scenario.sampling)
         specs = prompts("heldout")
         styles: Counter = Counter()
