@@ -27,6 +27,11 @@ class Trainer(Protocol):
     (a pydantic model) when the scenario loads, and feeds it judged trajectories in batches of
     `batch_size` episodes, `group_size` samples per prompt. `version` counts policy updates.
 
+    `update()` returns float metrics plus two keys always present: "nonfinite", the first
+    non-finite quantity of the update ("policy loss", "policy grad norm", "critic loss",
+    "critic grad norm") or None, and "skipped_steps", the optimiser steps the update skipped for
+    it (int). A skipped policy step leaves the parameters, optimiser state and `version` as they were.
+
     Optional: a trainer with `pretrain_samples > 0` also has `pretrain_value(trajectories)`,
     `pretrain_key()`, `critic_state()` and `load_critic_state()`; the loop then samples and
     judges that many episodes from the fixed SFT policy before RL and caches the result.
@@ -36,7 +41,7 @@ class Trainer(Protocol):
     batch_size: int
     version: int
 
-    def update(self, batch: list[Trajectory]) -> dict[str, float]: ...
+    def update(self, batch: list[Trajectory]) -> dict[str, Any]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 

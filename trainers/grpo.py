@@ -20,6 +20,7 @@ from trainers.advantages import broadcast_to_tokens, group_advantages
 from trainers.batching import collate
 from trainers.diagnostics import expert_load, grad_norms_by_family
 from trainers.losses import ppo_clip_loss, token_mean
+from trainers.numerics import guarded_step
 
 G1_WARNING = (
     "GRPO with group_size=1: group-relative advantages are identically zero when each prompt gets a "
@@ -55,31 +56,39 @@ class GRPOTrainer:
         self.top_k = policy.config.num_experts_per_tok
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0, eps=self.cfg.adam_eps)
         self.version = 0
+        self.skipped_steps_total = 0  # optimiser steps skipped for a non-finite loss or gradient
         if self.group_size == 1:
             warnings.warn(G1_WARNING, stacklevel=2)
 
-    def update(self, batch: list[Trajectory]) -> dict[str, float]:
+    def update(self, batch: list[Trajectory]) -> dict[str, Any]:
         data = collate(batch, self.pad_id)
         per_episode = group_advantages(data.episode_rewards, [t.group_id for t in batch], kind=self.cfg.advantage)
         advantages = broadcast_to_tokens(per_episode, data.action_mask)
         metrics: dict[str, float] = {}
+        stepped, nonfinite = False, None
         for _ in range(self.cfg.epochs):
             self.policy.train()
             logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask, self.temperature)
             loss, stats = ppo_clip_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask,
                                         self.cfg.clip_low, self.cfg.clip_high)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            norms = grad_norms_by_family(self.policy, "policy_")
-            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
-            self.optimizer.step()
+            norms = {"policy_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
+            _, nonfinite = guarded_step(loss, self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm, "policy",
+                                        inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_")))
             metrics = {"policy_loss": float(loss.detach()), "entropy": float(token_mean(entropy.detach(), data.action_mask)),
                        **{k: float(v) for k, v in stats.items()}, **norms,
                        **expert_load(router, data.action_mask, self.top_k, "policy_")}
-        self.version += 1
+            if nonfinite is not None:
+                # Same batch, same parameters: the remaining epochs would fail the same way.
+                self.skipped_steps_total += 1
+                break
+            stepped = True
+        if stepped:  # the version moves with the parameters, even if a later epoch was skipped
+            self.version += 1
         groups = {t.group_id for t in batch}
         return {
             **metrics,
+            "nonfinite": nonfinite,
+            "skipped_steps": int(nonfinite is not None),
             "reward_mean": float(data.episode_rewards.mean()),
             "advantage_abs_mean": float(per_episode.abs().mean()),
             "zero_advantage_groups": float(sum(
@@ -89,9 +98,11 @@ class GRPOTrainer:
         }
 
     def state_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version}
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version,
+                "skipped_steps_total": self.skipped_steps_total}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = state["version"]
+        self.skipped_steps_total = state.get("skipped_steps_total", 0)  # absent in older checkpoints

@@ -19,6 +19,7 @@ from testbed.types import Trajectory
 from trainers.advantages import SlidingWindowBaseline, broadcast_to_tokens
 from trainers.batching import collate
 from trainers.losses import dis_policy_loss, reinforce_loss, token_mean
+from trainers.numerics import guarded_step
 
 
 class RunningMeanConfig(BaseModel):
@@ -48,9 +49,11 @@ class RunningMeanTrainer:
         self.baseline = SlidingWindowBaseline(size=self.cfg.window, per_prompt=self.cfg.per_prompt)
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0, eps=self.cfg.adam_eps)
         self.version = 0
+        self.skipped_steps_total = 0  # optimiser steps skipped for a non-finite loss or gradient
 
-    def update(self, batch: list[Trajectory]) -> dict[str, float]:
+    def update(self, batch: list[Trajectory]) -> dict[str, Any]:
         data = collate(batch, self.pad_id)
+        baseline_before = self.baseline.state_dict()
         per_episode = self.baseline.advantages(
             [t.reward for t in batch], [t.prompt_id for t in batch] if self.cfg.per_prompt else None
         )
@@ -65,12 +68,17 @@ class RunningMeanTrainer:
         else:
             loss, stats = reinforce_loss(logprobs, advantages, data.action_mask), {}
 
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
-        self.optimizer.step()
-        self.version += 1
+        grad_norm, nonfinite = guarded_step(loss, self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm, "policy")
+        if nonfinite is None:
+            self.version += 1
+        else:
+            # The batch is dropped whole: a nan reward left in the window would poison the
+            # advantages of the next `window` rewards.
+            self.baseline.load_state_dict(baseline_before)
+            self.skipped_steps_total += 1
         return {
+            "nonfinite": nonfinite,
+            "skipped_steps": int(nonfinite is not None),
             "policy_loss": float(loss.detach()),
             "grad_norm": float(grad_norm),
             "entropy": float(token_mean(entropy.detach(), data.action_mask)),
@@ -87,6 +95,7 @@ class RunningMeanTrainer:
             "optimizer": self.optimizer.state_dict(),
             "baseline": self.baseline.state_dict(),
             "version": self.version,
+            "skipped_steps_total": self.skipped_steps_total,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -94,3 +103,4 @@ class RunningMeanTrainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.baseline.load_state_dict(state["baseline"])
         self.version = state["version"]
+        self.skipped_steps_total = state.get("skipped_steps_total", 0)  # absent in older checkpoints

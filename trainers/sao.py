@@ -25,6 +25,7 @@ from trainers.advantages import length_adaptive_lambda, policy_and_critic_advant
 from trainers.batching import Batch, collate
 from trainers.diagnostics import expert_load, grad_norms_by_family
 from trainers.losses import dis_policy_loss, explained_variance, ppo_clip_loss, token_mean, value_loss
+from trainers.numerics import guarded_step
 
 
 class SAOConfig(BaseModel):
@@ -75,26 +76,32 @@ class SAOTrainer:
         self.version = 0  # policy updates so far
         self.updates = 0  # all updates, warm-up included
         self.dropped_stale = 0
+        self.skipped_steps_total = 0  # optimiser steps (critic and policy) skipped for a non-finite loss or gradient
         self.rng = random.Random(seed)
         self.parameter_counts = trainable_parameter_counts(self.critic)
 
     # -- the update ---------------------------------------------------------------------------
 
-    def update(self, batch: list[Trajectory]) -> dict[str, float]:
+    def update(self, batch: list[Trajectory]) -> dict[str, Any]:
         batch = self._drop_stale(batch)
         if not batch:
-            return {"dropped_stale": float(self.dropped_stale)}
+            return {"dropped_stale": float(self.dropped_stale), "nonfinite": None, "skipped_steps": 0}
         data = collate(batch, self.pad_id)
 
         # Values before this batch's critic updates: their explained variance is out of sample.
         with torch.no_grad():
             values_before, _ = self.critic(data.tokens, data.attention_mask)
         _, returns = self._advantages(data, values_before)
-        metrics = {"value_explained_variance": explained_variance(values_before, returns, data.action_mask)}
+        metrics: dict[str, Any] = {"value_explained_variance": explained_variance(values_before, returns, data.action_mask)}
+        skipped: list[str] = []  # the non-finite quantity of each skipped step, in order
 
         # 1. TTUR: K critic updates, so values are fresh before they shape the advantages.
         for _ in range(self.cfg.value_updates_per_policy_update):
-            metrics.update(self._critic_step(data, returns, values_before))
+            step_metrics, nonfinite = self._critic_step(data, returns, values_before)
+            metrics.update(step_metrics)
+            if nonfinite is not None:
+                skipped.append(nonfinite)
+                break  # same batch, same critic: the remaining critic steps would fail the same way
 
         # 2. Advantages from the updated critic (observation-skipping GAE, decoupled lambda).
         with torch.no_grad():
@@ -104,11 +111,18 @@ class SAOTrainer:
         # 3. The policy step, unless still in the value warm-up.
         self.updates += 1
         if self.updates > self.cfg.value_warmup_updates:
-            metrics.update(self._policy_step(data, advantages))
-            self.version += 1
+            step_metrics, nonfinite = self._policy_step(data, advantages)
+            metrics.update(step_metrics)
+            if nonfinite is None:
+                self.version += 1
+            else:
+                skipped.append(nonfinite)
         else:
             metrics["value_warmup"] = 1.0
+        self.skipped_steps_total += len(skipped)
         metrics.update({
+            "nonfinite": skipped[0] if skipped else None,
+            "skipped_steps": len(skipped),
             "reward_mean": float(data.episode_rewards.mean()),
             "value_mean": float(token_mean(values, data.action_mask)),
             "advantage_mean": float(token_mean(advantages, data.action_mask)),
@@ -127,19 +141,20 @@ class SAOTrainer:
             data.rewards, values, data.action_mask, self.cfg.gamma, lam_policy, self.cfg.lambda_critic, self.cfg.gae
         )
 
-    def _critic_step(self, data: Batch, returns: torch.Tensor, old_values: torch.Tensor) -> dict[str, float]:
+    def _critic_step(self, data: Batch, returns: torch.Tensor, old_values: torch.Tensor) -> tuple[dict[str, float], str | None]:
+        """One critic step: (metrics, the non-finite quantity if the step was skipped)."""
         self.critic.train()
         values, router = self.critic(data.tokens, data.attention_mask, output_router_logits=True)
         loss = value_loss(values, returns, data.action_mask, old_values=old_values if self.cfg.value_clip else None,
                           clip=self.cfg.value_clip)
-        self.critic_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        stats = grad_norms_by_family(self.critic, "critic_")
-        torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.max_grad_norm)
-        self.critic_opt.step()
-        return {"critic_loss": float(loss.detach()), **stats, **expert_load(router, data.action_mask, self.top_k, "critic_")}
+        stats = {"critic_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
+        _, nonfinite = guarded_step(loss, self.critic.parameters(), self.critic_opt, self.cfg.max_grad_norm, "critic",
+                                    inspect=lambda: stats.update(grad_norms_by_family(self.critic, "critic_")))
+        metrics = {"critic_loss": float(loss.detach()), **stats, **expert_load(router, data.action_mask, self.top_k, "critic_")}
+        return metrics, nonfinite
 
-    def _policy_step(self, data: Batch, advantages: torch.Tensor) -> dict[str, float]:
+    def _policy_step(self, data: Batch, advantages: torch.Tensor) -> tuple[dict[str, float], str | None]:
+        """The policy step: (metrics, the non-finite quantity if the step was skipped)."""
         self.policy.train()
         logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask, self.temperature)
         if self.cfg.policy_loss == "dis":
@@ -148,18 +163,16 @@ class SAOTrainer:
         else:  # vanilla VAPO: PPO clip against the policy that generated the batch
             loss, stats = ppo_clip_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask,
                                         self.cfg.clip_low, self.cfg.clip_high)
-        self.policy_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        norms = grad_norms_by_family(self.policy, "policy_")
-        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
-        self.policy_opt.step()
+        norms = {"policy_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
+        _, nonfinite = guarded_step(loss, self.policy.parameters(), self.policy_opt, self.cfg.max_grad_norm, "policy",
+                                    inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_")))
         return {
             "policy_loss": float(loss.detach()),
             "entropy": float(token_mean(entropy.detach(), data.action_mask)),
             **{k: float(v) for k, v in stats.items()},
             **norms,
             **expert_load(router, data.action_mask, self.top_k, "policy_"),
-        }
+        }, nonfinite
 
     def _drop_stale(self, batch: list[Trajectory]) -> list[Trajectory]:
         if self.cfg.staleness_bound is None:
@@ -178,6 +191,7 @@ class SAOTrainer:
         """Regress the critic on lambda=1 returns of judged samples from the fixed SFT policy,
         epoch by epoch, and report the loss and explained variance after each epoch."""
         curve = []
+        skipped = 0  # critic steps skipped for a non-finite loss or gradient
         size = self.cfg.value_pretrain_batch
         for epoch in range(self.cfg.value_pretrain_epochs):
             order = list(range(len(trajectories)))
@@ -191,10 +205,13 @@ class SAOTrainer:
                     data.rewards, before, data.action_mask, self.cfg.gamma, 1.0, 1.0, self.cfg.gae
                 )
                 evs.append(explained_variance(before, returns, data.action_mask))
-                losses.append(self._critic_step(data, returns, before)["critic_loss"])
+                step_metrics, nonfinite = self._critic_step(data, returns, before)
+                losses.append(step_metrics["critic_loss"])
+                skipped += nonfinite is not None
             curve.append({"epoch": epoch + 1, "value_loss": sum(losses) / len(losses),
                           "explained_variance": float(torch.tensor(evs).nanmean())})
-        return {"samples": len(trajectories), "curve": curve, "parameters": self.parameter_counts}
+        self.skipped_steps_total += skipped
+        return {"samples": len(trajectories), "curve": curve, "parameters": self.parameter_counts, "skipped_steps": skipped}
 
     def pretrain_key(self) -> dict[str, Any]:
         """The settings that determine the pretrained critic (the loop caches it under these)."""
@@ -220,6 +237,7 @@ class SAOTrainer:
             "version": self.version,
             "updates": self.updates,
             "dropped_stale": self.dropped_stale,
+            "skipped_steps_total": self.skipped_steps_total,
             "rng": self.rng.getstate(),
         }
 
@@ -228,4 +246,5 @@ class SAOTrainer:
         self.policy_opt.load_state_dict(state["policy_opt"])
         self.load_critic_state(state)
         self.version, self.updates, self.dropped_stale = state["version"], state["updates"], state["dropped_stale"]
+        self.skipped_steps_total = state.get("skipped_steps_total", 0)  # absent in older checkpoints
         self.rng.setstate(state["rng"])
