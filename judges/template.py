@@ -215,7 +215,18 @@ def _objects(text: str) -> list[dict]:
 
 def parse_verdict(text: str) -> tuple[int, str, str]:
     """(quality, style, reason) from a model's reply; VerdictParseError if there is none, or if
-    several verdict objects in the reply disagree."""
+    several verdict objects in the reply disagree. Never any other exception: an odd reply
+    (nesting past the recursion limit, a 5,000-digit number, a non-JSON literal) is unreadable,
+    and a caller's repair-then-error path must see it as such."""
+    try:
+        return _parse_verdict(text)
+    except VerdictParseError:
+        raise
+    except (RecursionError, ValueError, TypeError, AttributeError) as exc:
+        raise VerdictParseError(f"unreadable reply ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
+def _parse_verdict(text: str) -> tuple[int, str, str]:
     if not isinstance(text, str) or not text.strip():
         raise VerdictParseError("empty reply")
     verdicts: list[tuple[int, str, str]] = []

@@ -266,9 +266,16 @@ def group_advantages(
     n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
 
     size = torch.zeros(n_groups, dtype=R.dtype, device=R.device).index_add_(0, inverse, torch.ones_like(R))
-    total = torch.zeros(n_groups, dtype=R.dtype, device=R.device).index_add_(0, inverse, R)
+    # Centre on one member of each group before taking the mean: a group of identical rewards then
+    # gets exactly 0 (a plain mean can be off by a rounding error, which GRPO's division by
+    # std + eps would blow up into an advantage of about +-1).
+    n = R.shape[0]
+    first = torch.full((n_groups,), n, dtype=torch.long, device=R.device).scatter_reduce_(
+        0, inverse, torch.arange(n, device=R.device), reduce="amin")
+    shifted = R - R[first][inverse]
+    total = torch.zeros(n_groups, dtype=R.dtype, device=R.device).index_add_(0, inverse, shifted)
     G = size[inverse]
-    centred = R - (total / size)[inverse]
+    centred = shifted - (total / size)[inverse]
     singleton = G < 2
 
     if kind == "grpo":
