@@ -222,6 +222,12 @@ class OutputConfig(Strict):
     flush_seconds: float = Field(30.0, gt=0, description="...or this long since the last flush")
 
 
+class ReliabilityConfig(Strict):
+    checkpoint_every: int = Field(20, gt=0, description="policy updates between checkpoints (also one at the start and end of each arm x seed)")
+    judge_failure_budget: int = Field(512, gt=0, description="failed judge calls in a row before the run stops with a resumable checkpoint")
+    max_nonfinite_updates: int = Field(5, gt=0, description="updates in a row skipped for a NaN/inf loss or gradient before the run stops")
+
+
 class Scenario(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     description: str = ""
@@ -235,6 +241,7 @@ class Scenario(Strict):
     budget: BudgetConfig
     eval: EvalConfig = Field(default_factory=EvalConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    reliability: ReliabilityConfig = Field(default_factory=ReliabilityConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
@@ -369,13 +376,39 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
         if config_cls is None:
             continue
         try:
-            config_cls.model_validate(arm.args)
+            config = config_cls.model_validate(arm.args)
         except ValidationError as exc:
             body = format_validation_error(exc, config_cls, source).splitlines()[1:]
             problems += [line.replace("  ", f"  arms.{i}.args.", 1) for line in body]
+            continue
+        per_update = _episodes_per_update(config)
+        if per_update > scenario.budget.episodes:
+            problems.append(f"  arms.{i}.args: one update needs {per_update} episodes but budget.episodes is "
+                            f"{scenario.budget.episodes}; the arm would never train")
     if problems:
         raise ScenarioError(f"{source}: invalid trainer arguments\n" + "\n".join(problems))
+    _check_budget(scenario, source)
     return scenario
+
+
+def _episodes_per_update(config: BaseModel) -> int:
+    if hasattr(config, "group_size") and hasattr(config, "prompts_per_update"):
+        return config.group_size * config.prompts_per_update
+    return int(getattr(config, "batch_size", 1))
+
+
+def _check_budget(scenario: Scenario, source: str) -> None:
+    """Budgets that validate field by field but cannot run together."""
+    from testbed.world import prompts  # the world builds its prompt lists lazily
+
+    budget = scenario.budget.episodes
+    heldout = len(prompts("heldout"))
+    if scenario.eval.prompts > heldout:
+        raise ScenarioError(f"{source}: eval.prompts is {scenario.eval.prompts} but the world has only {heldout} held-out prompts")
+    for i, phase in enumerate(getattr(scenario.schedule, "phases", [])):
+        if round(phase.end * budget) - round(phase.start * budget) < 1:
+            raise ScenarioError(f"{source}: schedule.phases.{i} ({phase.style}, {phase.start}-{phase.end} of the budget) "
+                                f"is shorter than one episode at budget.episodes={budget}")
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:

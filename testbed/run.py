@@ -1,8 +1,13 @@
-"""python -m testbed.run SCENARIO.yaml [--out DIR] [--set key=value ...]
+"""python -m testbed.run SCENARIO.yaml [--out DIR] [--run-name NAME] [--set key=value ...]
+python -m testbed.run --resume RUN_DIR
 
 Wires a scenario together: loads the judge, schedule and trainers by name through the registry,
 prepares the SFT policy (cached), runs every arm x seed through the loop into one run directory,
-and prints the reward before and after each switch.
+and prints the reward before and after each switch. `--resume` continues a run that was killed
+or stopped, from its last checkpoint, with the scenario saved in the run directory.
+
+Exit codes: 0 done, 2 bad input (nothing trained), 3 stopped on purpose with a checkpoint
+(judge outage, NaN/inf updates; resumable), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 import torch
 from rich.console import Console
 
-from testbed import registry
+from testbed import checkpoint, registry
 from testbed.config import Scenario, ScenarioError, load_scenario
 from testbed.envs.schedules import (
     GradualSchedule,
@@ -29,12 +34,12 @@ from testbed.envs.schedules import (
 )
 from testbed.envs.style_shift import StyleShiftEnv
 from testbed.judge_adapter import as_judge
-from testbed.loop import make_progress, run_arm
+from testbed.loop import RunStopped, make_progress, run_arm
 from testbed.models.sft import load_or_train_policy
 from testbed.models.tokenizer import WordTokenizer
 from testbed.protocols import DriftSchedule, Judge
 from testbed.rollout.hf_engine import HFEngine
-from testbed.store import RunStore, base_manifest
+from testbed.store import CorruptRunError, RunStore, base_manifest
 from testbed.world import prompts
 
 console = Console(stderr=True)
@@ -62,7 +67,10 @@ def build_schedule(scenario: Scenario) -> DriftSchedule:
 
 def build_judge(scenario: Scenario) -> Judge:
     """The scenario's judge, in any shape `as_judge` accepts (async or sync, batch or single)."""
-    factory = registry.import_path(scenario.judge.path)
+    try:
+        factory = registry.import_path(scenario.judge.path)
+    except registry.RegistryError as exc:
+        raise ScenarioError(f"judge.{'class' if scenario.judge.class_ else 'name'}: {exc}") from None
     try:
         obj = factory(**scenario.judge.args) if isinstance(factory, type) else factory
     except TypeError as exc:
@@ -103,30 +111,73 @@ def resolved_dict(scenario: Scenario) -> dict[str, Any]:
     return scenario.model_dump(mode="json", by_alias=True)
 
 
+def error(message: str) -> int:
+    console.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+    return 2
+
+
+def open_resume(run_dir: Path) -> tuple[Scenario, RunStore, dict[str, Any], dict[str, Any] | None]:
+    """The scenario, store and manifest of a run to continue, rolled back to its last checkpoint;
+    and that checkpoint, if it is one to continue inside an arm x seed."""
+    if not (run_dir / "scenario.yaml").is_file():
+        raise ScenarioError(f"--resume {run_dir}: not a run directory (no scenario.yaml)")
+    scenario = load_scenario(run_dir / "scenario.yaml")
+    store = RunStore(run_dir, scenario.output.flush_rows, scenario.output.flush_seconds)
+    manifest = store.read_manifest() or base_manifest(scenario.name, scenario.seeds, scenario.digest())
+    found = checkpoint.load_latest(run_dir)
+    state = found[1] if found else None
+    moved = store.restore(state["store"] if state else {})
+    manifest["arms"] = state["completed"] if state else {}
+    manifest["status"] = "running"
+    manifest.setdefault("resumes", []).append({
+        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "checkpoint": str(found[0].relative_to(run_dir)) if found else None,
+        "discarded_parts": moved,
+    })
+    where = f"{found[0]} (arm {state['arm']} seed {state['seed']}, t={state['env']['clock']})" if found and state else "the start"
+    console.print(f"resuming {run_dir} from {where}; parts written after it moved to discarded/: "
+                  f"{sum(len(v) for v in moved.values())}")
+    return scenario, store, manifest, (state if state and not state["done"] else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.run", description=__doc__.splitlines()[0])
-    parser.add_argument("scenario", help="scenario YAML file")
+    parser.add_argument("scenario", nargs="?", help="scenario YAML file")
     parser.add_argument("--out", help="parent directory for the run directory (default: the scenario's output.dir)")
+    parser.add_argument("--run-name", help="name of the run directory (default: <scenario>-<timestamp>); refused if it exists")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario field, e.g. --set budget.episodes=500 (repeatable)")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue a killed or stopped run from its last checkpoint")
     args = parser.parse_args(argv)
+    if args.resume and (args.scenario or args.overrides or args.out or args.run_name):
+        return error("--resume takes only the run directory: the run continues with the scenario saved in it")
+    if not args.resume and not args.scenario:
+        return error("give a scenario file (python -m testbed.run SCENARIO.yaml) or --resume RUN_DIR")
 
+    resume_state: dict[str, Any] | None = None
     try:
-        scenario = load_scenario(args.scenario, args.overrides)
+        if args.resume:
+            scenario, store, manifest, resume_state = open_resume(Path(args.resume))
+        else:
+            scenario = load_scenario(args.scenario, args.overrides)
         judge = build_judge(scenario)
         schedule = build_schedule(scenario)
-    except (ScenarioError, registry.RegistryError, ValueError, TypeError) as exc:
-        console.print(f"[red]error:[/] {exc}", markup=True, highlight=False)
-        return 2
-
-    out_dir = Path(args.out or scenario.output.dir)
-    try:
-        store = RunStore.create(out_dir, scenario.name, scenario.output.flush_rows, scenario.output.flush_seconds)
+    except (ScenarioError, registry.RegistryError, CorruptRunError, ValueError, TypeError) as exc:
+        return error(str(exc))
     except OSError as exc:
-        console.print(f"[red]error:[/] cannot write the run directory under {out_dir}: {exc}")
-        return 2
-    store.write_scenario(resolved_dict(scenario))
-    manifest = base_manifest(scenario.name, scenario.seeds, scenario.digest())
+        return error(f"cannot resume {args.resume}: {exc}")
+
+    if not args.resume:
+        out_dir = Path(args.out or scenario.output.dir)
+        try:
+            store = RunStore.create(out_dir, scenario.name, scenario.output.flush_rows, scenario.output.flush_seconds,
+                                    run_name=args.run_name)
+        except FileExistsError as exc:
+            return error(str(exc))
+        except OSError as exc:
+            return error(f"cannot write the run directory under {out_dir}: {exc}")
+        store.write_scenario(resolved_dict(scenario))
+        manifest = base_manifest(scenario.name, scenario.seeds, scenario.digest())
     manifest["switch_points"] = list(schedule.switch_points())
     manifest["budget"] = scenario.budget.episodes
     store.write_manifest(manifest)
@@ -144,17 +195,27 @@ def main(argv: list[str] | None = None) -> int:
         with make_progress() as progress:
             for arm in scenario.arms:
                 for seed in scenario.seeds:
+                    if str(seed) in manifest["arms"].get(arm.name, {}):
+                        continue  # finished before a resume
+                    resume = resume_state if resume_state and (resume_state["arm"], resume_state["seed"]) == (arm.name, seed) else None
                     totals = run_arm(scenario, arm, seed, base_policy=base_policy, tokenizer=tokenizer, judge=judge,
                                      schedule=schedule, store=store, progress=progress, log=progress.console.print,
-                                     policy_key=sft_report.get("key") or sft_report.get("checkpoint", ""))
+                                     policy_key=sft_report.get("key") or sft_report.get("checkpoint", ""),
+                                     completed=manifest["arms"], resume=resume)
                     manifest["arms"].setdefault(arm.name, {})[str(seed)] = totals
                     store.write_manifest(manifest)
     except KeyboardInterrupt:
         store.flush()
         manifest["status"] = "interrupted"
         store.write_manifest(manifest)
-        console.print(f"interrupted; rows so far are in {store.root}")
+        console.print(f"interrupted; rows so far are in {store.root}; continue with --resume {store.root}")
         return 130
+    except RunStopped as exc:
+        manifest["status"] = "stopped"
+        manifest["stop_reason"] = str(exc)
+        store.write_manifest(manifest)
+        console.print(f"[red]stopped:[/] {exc}", markup=True, highlight=False)
+        return 3
     except Exception:
         store.flush()
         manifest["status"] = "failed"
@@ -167,12 +228,25 @@ def main(argv: list[str] | None = None) -> int:
     manifest["status"] = "done"
     manifest["wall_s"] = round(time.time() - started, 1)
     store.write_manifest(manifest)
+    report_outages(manifest)
 
     from analysis.report import report  # the one place the core calls analysis
 
     report([store.root], console=console)
     print(store.root)
     return 0
+
+
+def report_outages(manifest: dict[str, Any]) -> None:
+    """Judge outages are gaps in the attempts (the clock waits), reported here, never zeros."""
+    for arm, seeds in manifest["arms"].items():
+        for seed, totals in seeds.items():
+            outages = totals.get("judge_outages") or []
+            if outages:
+                where = ", ".join(f"t={o['t']} ({o['failed_calls']} calls)" for o in outages[:5])
+                more = f" and {len(outages) - 5} more" if len(outages) > 5 else ""
+                console.print(f"judge outages, {arm} seed {seed}: {len(outages)} ({totals['judge_failures']} failed calls "
+                              f"not trained on): {where}{more}")
 
 
 if __name__ == "__main__":

@@ -11,16 +11,21 @@
 A table is a directory of parquet parts (pandas, pyarrow and duckdb read it as one table).
 Rows are buffered and flushed as a new part (every `flush_rows` rows or `flush_seconds`, whichever
 comes first), written to a temporary name and renamed, so a crash loses at most the rows since the
-last flush and never a whole table.
+last flush and never a whole table. Each part's name carries the first 16 hex digits of its
+sha256, so a truncated or overwritten part is detected (and skipped, with a warning) on reading,
+and refused on resume.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import time
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,29 @@ import pyarrow.parquet as pq
 import yaml
 
 TABLES = ("episodes", "updates", "evals")
+PART = re.compile(r"^part-(\d{6})-([0-9a-f]{16})\.parquet$")  # index and the first 16 hex of its sha256
+
+
+class CorruptRunError(RuntimeError):
+    """A run directory whose durable parts do not match what was written."""
+
+
+def _sha16(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def part_problem(path: Path) -> str | None:
+    """Why a part cannot be trusted (a name that is not ours, a checksum mismatch), or None."""
+    match = PART.match(path.name)
+    if match is None:
+        return "not a part name this store writes"
+    if _sha16(path) != match.group(2):
+        return "checksum mismatch (truncated or overwritten after it was written)"
+    return None
 
 
 class Table:
@@ -40,8 +68,14 @@ class Table:
         self.flush_rows = flush_rows
         self.flush_seconds = flush_seconds
         self.rows: list[dict[str, Any]] = []
-        self.parts = len(list(self.dir.glob("part-*.parquet")))
         self.last_flush = time.monotonic()
+
+    def part_names(self) -> list[str]:
+        return sorted(p.name for p in self.dir.glob("part-*.parquet"))
+
+    def next_index(self) -> int:
+        indices = [int(m.group(1)) for m in map(PART.match, self.part_names()) if m]
+        return max(indices, default=-1) + 1
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         self.rows.extend(rows)
@@ -56,14 +90,14 @@ class Table:
         # first row's keys and silently drop the rest.)
         columns = list(dict.fromkeys(key for row in self.rows for key in row))
         table = pa.Table.from_pydict({key: [row.get(key) for row in self.rows] for key in columns})
-        final = self.dir / f"part-{self.parts:06d}.parquet"
-        tmp = final.with_suffix(".tmp")
+        index = self.next_index()
+        tmp = self.dir / f"part-{index:06d}.tmp"
         with open(tmp, "wb") as fh:
             pq.write_table(table, fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, final)  # atomic: a reader sees the whole part or none of it
-        self.parts += 1
+        # The checksum goes into the name, so a part and its check appear together, atomically.
+        os.replace(tmp, self.dir / f"part-{index:06d}-{_sha16(tmp)}.parquet")
         self.rows = []
         self.last_flush = time.monotonic()
 
@@ -76,14 +110,27 @@ class RunStore:
         self.tables = {name: Table(self.root, name, flush_rows, flush_seconds) for name in TABLES}
 
     @classmethod
-    def create(cls, out_dir: str | Path, scenario_name: str, flush_rows: int = 512, flush_seconds: float = 30.0) -> RunStore:
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        root = Path(out_dir) / f"{scenario_name}-{stamp}"
-        suffix = 1
-        while root.exists():  # two runs in the same second get distinct directories
-            root = Path(out_dir) / f"{scenario_name}-{stamp}-{suffix}"
-            suffix += 1
-        return cls(root, flush_rows, flush_seconds)
+    def create(cls, out_dir: str | Path, scenario_name: str, flush_rows: int = 512, flush_seconds: float = 30.0,
+               run_name: str | None = None) -> RunStore:
+        """A new run directory under `out_dir`: `run_name` if given (refused if it exists), else
+        `<scenario>-<timestamp>`. Fails (OSError) before any training if it cannot be written."""
+        if run_name is not None:
+            root = Path(out_dir) / run_name
+            if root.exists():
+                raise FileExistsError(f"run directory {root} already exists; continue it with --resume {root} "
+                                      "or choose another name")
+        else:
+            stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+            root = Path(out_dir) / f"{scenario_name}-{stamp}"
+            suffix = 1
+            while root.exists():  # two runs in the same second get distinct directories
+                root = Path(out_dir) / f"{scenario_name}-{stamp}-{suffix}"
+                suffix += 1
+        store = cls(root, flush_rows, flush_seconds)
+        probe = store.root / ".write-test"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+        return store
 
     def append(self, table: str, rows: list[dict[str, Any]]) -> None:
         self.tables[table].append(rows)
@@ -91,6 +138,39 @@ class RunStore:
     def flush(self) -> None:
         for table in self.tables.values():
             table.flush()
+
+    def snapshot(self) -> dict[str, list[str]]:
+        """The durable parts of every table, after a flush: what a checkpoint remembers."""
+        self.flush()
+        return {name: table.part_names() for name, table in self.tables.items()}
+
+    def restore(self, snapshot: dict[str, list[str]]) -> dict[str, list[str]]:
+        """Roll the tables back to a checkpoint's snapshot for a resume.
+
+        Every part the snapshot lists must be present and intact (else CorruptRunError naming it).
+        Parts written after the snapshot hold rows the resumed run will write again; they are moved
+        to `discarded/<table>/` (not deleted, not read as data). Half-written `.tmp` parts go too.
+        Returns what was moved, per table."""
+        moved: dict[str, list[str]] = {}
+        for name, table in self.tables.items():
+            keep = set(snapshot.get(name, []))
+            for part in sorted(keep):
+                path = table.dir / part
+                if not path.exists():
+                    raise CorruptRunError(f"{path}: listed in the checkpoint but missing")
+                problem = part_problem(path)
+                if problem:
+                    raise CorruptRunError(f"{path}: {problem}. Its rows cannot be trusted; move the file out of "
+                                          f"{table.dir} to resume without them.")
+            extra = [p for p in sorted(table.dir.iterdir()) if p.name not in keep and not p.name.startswith((".", "_"))]
+            if extra:
+                target = self.root / "discarded" / name
+                target.mkdir(parents=True, exist_ok=True)
+                for path in extra:
+                    os.replace(path, target / path.name)
+                moved[name] = [p.name for p in extra]
+            table.rows = []
+        return moved
 
     def write_scenario(self, resolved: dict[str, Any]) -> None:
         (self.root / "scenario.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
@@ -106,12 +186,18 @@ class RunStore:
 
 
 def read_table(run_dir: str | Path, name: str) -> pd.DataFrame:
-    """A table of a run directory as one DataFrame (empty if nothing was written)."""
+    """A table of a run directory as one DataFrame (empty if nothing was written). A part whose
+    checksum does not match is skipped with a warning naming it, never read as data."""
     directory = Path(run_dir) / f"{name}.parquet"
     parts = sorted(directory.glob("part-*.parquet")) if directory.is_dir() else []
-    if not parts:
-        return pd.DataFrame()
-    return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+    frames = []
+    for path in parts:
+        problem = part_problem(path)
+        if problem:
+            warnings.warn(f"skipping {path}: {problem}", stacklevel=2)
+            continue
+        frames.append(pd.read_parquet(path))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def base_manifest(scenario_name: str, seeds: list[int], digest: str) -> dict[str, Any]:

@@ -5,3 +5,12 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory):
+    """One TESTBED_CACHE for the CLI tests that do not test caching itself: the tiny SFT runs once."""
+    return tmp_path_factory.mktemp("testbed-cache")

@@ -128,8 +128,8 @@ def test_impossible_budget(tmp_path):
 
 
 def test_overrides(tmp_path):
-    s = load_scenario(write(tmp_path, GOOD), ["budget.episodes=7", "arms.0.args.lr=0.5", "seeds=[1, 2]"])
-    assert s.budget.episodes == 7 and s.arms[0].args["lr"] == 0.5 and s.seeds == [1, 2]
+    s = load_scenario(write(tmp_path, GOOD), ["budget.episodes=700", "arms.0.args.lr=0.5", "seeds=[1, 2]"])
+    assert s.budget.episodes == 700 and s.arms[0].args["lr"] == 0.5 and s.seeds == [1, 2]
 
 
 def test_bad_override(tmp_path):

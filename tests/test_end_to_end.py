@@ -19,8 +19,8 @@ def run_cli(args, tmp_path, **kw):
                           capture_output=True, text=True, timeout=300, **kw)
 
 
-def test_tiny_scenario_end_to_end(tmp_path):
-    proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs")], tmp_path)
+def test_tiny_scenario_end_to_end(tmp_path, shared_cache):
+    proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs")], tmp_path, cache=shared_cache)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1])
     assert run_dir.parent == tmp_path / "runs" and run_dir.name.startswith("tiny-")
@@ -85,12 +85,14 @@ class BrokenJudge:
         return [Verdict.failed("connection refused") for _ in requests]
 
 
-def test_a_judge_that_always_fails_stops_the_run_with_a_message(tmp_path):
-    proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), "--set", "seeds=[0]",
-                    "--set", "policy.sft.steps=5", "--set", "judge={class: 'tests.test_end_to_end:BrokenJudge'}"], tmp_path)
-    assert proc.returncode != 0
-    assert "judge failed every request for 20 rounds" in proc.stderr and "connection refused" in proc.stderr
+def test_a_judge_that_always_fails_stops_the_run_with_a_message(tmp_path, shared_cache):
+    proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), "--set", "seeds=[0]", "--set", "judge={class: 'tests.test_end_to_end:BrokenJudge'}",
+                    "--set", "reliability.judge_failure_budget=300"], tmp_path, cache=shared_cache)
+    assert proc.returncode == 3
+    assert "the judge failed 304 calls in a row" in proc.stderr and "connection refused" in proc.stderr
     run_dir = next((tmp_path / "runs").iterdir())
     episodes = read_table(run_dir, "episodes")
-    assert len(episodes) == 20 * 16 and episodes["judge_error"].notna().all()  # every failed episode is kept
-    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "failed"
+    assert len(episodes) == 19 * 16 and episodes["judge_error"].notna().all()  # every failed episode is kept
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "stopped" and "--resume" in manifest["stop_reason"]
+    assert (run_dir / "checkpoints" / "running_mean-seed0" / "u000000.pt").exists()

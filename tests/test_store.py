@@ -43,3 +43,51 @@ def test_rows_with_different_keys_keep_every_column(tmp_path):
     table = read_table(store.root, "updates")
     assert table["policy_loss"].isna().tolist() == [True, False]
     assert table["value_warmup"].tolist()[0] == 1.0 and table["critic_loss"].tolist() == [0.5, 0.4]
+
+
+def test_a_truncated_part_is_skipped_with_a_warning_and_refused_on_resume(tmp_path):
+    import pytest
+
+    from testbed.store import CorruptRunError
+
+    store = RunStore(tmp_path / "run", flush_rows=2)
+    store.append("episodes", [{"t": 0}, {"t": 1}])
+    snapshot = store.snapshot()
+    store.append("episodes", [{"t": 2}, {"t": 3}])
+    second = sorted((store.root / "episodes.parquet").glob("part-*"))[1]
+    second.write_bytes(second.read_bytes()[:-20])  # a torn write
+    with pytest.warns(UserWarning, match=f"skipping .*{second.name}: checksum mismatch"):
+        assert read_table(store.root, "episodes")["t"].tolist() == [0, 1]
+    first = sorted((store.root / "episodes.parquet").glob("part-*"))[0]
+    with open(first, "r+b") as fh:  # one flipped byte in a part the checkpoint relies on
+        fh.seek(40)
+        byte = fh.read(1)
+        fh.seek(40)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(CorruptRunError, match=first.name):
+        RunStore(store.root, flush_rows=2).restore(snapshot)
+
+
+def test_restore_moves_later_parts_aside_and_new_parts_continue_the_numbering(tmp_path):
+    store = RunStore(tmp_path / "run", flush_rows=2)
+    store.append("updates", [{"update": 1}, {"update": 2}])
+    snapshot = store.snapshot()
+    store.append("updates", [{"update": 3}, {"update": 4}])
+    (store.root / "updates.parquet" / "part-000009.tmp").write_bytes(b"half a part")
+    reopened = RunStore(store.root, flush_rows=2)
+    moved = reopened.restore(snapshot)
+    assert len(moved["updates"]) == 2 and (store.root / "discarded" / "updates").is_dir()
+    assert read_table(store.root, "updates")["update"].tolist() == [1, 2]
+    reopened.append("updates", [{"update": 3}, {"update": 4}])
+    assert read_table(store.root, "updates")["update"].tolist() == [1, 2, 3, 4]
+
+
+def test_a_named_run_directory_is_never_reused_and_an_unwritable_one_fails_early(tmp_path):
+    import pytest
+
+    RunStore.create(tmp_path, "s", run_name="mine")
+    with pytest.raises(FileExistsError, match="--resume"):
+        RunStore.create(tmp_path, "s", run_name="mine")
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(OSError):
+        RunStore.create(tmp_path / "a-file", "s")

@@ -222,6 +222,20 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         return verdicts
 
     # ---- batched path (the training loop) --------------------------------------------------
+    @staticmethod
+    def episode_clocks(t0: int, verdicts: Sequence[Verdict]) -> list[int]:
+        """The clock value of each episode of a judged batch that started at ``t0``: judged
+        episodes are numbered consecutively (the clock counts them); a failed one gets the clock
+        at which it failed and does not count. ``reset_batch`` gave episode i the target at
+        ``t0 + i``; after a failure inside a batch that straddles a switch, a later episode was
+        judged against a target up to (failures before it) episodes ahead; its `target_style`
+        records the one used."""
+        clocks, t = [], t0
+        for verdict in verdicts:
+            clocks.append(t)
+            t += verdict.error is None
+        return clocks
+
     def reset_batch(self, n: int, repeat: int = 1) -> list[EpisodeStart]:
         """``n * repeat`` training episodes: ``n`` prompts drawn with ``self.np_random``, each
         re-sampled ``repeat`` times in a row (GRPO's groups; every one is its own judged

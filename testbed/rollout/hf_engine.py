@@ -67,6 +67,8 @@ class HFEngine:
         finished = torch.zeros(batch, dtype=torch.bool)
         for step in range(self.sampling.max_new_tokens):
             logp = F.log_softmax(logits.float() / temperature, dim=-1)
+            if not torch.isfinite(logp).all():  # weights blown up by an update: say so, not "invalid multinomial"
+                raise FloatingPointError(f"the policy (version {self.version}) gives NaN/inf logits at decoding step {step}")
             sampled = torch.multinomial(logp.exp(), 1)
             tokens.append(sampled)
             logprobs.append(logp.gather(-1, sampled))

@@ -1,0 +1,37 @@
+"""Every row of the README's bad-input table, run through the real CLI entry point: exit code 2,
+the documented error text, and no training started."""
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+import testbed.run as cli
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE = re.search(r"<!-- bad-input-table -->(.*?)<!-- /bad-input-table -->", (ROOT / "README.md").read_text(), re.S)
+ROWS = [
+    [cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]
+    for line in TABLE.group(1).strip().splitlines()[2:]
+]
+
+
+def test_the_table_is_there():
+    assert len(ROWS) >= 15 and all(len(row) == 3 for row in ROWS)
+
+
+@pytest.mark.parametrize("what,command,message", ROWS, ids=[row[0] for row in ROWS])
+def test_bad_input_gives_the_documented_error(what, command, message, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("TESTBED_CACHE", str(tmp_path / "cache"))
+
+    def no_training(*args, **kwargs):
+        raise AssertionError(f"{what}: training started instead of a bad-input error")
+
+    monkeypatch.setattr(cli, "load_or_train_policy", no_training)
+    before = {p for p in (ROOT / "tests" / "data").rglob("*")}
+    assert cli.main(shlex.split(command)) == 2
+    said = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    assert message in said, said
+    assert {p for p in (ROOT / "tests" / "data").rglob("*")} == before  # nothing written beside the inputs
