@@ -91,6 +91,14 @@ def load_run(run_dir: str | Path) -> RunData:
     for name, df in tables.items():
         if df.empty:
             run.notes.append(f"no {name}")
+    for arm, seeds in (manifest.get("arms") or {}).items():
+        for seed, totals in seeds.items():
+            outages = totals.get("judge_outages") or []
+            if outages:  # failed judge calls are gaps (excluded), not zero rewards: say where they were
+                at = ", ".join(f"t={o['t']} ({o['failed_calls']} calls)" for o in outages[:3])
+                run.notes.append(f"judge outages in {arm} seed {seed}: {at}{' ...' if len(outages) > 3 else ''}")
+    if manifest.get("resumes"):
+        run.notes.append(f"resumed {len(manifest['resumes'])}x from checkpoints")
     return run
 
 

@@ -151,6 +151,7 @@ def test_a_judge_outage_is_a_reported_gap_not_zeros(tmp_path, shared_cache):
     assert totals["judge_failures"] == len(failed) == sum(o["failed_calls"] for o in totals["judge_outages"])
     assert totals["judge_outages"][0]["t"] == failed["t"].min()
     assert "judge outages, rm seed 0: 1" in " ".join(proc.stderr.split())
+    assert f"judge outages in rm seed 0: t={failed['t'].min()}" in (run_dir / "summary.md").read_text()
 
 
 def test_judge_failure_budget_stops_with_a_checkpoint_and_resume_finishes(tmp_path, shared_cache):
