@@ -184,3 +184,19 @@ def test_explained_variance():
     assert explained_variance(t(1.0, 2.0, 4.0, 0.0), t(1.0, 2.0, 4.0, 0.0), mask) == pytest.approx(1.0)
     assert math.isnan(explained_variance(t(0.0, 1.0, 2.0, 0.0), t(3.0, 3.0, 3.0, 0.0), mask))
     assert math.isnan(explained_variance(t(0.0, 0.0, 0.0, 0.0), t(1.0, 2.0, 3.0, 0.0), torch.zeros_like(mask)))
+
+
+def test_kl_to_reference_by_hand():
+    from trainers.losses import kl_to_reference
+
+    logp = torch.tensor([[-1.0, -2.0, float("-inf")]], requires_grad=True)
+    ref = torch.tensor([[-1.5, -1.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0]])
+    # d = ref - logp = [-0.5, 1.0]; exp(d) - d - 1 = [0.106531, 0.718282]; mean over 2 tokens
+    kl = kl_to_reference(logp, ref, mask)
+    assert kl.item() == pytest.approx((math.exp(-0.5) + 0.5 - 1 + math.exp(1.0) - 2) / 2, rel=1e-6)
+    kl.backward()
+    # d kl / d logp_t = (1 - exp(d_t)) / 2: logp below the reference is pushed up, above it down
+    assert logp.grad[0, :2].tolist() == pytest.approx([(1 - math.exp(-0.5)) / 2, (1 - math.exp(1.0)) / 2], rel=1e-6)
+    assert logp.grad[0, 2].item() == 0.0
+    assert kl_to_reference(ref, ref, mask).item() == 0.0

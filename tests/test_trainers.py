@@ -168,3 +168,41 @@ def test_running_mean_baseline_window():
     m2 = trainer.update(rollouts(model, 4, rewards=[0, 0, 0, 0], seed=1))
     # window after each push: [1,1,1,0] -> -0.75, [1,1,0,0] -> -0.5, [1,0,0,0] -> -0.25, [0,0,0,0] -> 0
     assert m2["advantage_abs_mean"] == pytest.approx((0.75 + 0.5 + 0.25 + 0) / 4)
+
+
+def kl_now(model, reference, trajs):
+    from testbed.models.policy import token_logprobs
+    from trainers.batching import collate
+    from trainers.losses import kl_to_reference
+
+    data = collate(trajs, TOK.pad_id)
+    with torch.no_grad():
+        return float(kl_to_reference(token_logprobs(model, data.tokens, data.attention_mask)[0],
+                                     token_logprobs(reference, data.tokens, data.attention_mask)[0], data.action_mask))
+
+
+@pytest.mark.parametrize("kind", ["running_mean", "grpo", "sao"])
+def test_kl_anchor_pulls_the_policy_back_towards_where_it_started(kind):
+    import copy
+
+    model = policy()
+    start = copy.deepcopy(model)
+    config = {"running_mean": {"batch_size": 8, "kl_coef": 1.0, "lr": 1e-3},
+              "grpo": {"group_size": 2, "prompts_per_update": 4, "kl_coef": 1.0, "lr": 1e-3},
+              "sao": {"batch_size": 8, "kl_coef": 1.0, "policy_lr": 1e-3, "value_warmup_updates": 0,
+                      "value_pretrain_samples": 0}}[kind]
+    trainer = {"running_mean": RunningMeanTrainer, "grpo": GRPOTrainer, "sao": SAOTrainer}[kind](model, config, pad_id=TOK.pad_id)
+    with torch.no_grad():  # drift away from the reference
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    # Equal rewards: no advantage signal for the window and group baselines, so the KL term moves it.
+    trajs = rollouts(model, 8, rewards=[1] * 8, groups=2 if kind == "grpo" else 1)
+    before = kl_now(model, start, trajs)
+    metrics = trainer.update(trajs)
+    assert metrics["kl_ref"] == pytest.approx(before, rel=1e-4)  # the penalty sees the same KL
+    assert kl_now(model, start, trajs) < 0.9 * before
+
+
+def test_without_kl_coef_there_is_no_reference_copy():
+    trainer = RunningMeanTrainer(policy(), {"batch_size": 8}, pad_id=TOK.pad_id)
+    assert trainer.reference is None and "kl_ref" not in trainer.update(rollouts(trainer.policy, 8))

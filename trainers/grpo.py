@@ -21,6 +21,7 @@ from trainers.batching import collate
 from trainers.diagnostics import expert_load, grad_norms_by_family
 from trainers.losses import ppo_clip_loss, token_mean
 from trainers.numerics import guarded_step
+from trainers.reference import reference_for
 
 G1_WARNING = (
     "GRPO with group_size=1: group-relative advantages are identically zero when each prompt gets a "
@@ -41,6 +42,7 @@ class GRPOConfig(BaseModel):
     epochs: int = Field(1, ge=1, description="PPO epochs over each batch")
     max_grad_norm: float = Field(1.0, gt=0)
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
+    kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in SAO.md")
 
 
 class GRPOTrainer:
@@ -57,6 +59,7 @@ class GRPOTrainer:
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0, eps=self.cfg.adam_eps)
         self.version = 0
         self.skipped_steps_total = 0  # optimiser steps skipped for a non-finite loss or gradient
+        self.reference = reference_for(policy, self.cfg.kl_coef, temperature)
         if self.group_size == 1:
             warnings.warn(G1_WARNING, stacklevel=2)
 
@@ -66,11 +69,15 @@ class GRPOTrainer:
         advantages = broadcast_to_tokens(per_episode, data.action_mask)
         metrics: dict[str, float] = {}
         stepped, nonfinite = False, None
+        ref_logprobs = self.reference.logprobs(data) if self.reference is not None else None
         for _ in range(self.cfg.epochs):
             self.policy.train()
             logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask, self.temperature)
             loss, stats = ppo_clip_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask,
                                         self.cfg.clip_low, self.cfg.clip_high)
+            if self.reference is not None:
+                penalty, stats["kl_ref"] = self.reference.penalty(logprobs, ref_logprobs, data)
+                loss = loss + penalty
             norms = {"policy_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
             _, nonfinite = guarded_step(loss, self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm, "policy",
                                         inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_")))

@@ -127,6 +127,16 @@ def reinforce_loss(logprobs: Tensor, advantages: Tensor, action_mask: Tensor) ->
     return -token_mean(advantages.detach().to(dtype) * logprobs.to(dtype), action_mask)
 
 
+def kl_to_reference(logprobs: Tensor, ref_logprobs: Tensor, action_mask: Tensor) -> Tensor:
+    """KL(pi_theta || pi_ref) per action token by the k3 estimator on the sampled tokens,
+    token_mean[ exp(d) - d - 1 ] with d = log pi_ref(a_t) - log pi_theta(a_t): unbiased,
+    never negative, and its gradient pulls pi_theta towards pi_ref (the reference is constant)."""
+    dtype = _float_like(logprobs)
+    mask = action_mask.bool()
+    d = torch.where(mask, ref_logprobs.detach().to(dtype) - logprobs.to(dtype), torch.zeros((), dtype=dtype))
+    return token_mean(torch.exp(d) - d - 1.0, mask)
+
+
 # ----------------------------------------------------------------------------------------------
 # Value loss and diagnostics
 # ----------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from trainers.advantages import SlidingWindowBaseline, broadcast_to_tokens
 from trainers.batching import collate
 from trainers.losses import dis_policy_loss, reinforce_loss, token_mean
 from trainers.numerics import guarded_step
+from trainers.reference import reference_for
 
 
 class RunningMeanConfig(BaseModel):
@@ -34,6 +35,7 @@ class RunningMeanConfig(BaseModel):
     eps_high: float = Field(5.0, gt=0)
     max_grad_norm: float = Field(1.0, gt=0)
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
+    kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in SAO.md")
 
 
 class RunningMeanTrainer:
@@ -50,6 +52,7 @@ class RunningMeanTrainer:
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0, eps=self.cfg.adam_eps)
         self.version = 0
         self.skipped_steps_total = 0  # optimiser steps skipped for a non-finite loss or gradient
+        self.reference = reference_for(policy, self.cfg.kl_coef, temperature)
 
     def update(self, batch: list[Trajectory]) -> dict[str, Any]:
         data = collate(batch, self.pad_id)
@@ -67,6 +70,9 @@ class RunningMeanTrainer:
             )
         else:
             loss, stats = reinforce_loss(logprobs, advantages, data.action_mask), {}
+        if self.reference is not None:
+            penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(data), data)
+            loss = loss + penalty
 
         grad_norm, nonfinite = guarded_step(loss, self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm, "policy")
         if nonfinite is None:

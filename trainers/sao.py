@@ -26,6 +26,7 @@ from trainers.batching import Batch, collate
 from trainers.diagnostics import expert_load, grad_norms_by_family
 from trainers.losses import dis_policy_loss, explained_variance, ppo_clip_loss, token_mean, value_loss
 from trainers.numerics import guarded_step
+from trainers.reference import reference_for
 
 
 class SAOConfig(BaseModel):
@@ -55,6 +56,7 @@ class SAOConfig(BaseModel):
     value_warmup_updates: int = Field(10, ge=0, description="critic-only updates at the start of RL (policy frozen)")
     max_grad_norm: float = Field(1.0, gt=0)
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
+    kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in SAO.md")
 
 
 class SAOTrainer:
@@ -78,6 +80,7 @@ class SAOTrainer:
         self.dropped_stale = 0
         self.skipped_steps_total = 0  # optimiser steps (critic and policy) skipped for a non-finite loss or gradient
         self.rng = random.Random(seed)
+        self.reference = reference_for(policy, self.cfg.kl_coef, temperature)
         self.parameter_counts = trainable_parameter_counts(self.critic)
 
     # -- the update ---------------------------------------------------------------------------
@@ -163,6 +166,9 @@ class SAOTrainer:
         else:  # vanilla VAPO: PPO clip against the policy that generated the batch
             loss, stats = ppo_clip_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask,
                                         self.cfg.clip_low, self.cfg.clip_high)
+        if self.reference is not None:
+            penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(data), data)
+            loss = loss + penalty
         norms = {"policy_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
         _, nonfinite = guarded_step(loss, self.policy.parameters(), self.policy_opt, self.cfg.max_grad_norm, "policy",
                                     inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_")))
