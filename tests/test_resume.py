@@ -20,11 +20,12 @@ from testbed import checkpoint
 from testbed.store import read_table
 from tests.test_end_to_end import ROOT, run_cli
 
-# Two arms (one with a critic), small checkpoints often, small flushes often.
+# Two arms (one with a critic); a checkpoint every 4 updates, an episodes part every round (16
+# episodes) in between, so durable rows after the last checkpoint exist most of the time.
 BASE = ["tests/data/tiny.yaml", "--set", "seeds=[0]", "--set", "budget.episodes=160",
         "--set", "arms=[{name: rm, trainer: running_mean, args: {window: 32, batch_size: 16}}, "
                  "{name: sao, trainer: sao, args: {batch_size: 16, value_pretrain_samples: 64, value_warmup_updates: 1}}]",
-        "--set", "reliability.checkpoint_every=2", "--set", "output.flush_rows=24"]
+        "--set", "reliability.checkpoint_every=4", "--set", "output.flush_rows=16", "--set", "output.flush_seconds=600"]
 ARMS = ("rm", "sao")
 
 
@@ -58,25 +59,32 @@ def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(tmp_p
            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
     rng = random.Random(7)
 
-    def parts() -> int:
-        return len(list(run_dir.glob("*.parquet/part-*.parquet")))
+    def newest(pattern: str) -> float:
+        return max((p.stat().st_mtime for p in run_dir.glob(pattern)), default=0.0)
 
-    # Kill 1 lands while the run starts (SFT policy loading, value pretraining); kills 2-4 after a random
-    # number of new durable parts plus a random delay, i.e. anywhere in sampling, judging,
-    # training, flushing or checkpointing.
+    def rows_after_checkpoint() -> bool:  # an episodes part written after the newest checkpoint
+        return newest("episodes.parquet/part-*.parquet") > newest("checkpoints/*/*.pt") > 0
+
+    # Kill 1 lands while the run starts (SFT policy loading, value pretraining, first rounds);
+    # kills 2 and 3 as soon as durable rows exist after the newest checkpoint (the rows a resume
+    # must roll back), after a random number of rounds; kill 4 at a random time, wherever it falls.
     args, kills = [*BASE, "--out", str(tmp_path / "runs"), "--run-name", "killed"], 0
     for attempt in range(4):
         proc = subprocess.Popen([sys.executable, "-m", "testbed.run", *args], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if attempt == 0:
-            while not (run_dir / "scenario.yaml").exists() and proc.poll() is None:
-                time.sleep(0.02)
-            time.sleep(rng.uniform(0.2, 2.0))
+        while not (run_dir / "scenario.yaml").exists() and proc.poll() is None:
+            time.sleep(0.02)
+        if attempt in (1, 2):
+            skip, seen, deadline = rng.randint(0, 3), newest("episodes.parquet/part-*.parquet"), time.monotonic() + 120
+            while proc.poll() is None and time.monotonic() < deadline:
+                part = newest("episodes.parquet/part-*.parquet")
+                if part > seen:
+                    seen, skip = part, skip - 1
+                    if skip < 0 and rows_after_checkpoint():
+                        break
+                time.sleep(0.005)
         else:
-            goal, deadline = parts() + rng.randint(1, 4), time.monotonic() + 120
-            while parts() < goal and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.02)
-            time.sleep(rng.uniform(0.0, 0.4))
+            time.sleep(rng.uniform(0.2, 2.0) if attempt == 0 else rng.uniform(2.0, 8.0))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
