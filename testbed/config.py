@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from testbed import registry
 from testbed.world import STYLES
@@ -55,83 +55,38 @@ class JudgeConfig(Strict):
         return self.class_ or registry.resolve("judge", self.name or "")
 
 
-class PhaseConfig(Strict):
-    style: str
-    start: float = Field(ge=0.0, le=1.0)
-    end: float = Field(gt=0.0, le=1.0)
-    candidates: list[str] | None = None  # default: the scenario's archetypes
+class ScheduleSpec(BaseModel):
+    """`schedule: {kind: NAME, ...}`: `kind` is a registered schedule (piecewise, gradual, periodic,
+    random) or an import path "package.module:Name"; the other keys belong to that schedule and
+    are validated by its own `Config` when the scenario loads (see testbed/envs/schedules)."""
 
-    @model_validator(mode="after")
-    def _ordered(self) -> PhaseConfig:
-        if self.end <= self.start:
-            raise ValueError(f"phase '{self.style}' ends ({self.end}) before it starts ({self.start})")
-        return self
+    model_config = ConfigDict(extra="allow")
+    kind: str = "piecewise"
 
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        registry.resolve("schedule", kind)
+        return kind
 
-def _check_contiguous(phases: list[PhaseConfig]) -> list[PhaseConfig]:
-    if not phases:
-        raise ValueError("needs at least one phase")
-    if phases[0].start != 0.0:
-        raise ValueError(f"phases[0] starts at {phases[0].start}; the first phase must start at 0.0")
-    for i in range(1, len(phases)):
-        prev, cur = phases[i - 1], phases[i]
-        if abs(cur.start - prev.end) > 1e-9:
-            what = "overlaps" if cur.start < prev.end else "leaves a gap after"
-            raise ValueError(
-                f"phases[{i}] starts at {cur.start} but phases[{i - 1}] ends at {prev.end}: it {what} "
-                "the previous phase (phases must be contiguous)"
-            )
-    if abs(phases[-1].end - 1.0) > 1e-9:
-        raise ValueError(f"the last phase ends at {phases[-1].end}; it must end at 1.0 (the whole budget)")
-    return phases
+    @property
+    def args(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
 
 
-class PiecewiseScheduleConfig(Strict):
-    kind: Literal["piecewise"] = "piecewise"
-    phases: list[PhaseConfig]
-    _contiguous = field_validator("phases")(_check_contiguous)
+class EngineConfig(Strict):
+    """The rollout engine: a registered name (`hf`) or an import path; `args` go to its constructor."""
 
-
-class GradualScheduleConfig(Strict):
-    kind: Literal["gradual"]
-    phases: list[PhaseConfig]
-    window: float = Field(0.1, gt=0.0, lt=1.0, description="transition width, fraction of budget")
-    seed: int = 0
-    _contiguous = field_validator("phases")(_check_contiguous)
-
-
-class PeriodicScheduleConfig(Strict):
-    kind: Literal["periodic"]
-    styles: list[str] = Field(min_length=2)
-    period: float = Field(gt=0.0, le=1.0, description="phase length, fraction of budget")
-    candidates: list[str] | None = None
-
-
-class RandomScheduleConfig(Strict):
-    kind: Literal["random"]
-    styles: list[str] = Field(min_length=2)
-    mean_phase: float = Field(0.25, gt=0.0, le=1.0)
-    min_phase: float = Field(0.1, gt=0.0, le=1.0)
-    candidates: list[str] | None = None
-    seed: int = 0
-
-
-class CustomScheduleConfig(Strict):
-    kind: Literal["custom"]
-    class_: str = Field(alias="class")
+    name: str = "hf"
     args: dict[str, Any] = Field(default_factory=dict)
 
+    _shorthand = model_validator(mode="before")(_plugin_shorthand)
 
-ScheduleConfig = Annotated[
-    Union[
-        PiecewiseScheduleConfig,
-        GradualScheduleConfig,
-        PeriodicScheduleConfig,
-        RandomScheduleConfig,
-        CustomScheduleConfig,
-    ],
-    Field(discriminator="kind"),
-]
+    @field_validator("name")
+    @classmethod
+    def _known_engine(cls, name: str) -> str:
+        registry.resolve("engine", name)
+        return name
 
 
 class WorldConfig(Strict):
@@ -229,13 +184,15 @@ class ReliabilityConfig(Strict):
 
 
 class Scenario(Strict):
+    _schedule: Any = PrivateAttr(None)
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     description: str = ""
     world: WorldConfig = Field(default_factory=WorldConfig)
     judge: JudgeConfig = Field(default_factory=lambda: JudgeConfig(name="rubric"))
-    schedule: ScheduleConfig
+    schedule: ScheduleSpec
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
     arms: list[ArmConfig] = Field(min_length=1)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     budget: BudgetConfig
@@ -250,20 +207,13 @@ class Scenario(Strict):
             raise ValueError(f"arm names must be unique, got {names}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be unique, got {self.seeds}")
-        for where, style in self._schedule_styles():
-            if style not in self.world.styles:
-                raise ValueError(f"{where}: style '{style}' is not in world.styles ({', '.join(self.world.styles)})")
         return self
 
-    def _schedule_styles(self) -> list[tuple[str, str]]:
-        s = self.schedule
-        found: list[tuple[str, str]] = []
-        for i, p in enumerate(getattr(s, "phases", [])):
-            found.append((f"schedule.phases.{i}.style", p.style))
-            found += [(f"schedule.phases.{i}.candidates", c) for c in p.candidates or []]
-        found += [("schedule.styles", st) for st in getattr(s, "styles", [])]
-        found += [("schedule.candidates", c) for c in getattr(s, "candidates", None) or []]
-        return found
+    def schedule_object(self) -> Any:
+        """The drift schedule, built (and checked against the world) when the scenario loaded."""
+        if self._schedule is None:
+            self._schedule = _build_schedule(self, "<scenario>")
+        return self._schedule
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True).encode()).hexdigest()[:12]
@@ -342,10 +292,9 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel], source
     for err in exc.errors():
         loc = tuple(err["loc"])
         # drop the discriminator tag pydantic inserts for tagged unions
-        shown = [str(p) for p in loc if p not in ("piecewise", "gradual", "periodic", "random", "custom")]
-        where = ".".join(shown) or "(top level)"
+        where = ".".join(str(p) for p in loc) or "(top level)"
         if err["type"] == "extra_forbidden":
-            known = _fields_at(model, tuple(p for p in loc if p not in ("piecewise", "gradual", "periodic", "random", "custom")))
+            known = _fields_at(model, loc)
             hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
             msg = f"unknown key '{loc[-1]}'"
             if hint:
@@ -381,20 +330,39 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
             body = format_validation_error(exc, config_cls, source).splitlines()[1:]
             problems += [line.replace("  ", f"  arms.{i}.args.", 1) for line in body]
             continue
-        per_update = _episodes_per_update(config)
-        if per_update > scenario.budget.episodes:
+        per_update = getattr(config, "episodes_per_update", None)  # a property of the trainer's Config
+        if per_update is not None and per_update > scenario.budget.episodes:
             problems.append(f"  arms.{i}.args: one update needs {per_update} episodes but budget.episodes is "
                             f"{scenario.budget.episodes}; the arm would never train")
     if problems:
         raise ScenarioError(f"{source}: invalid trainer arguments\n" + "\n".join(problems))
     _check_budget(scenario, source)
+    scenario._schedule = _build_schedule(scenario, source)
     return scenario
 
 
-def _episodes_per_update(config: BaseModel) -> int:
-    if hasattr(config, "group_size") and hasattr(config, "prompts_per_update"):
-        return config.group_size * config.prompts_per_update
-    return int(getattr(config, "batch_size", 1))
+def _build_schedule(scenario: Scenario, source: str) -> Any:
+    """Build the scenario's schedule through the registry and check it against the world: its
+    keys by its own Config, then every target it gives over the budget."""
+    from testbed.envs.schedules import build_schedule, check_schedule, style_fields
+
+    spec, budget = scenario.schedule, scenario.budget.episodes
+    try:
+        schedule_cls = registry.load("schedule", spec.kind)
+        config_cls = getattr(schedule_cls, "Config", None)
+        if config_cls is not None:  # name a style the world lacks by its field, before building
+            for where, style in style_fields(config_cls.model_validate(spec.args).model_dump()):
+                if style not in scenario.world.styles:
+                    raise ValueError(f"{where}: style '{style}' is not in world.styles ({', '.join(scenario.world.styles)})")
+        schedule = build_schedule(spec.kind, spec.args, budget=budget, archetypes=scenario.world.archetypes)
+        check_schedule(schedule, budget, scenario.world.styles)
+    except ValidationError as exc:
+        body = format_validation_error(exc, config_cls, source).splitlines()[1:]
+        raise ScenarioError(f"{source}: invalid schedule ({spec.kind})\n" + "\n".join(
+            line.replace("  ", "  schedule.", 1) for line in body)) from None
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ScenarioError(f"{source}: {exc}") from None
+    return schedule
 
 
 def _check_budget(scenario: Scenario, source: str) -> None:
@@ -405,10 +373,6 @@ def _check_budget(scenario: Scenario, source: str) -> None:
     heldout = len(prompts("heldout"))
     if scenario.eval.prompts > heldout:
         raise ScenarioError(f"{source}: eval.prompts is {scenario.eval.prompts} but the world has only {heldout} held-out prompts")
-    for i, phase in enumerate(getattr(scenario.schedule, "phases", [])):
-        if round(phase.end * budget) - round(phase.start * budget) < 1:
-            raise ScenarioError(f"{source}: schedule.phases.{i} ({phase.style}, {phase.start}-{phase.end} of the budget) "
-                                f"is shorter than one episode at budget.episodes={budget}")
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:

@@ -30,12 +30,11 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from testbed import checkpoint
+from testbed import checkpoint, registry
 from testbed.config import ArmConfig, Scenario
 from testbed.envs.style_shift import EpisodeStart, StyleShiftEnv
 from testbed.models.tokenizer import WordTokenizer
-from testbed.protocols import DriftSchedule, Judge
-from testbed.rollout.hf_engine import HFEngine
+from testbed.protocols import DriftSchedule, Engine, Judge
 from testbed.store import RunStore
 from testbed.types import Trajectory
 from testbed.world import STYLES, PromptSpec, prompts
@@ -60,6 +59,11 @@ class _Lap:
 
     def __exit__(self, *exc: Any) -> None:
         self.timer.seconds[self.name] += time.perf_counter() - self.start
+
+
+def make_engine(scenario: Scenario, policy: torch.nn.Module, tokenizer: WordTokenizer) -> Engine:
+    """The scenario's rollout engine, looked up by name like every plugin."""
+    return registry.load("engine", scenario.engine.name)(policy, tokenizer, scenario.sampling, **scenario.engine.args)
 
 
 def seed_everything(seed: int) -> None:
@@ -109,7 +113,7 @@ def episode_rows(arm: str, seed: int, trajs: list[Trajectory], starts: list[Epis
     return rows
 
 
-def evaluate_heldout(env: StyleShiftEnv, engine: HFEngine, specs: list[PromptSpec], t: int) -> tuple[list[dict], float]:
+def evaluate_heldout(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], t: int) -> tuple[list[dict], float]:
     """Held-out style shares at clock t: one sample per held-out prompt, rendered with the
     candidates offered at t; the clock does not move."""
     starts = env.eval_starts(specs, t)
@@ -128,7 +132,7 @@ def evaluate_heldout(env: StyleShiftEnv, engine: HFEngine, specs: list[PromptSpe
     return rows, reward
 
 
-def judged_samples(env: StyleShiftEnv, engine: HFEngine, specs: list[PromptSpec], n: int, seed: int, chunk: int = 128) -> list[Trajectory]:
+def judged_samples(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], n: int, seed: int, chunk: int = 128) -> list[Trajectory]:
     """n samples from the engine's (fixed) policy on random training prompts, judged against the
     target at clock 0 without moving the clock; failed verdicts are dropped."""
     rng = random.Random(seed)
@@ -143,24 +147,25 @@ def judged_samples(env: StyleShiftEnv, engine: HFEngine, specs: list[PromptSpec]
     return out
 
 
-def pretrain_value(trainer: Any, env: StyleShiftEnv, engine: HFEngine, cache_key: dict, log: Callable[[str], None]) -> dict:
-    """SAO's value pretraining, cached by everything that determines its result."""
+def warm_up(trainer: Any, env: StyleShiftEnv, engine: Engine, cache_key: dict, log: Callable[[str], None]) -> dict:
+    """A trainer's warm-up on `warmup_samples` judged samples from the fixed starting policy (SAO:
+    value pretraining), cached by everything that determines its result."""
     from testbed.models.sft import cache_root  # the cache lives beside the SFT policy's
 
     key = hashlib.sha256(json.dumps(cache_key, sort_keys=True, default=str).encode()).hexdigest()[:16]
     path = cache_root() / f"critic-{key}.pt"
     if path.exists():
         saved = torch.load(path, weights_only=False)
-        trainer.load_critic_state(saved["state"])
+        trainer.load_warmup_state(saved["state"])
         return {**saved["report"], "cached": str(path)}
-    log(f"value pretraining on {trainer.pretrain_samples} judged samples from the SFT policy (cached as {path})")
+    log(f"{type(trainer).__name__} warm-up on {trainer.warmup_samples} judged samples from the starting policy (cached as {path})")
     started = time.perf_counter()
-    samples = judged_samples(env, engine, prompts("train"), trainer.pretrain_samples, seed=0)
-    report = {**trainer.pretrain_value(samples), "judge_calls": trainer.pretrain_samples,
+    samples = judged_samples(env, engine, prompts("train"), trainer.warmup_samples, seed=0)
+    report = {**trainer.warmup(samples), "judge_calls": trainer.warmup_samples,
               "seconds": round(time.perf_counter() - started, 1)}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save({"state": trainer.critic_state(), "report": report}, tmp)
+    torch.save({"state": trainer.warmup_state(), "report": report}, tmp)
     os.replace(tmp, path)
     return report
 
@@ -243,7 +248,7 @@ def run_arm(
     seed_everything(seed)
     budget = scenario.budget.episodes
     policy = copy.deepcopy(base_policy)
-    engine = HFEngine(policy, tokenizer, scenario.sampling)
+    engine = make_engine(scenario, policy, tokenizer)
     trainer = arm.trainer_class()(policy, arm.args, pad_id=tokenizer.pad_id, temperature=scenario.sampling.temperature, seed=seed)
     env = StyleShiftEnv(judge, schedule, prompts("train"), seed=seed)
     env.reset(seed=seed)  # seeds the env's prompt sampler
@@ -281,10 +286,10 @@ def run_arm(
         state.resumes += 1
         engine.load_weights(None, trainer.version)
         log(f"resuming {arm.name} seed {seed} at t={env.clock} (update {state.updates})")
-    elif getattr(trainer, "pretrain_samples", 0) > 0:
-        cache_key = {"policy": policy_key, "trainer": trainer.pretrain_key(), "judge": scenario.judge.model_dump(by_alias=True),
+    elif getattr(trainer, "warmup_samples", 0) > 0:  # an optional trainer hook (SAO: value pretraining)
+        cache_key = {"policy": policy_key, "trainer": trainer.warmup_key(), "judge": scenario.judge.model_dump(by_alias=True),
                      "target": schedule.target(0), "sampling": scenario.sampling.model_dump()}
-        state.pretrain = pretrain_value(trainer, env, engine, cache_key, log)
+        state.pretrain = warm_up(trainer, env, engine, cache_key, log)
         seed_everything(seed)  # the cache must not change what the RL run samples
 
     judge_start, judge_offset = judge_counters(judge), dict(state.judge_used)
@@ -307,7 +312,7 @@ def run_arm(
                 state.next_eval += scenario.eval.every
 
             group = trainer.group_size
-            per_round = max(1, trainer.batch_size // group)
+            per_round = max(1, trainer.episodes_per_update // group)
             with timer.part("bookkeeping"):
                 starts = env.reset_batch(per_round, repeat=group)[: budget - env.clock]
             with timer.part("generation"):
@@ -336,8 +341,8 @@ def run_arm(
                         f"A checkpoint was written: continue with --resume {store.root} once the judge is back."
                     )
 
-            while len(state.buffer) >= trainer.batch_size:
-                batch, state.buffer = state.buffer[: trainer.batch_size], state.buffer[trainer.batch_size :]
+            while len(state.buffer) >= trainer.episodes_per_update:
+                batch, state.buffer = state.buffer[: trainer.episodes_per_update], state.buffer[trainer.episodes_per_update :]
                 with timer.part("training"):
                     metrics = trainer.update(batch)
                 state.updates += 1

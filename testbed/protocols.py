@@ -32,14 +32,19 @@ class Trainer(Protocol):
     "critic grad norm") or None, and "skipped_steps", the optimiser steps the update skipped for
     it (int). A skipped policy step leaves the parameters, optimiser state and `version` as they were.
 
-    Optional: a trainer with `pretrain_samples > 0` also has `pretrain_value(trajectories)`,
-    `pretrain_key()`, `critic_state()` and `load_critic_state()`; the loop then samples and
+    `episodes_per_update` (also a property of its `Config`) is how many judged episodes one
+    update takes (`batch_size` single rollouts, or prompts x group size).
+
+    Optional warm-up hooks (the loop never names an algorithm): a trainer with
+    `warmup_samples > 0` also has `warmup(trajectories) -> report`, `warmup_key()` (what the
+    result depends on), `warmup_state()` and `load_warmup_state()`; the loop then samples and
     judges that many episodes from the fixed SFT policy before RL and caches the result.
     """
 
     group_size: int
     batch_size: int
     version: int
+    episodes_per_update: int
 
     def update(self, batch: list[Trajectory]) -> dict[str, Any]: ...
 

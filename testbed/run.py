@@ -24,45 +24,17 @@ from rich.console import Console
 
 from testbed import checkpoint, registry
 from testbed.config import Scenario, ScenarioError, load_scenario
-from testbed.envs.schedules import (
-    GradualSchedule,
-    PeriodicSchedule,
-    Phase,
-    PiecewiseSchedule,
-    RandomSchedule,
-    load_schedule,
-)
+from testbed.envs.schedules import Phase, PiecewiseSchedule
 from testbed.envs.style_shift import StyleShiftEnv
 from testbed.judge_adapter import as_judge
-from testbed.loop import RunStopped, make_progress, run_arm
+from testbed.loop import RunStopped, make_engine, make_progress, run_arm
 from testbed.models.sft import load_or_train_policy
 from testbed.models.tokenizer import WordTokenizer
-from testbed.protocols import DriftSchedule, Judge
-from testbed.rollout.hf_engine import HFEngine
+from testbed.protocols import Judge
 from testbed.store import CorruptRunError, RunStore, base_manifest
 from testbed.world import prompts
 
 console = Console(stderr=True)
-
-
-def build_schedule(scenario: Scenario) -> DriftSchedule:
-    """Scenario fractions of the budget -> a schedule in clock units (judged episodes)."""
-    s, budget, default = scenario.schedule, scenario.budget.episodes, tuple(scenario.world.archetypes)
-
-    def at(fraction: float) -> int:
-        return round(fraction * budget)
-
-    if s.kind in ("piecewise", "gradual"):
-        phases = [Phase(p.style, at(p.start), at(p.end), tuple(p.candidates or default)) for p in s.phases]
-        if s.kind == "piecewise":
-            return PiecewiseSchedule(phases)
-        return GradualSchedule(phases, window=max(1, at(s.window)), seed=s.seed)
-    if s.kind == "periodic":
-        return PeriodicSchedule(s.styles, period=max(1, at(s.period)), candidates=s.candidates, horizon=budget)
-    if s.kind == "random":
-        return RandomSchedule(s.styles, mean_phase=max(1, at(s.mean_phase)), min_phase=max(1, at(s.min_phase)),
-                              horizon=budget, seed=s.seed, candidates=s.candidates)
-    return load_schedule(s.class_, **s.args)
 
 
 def build_judge(scenario: Scenario) -> Judge:
@@ -86,7 +58,7 @@ def sft_evaluator(scenario: Scenario):
     candidate_sets = [tuple(c for c in archetypes if c != left_out) for left_out in archetypes] if len(archetypes) > 3 else [tuple(archetypes)]
 
     def evaluate(model: torch.nn.Module, tokenizer: WordTokenizer) -> dict:
-        engine = HFEngine(model, tokenizer, scenario.sampling)
+        engine = make_engine(scenario, model, tokenizer)
         specs = prompts("heldout")
         styles: Counter = Counter()
         quality = n = 0
@@ -161,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             scenario = load_scenario(args.scenario, args.overrides)
         judge = build_judge(scenario)
-        schedule = build_schedule(scenario)
+        schedule = scenario.schedule_object()
     except (ScenarioError, registry.RegistryError, CorruptRunError, ValueError, TypeError) as exc:
         return error(str(exc))
     except OSError as exc:

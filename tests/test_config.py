@@ -54,7 +54,8 @@ def test_shipped_scenarios_load():
 def test_good_scenario_defaults(tmp_path):
     s = load_scenario(write(tmp_path, GOOD))
     assert s.judge.name == "rubric" and s.seeds == [0]
-    assert s.schedule.phases[1].candidates is None  # filled from world.archetypes when built
+    assert "candidates" not in s.schedule.args["phases"][1]  # filled from world.archetypes when built
+    assert s.schedule_object().target(s.budget.episodes - 1).candidates == tuple(s.world.archetypes)
 
 
 def test_missing_file(tmp_path):

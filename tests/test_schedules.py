@@ -11,7 +11,8 @@ from testbed.envs.schedules import (
     Phase,
     PiecewiseSchedule,
     RandomSchedule,
-    load_schedule,
+    build_schedule,
+    check_schedule,
 )
 from testbed.protocols import DriftSchedule
 from testbed.types import Target
@@ -217,19 +218,19 @@ READY_MADE = MySchedule(at=3)
 
 
 def test_load_schedule_from_import_path():
-    s = load_schedule("tests.test_schedules:MySchedule", second="academic", at=5)
+    s = build_schedule("tests.test_schedules:MySchedule", {"second": "academic", "at": 5}, budget=100, archetypes=())
     assert isinstance(s, MySchedule)
     assert s.target(4).style == "cute" and s.target(5).style == "academic"
     assert s.switch_points() == [5]
-    assert load_schedule("tests.test_schedules:READY_MADE") is READY_MADE
-    builtin = load_schedule("testbed.envs.schedules:PeriodicSchedule", styles=["cute", "academic"], period=4)
-    assert builtin.target(4).style == "academic"
+    assert build_schedule("tests.test_schedules:READY_MADE", {}, budget=100, archetypes=()) is READY_MADE
+    builtin = build_schedule("periodic", {"styles": ["cute", "academic"], "period": 0.04}, budget=100, archetypes=())
+    assert builtin.target(4).style == "academic" and builtin.switch_points()[:2] == [4, 8]
 
 
 @pytest.mark.parametrize(
     ("path", "args", "pattern"),
     [
-        ("tests.test_schedules.MySchedule", {}, "must look like 'package.module:Name'"),
+        ("sawtooth", {}, "unknown schedule 'sawtooth'"),
         ("tests.no_such_module:MySchedule", {}, "cannot import module 'tests.no_such_module'"),
         ("tests.test_schedules:Missing", {}, "has no attribute 'Missing'"),
         ("tests.test_schedules:NotASchedule", {}, "not a drift schedule"),
@@ -240,4 +241,57 @@ def test_load_schedule_from_import_path():
 )
 def test_load_schedule_errors(path, args, pattern):
     with pytest.raises(ValueError, match=pattern):
-        load_schedule(path, **args)
+        build_schedule(path, args, budget=100, archetypes=())
+
+
+# ---- check_schedule: a schedule is checked against the world before any training --------------
+
+
+class GothicSchedule(MySchedule):
+    def target(self, t: int) -> Target:
+        return Target("gothic", ("gothic", "cute"))
+
+
+class PlainStringSchedule(MySchedule):
+    def target(self, t: int):
+        return "cute"
+
+
+class LyingSchedule(MySchedule):
+    def switch_points(self) -> list[int]:
+        return [self.at + 3]
+
+
+class OfferlessSchedule(MySchedule):
+    def target(self, t: int) -> Target:
+        return Target("classical", ("cute", "academic"))
+
+
+@pytest.mark.parametrize(
+    ("schedule", "pattern"),
+    [
+        (GothicSchedule(), "target\\(0\\) has style 'gothic', which is not in world.styles"),
+        (PlainStringSchedule(), "target\\(0\\) returned a str \\('cute'\\), not a testbed.types.Target"),
+        (LyingSchedule(), "switch_points\\(\\) lists t=13, but target\\(\\) does not change style there"),
+        (OfferlessSchedule(), "wants 'classical', which is not among its candidates"),
+    ],
+)
+def test_check_schedule_refuses_what_the_world_cannot_score(schedule, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        check_schedule(schedule, 40, STYLES)
+
+
+def test_check_schedule_accepts_the_builtins_and_a_good_plugin():
+    check_schedule(MySchedule(), 40, STYLES)
+    phases = [Phase("cute", 0, 50, ("cute", "academic")), Phase("academic", 50, 100, ("cute", "academic"))]
+    check_schedule(GradualSchedule(phases, window=20, seed=3), 100, STYLES)  # flips inside the window are fine
+    check_schedule(PeriodicSchedule(["cute", "academic"], period=7, horizon=100), 100, STYLES)
+
+
+def test_a_custom_schedule_with_a_foreign_style_stops_the_cli(tmp_path, capsys):
+    from testbed.run import main
+
+    code = main(["tests/data/tiny.yaml", "--out", str(tmp_path), "--set", "schedule={kind: 'tests.test_schedules:GothicSchedule'}"])
+    assert code == 2
+    assert "style 'gothic', which is not in world.styles" in " ".join(capsys.readouterr().err.split())
+    assert not any(tmp_path.iterdir())  # nothing written, nothing trained

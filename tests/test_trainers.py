@@ -122,7 +122,7 @@ def test_value_pretraining_improves_explained_variance():
     median = sorted(len(t.response_tokens) for t in samples)[32]
     for t in samples:
         t.verdict = Verdict(quality=1, style_match=int(len(t.response_tokens) < median), style="cute")
-    report = trainer.pretrain_value(samples)
+    report = trainer.warmup(samples)
     curve = report["curve"]
     assert curve[-1]["value_loss"] < curve[0]["value_loss"]
     assert report["parameters"]["trainable"] < report["parameters"]["total"]

@@ -44,6 +44,11 @@ class GRPOConfig(BaseModel):
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
     kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in SAO.md")
 
+    @property
+    def episodes_per_update(self) -> int:
+        """Judged episodes one update takes (the loop and the budget check read it)."""
+        return self.group_size * self.prompts_per_update
+
 
 class GRPOTrainer:
     Config = GRPOConfig
@@ -54,7 +59,7 @@ class GRPOTrainer:
         self.pad_id = pad_id
         self.temperature = temperature
         self.group_size = self.cfg.group_size
-        self.batch_size = self.cfg.group_size * self.cfg.prompts_per_update
+        self.batch_size = self.episodes_per_update = self.cfg.episodes_per_update
         self.top_k = policy.config.num_experts_per_tok
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0, eps=self.cfg.adam_eps)
         self.version = 0

@@ -37,6 +37,11 @@ class RunningMeanConfig(BaseModel):
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
     kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in SAO.md")
 
+    @property
+    def episodes_per_update(self) -> int:
+        """Judged episodes one update takes (the loop and the budget check read it)."""
+        return self.batch_size
+
 
 class RunningMeanTrainer:
     Config = RunningMeanConfig
@@ -47,7 +52,7 @@ class RunningMeanTrainer:
         self.policy = policy
         self.pad_id = pad_id
         self.temperature = temperature
-        self.batch_size = self.cfg.batch_size
+        self.batch_size = self.episodes_per_update = self.cfg.episodes_per_update
         self.baseline = SlidingWindowBaseline(size=self.cfg.window, per_prompt=self.cfg.per_prompt)
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0, eps=self.cfg.adam_eps)
         self.version = 0

@@ -58,6 +58,11 @@ class SAOConfig(BaseModel):
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
     kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in SAO.md")
 
+    @property
+    def episodes_per_update(self) -> int:
+        """Judged episodes one update takes (the loop and the budget check read it)."""
+        return self.batch_size
+
 
 class SAOTrainer:
     Config = SAOConfig
@@ -68,7 +73,7 @@ class SAOTrainer:
         self.policy = policy
         self.pad_id = pad_id
         self.temperature = temperature
-        self.batch_size = self.cfg.batch_size
+        self.batch_size = self.episodes_per_update = self.cfg.episodes_per_update
         self.top_k = policy.config.num_experts_per_tok
         self.critic = Critic.from_policy(policy, self.cfg.critic_trainable, self.cfg.critic_train_embeddings_norms)
         self.policy_opt = torch.optim.AdamW(policy.parameters(), lr=self.cfg.policy_lr, weight_decay=0.0, eps=self.cfg.adam_eps)
@@ -190,10 +195,11 @@ class SAOTrainer:
     # -- value pretraining ----------------------------------------------------------------------
 
     @property
-    def pretrain_samples(self) -> int:
+    def warmup_samples(self) -> int:
+        """The trainer protocol's warm-up hook: value pretraining wants this many judged samples."""
         return self.cfg.value_pretrain_samples
 
-    def pretrain_value(self, trajectories: list[Trajectory]) -> dict[str, Any]:
+    def warmup(self, trajectories: list[Trajectory]) -> dict[str, Any]:
         """Regress the critic on lambda=1 returns of judged samples from the fixed SFT policy,
         epoch by epoch, and report the loss and explained variance after each epoch."""
         curve = []
@@ -219,17 +225,17 @@ class SAOTrainer:
         self.skipped_steps_total += skipped
         return {"samples": len(trajectories), "curve": curve, "parameters": self.parameter_counts, "skipped_steps": skipped}
 
-    def pretrain_key(self) -> dict[str, Any]:
+    def warmup_key(self) -> dict[str, Any]:
         """The settings that determine the pretrained critic (the loop caches it under these)."""
         return self.cfg.model_dump(include={
             "critic_trainable", "critic_train_embeddings_norms", "gae", "gamma", "critic_lr", "value_clip",
             "value_pretrain_samples", "value_pretrain_epochs", "value_pretrain_batch", "max_grad_norm",
         })
 
-    def critic_state(self) -> dict[str, Any]:
+    def warmup_state(self) -> dict[str, Any]:
         return {"critic": self.critic.state_dict(), "critic_opt": self.critic_opt.state_dict()}
 
-    def load_critic_state(self, state: dict[str, Any]) -> None:
+    def load_warmup_state(self, state: dict[str, Any]) -> None:
         self.critic.load_state_dict(state["critic"])
         self.critic_opt.load_state_dict(state["critic_opt"])
 
@@ -239,7 +245,7 @@ class SAOTrainer:
         return {
             "policy": self.policy.state_dict(),
             "policy_opt": self.policy_opt.state_dict(),
-            **self.critic_state(),
+            **self.warmup_state(),
             "version": self.version,
             "updates": self.updates,
             "dropped_stale": self.dropped_stale,
@@ -250,7 +256,7 @@ class SAOTrainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.policy.load_state_dict(state["policy"])
         self.policy_opt.load_state_dict(state["policy_opt"])
-        self.load_critic_state(state)
+        self.load_warmup_state(state)
         self.version, self.updates, self.dropped_stale = state["version"], state["updates"], state["dropped_stale"]
         self.skipped_steps_total = state.get("skipped_steps_total", 0)  # absent in older checkpoints
         self.rng.setstate(state["rng"])

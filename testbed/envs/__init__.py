@@ -16,7 +16,7 @@ from testbed.envs.schedules import (
     Phase,
     PiecewiseSchedule,
     RandomSchedule,
-    load_schedule,
+    build_schedule,
 )
 from testbed.envs.style_shift import EpisodeStart, StyleShiftEnv, episode_info
 
@@ -35,5 +35,5 @@ __all__ = [
     "RandomSchedule",
     "StyleShiftEnv",
     "episode_info",
-    "load_schedule",
+    "build_schedule",
 ]
