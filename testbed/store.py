@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-TABLES = ("episodes", "updates", "evals")
+TABLES = ("episodes", "updates", "evals", "dropped")  # dropped: episodes too stale to train on (async runtime)
 PART = re.compile(r"^part-(\d{6})-([0-9a-f]{16})\.parquet$")  # index and the first 16 hex of its sha256
 
 
