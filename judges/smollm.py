@@ -163,7 +163,7 @@ class SmolLMJudge:
         self.model.eval()
         self._lock = threading.Lock()
         self._stats_lock = threading.Lock()
-        self._stats = {"judge_requests": 0.0, "judge_judged": 0.0, "judge_failures": 0.0, "judge_unparseable": 0.0}
+        self._stats = {"requests": 0.0, "judged": 0.0, "failures": 0.0, "unparseable": 0.0}
 
     # -- prompt and generation -----------------------------------------------------------------
     def messages(self, req: JudgeRequest) -> list[dict[str, str]]:
@@ -187,18 +187,18 @@ class SmolLMJudge:
     # -- the Judge protocol ----------------------------------------------------------------------
     def score(self, req: JudgeRequest) -> Verdict:
         t0 = time.perf_counter()
-        self._count("judge_requests")
+        self._count("requests")
         reply = ""
         try:
             reply = self.generate(self.messages(req))
             quality, style = parse_reply(reply)
         except VerdictParseError as exc:
-            self._count("judge_failures", "judge_unparseable")
+            self._count("failures", "unparseable")
             return Verdict.failed(f"smollm judge: unparseable reply: {exc}", time.perf_counter() - t0)
         except Exception as exc:  # the judge must answer, never raise
-            self._count("judge_failures")
+            self._count("failures")
             return Verdict.failed(f"smollm judge error: {exc!r}", time.perf_counter() - t0)
-        self._count("judge_judged")
+        self._count("judged")
         return Verdict(quality=quality, style_match=int(style == req.target_style), style=style, raw=reply,
                        latency_s=time.perf_counter() - t0)
 

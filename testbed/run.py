@@ -73,7 +73,7 @@ def build_judge(scenario: Scenario) -> Judge:
         raise ScenarioError(f"judge.{'class' if scenario.judge.class_ else 'name'}: {exc}") from None
     try:
         obj = factory(**scenario.judge.args) if isinstance(factory, type) else factory
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # ValueError: a judge's pydantic config naming the field
         raise ScenarioError(f"judge {scenario.judge.path}: bad judge.args {scenario.judge.args}: {exc}") from None
     return as_judge(obj)
 
