@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from judges.template import VerdictParseError, parse_verdict, read_sections
+from judges.template import VerdictParseError, load_sections, parse_verdict
 from testbed.types import JudgeRequest, Verdict
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates" / "smollm"
@@ -58,19 +58,9 @@ _NO = {"no", "0", "false", "fail", "bad", "not"}
 
 def load_prompt(name: str = DEFAULT_TEMPLATE) -> tuple[str, str, str]:
     """(system, user, reply prefix) sections of `judges/templates/smollm/<name>.txt` (or a path to a .txt)."""
-    path = Path(name) if name.endswith(".txt") else TEMPLATE_DIR / f"{name}.txt"
-    if not path.is_file():
-        known = sorted(p.stem for p in TEMPLATE_DIR.glob("*.txt"))
-        raise ValueError(f"smollm prompt template '{name}' not found (known: {', '.join(known)})")
-    sections = read_sections(path)
-    if not {"system", "user"} <= set(sections) <= {"system", "user", "reply"}:
-        raise ValueError(f"{path}: needs the sections 'system' and 'user' (and optionally 'reply'), "
-                         f"found {sorted(sections)}")
-    user = "\n".join(sections["user"]).strip()
-    if not set(_PLACEHOLDER.findall(user)) <= _FIELDS or "piece" not in _PLACEHOLDER.findall(user):
-        raise ValueError(f"{path}: placeholders must be among {sorted(_FIELDS)} and include 'piece'")
-    reply = "\n".join(sections.get("reply", [])).strip()
-    return "\n".join(sections["system"]).strip(), user, reply
+    _, text = load_sections(name, TEMPLATE_DIR, what="smollm prompt template", required=frozenset({"system", "user"}),
+                            optional=frozenset({"reply"}), fields=frozenset(_FIELDS), needed=frozenset({"piece"}))
+    return text["system"], text["user"], text.get("reply", "")
 
 
 def find_gguf() -> Path:
