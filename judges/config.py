@@ -36,6 +36,8 @@ class LocalServerConfig(BaseModel):
     rate_limit: float | None = Field(None, gt=0.0, description="requests/s; excess gets 429 + Retry-After")
     seed: int = Field(0, description="seed of the fault-injection generator")
     token_env: str | None = Field(None, min_length=1, description="env var holding the bearer token")
+    max_body_bytes: int | None = Field(None, ge=1, description="larger request bodies get 413 (server default 4 MiB)")
+    read_timeout_s: float | None = Field(None, gt=0.0, description="a body slower than this gets 408 (default 30)")
     startup_timeout_s: float = Field(60.0, gt=0.0)
     verbose: bool = False
 
@@ -44,7 +46,8 @@ class LocalServerConfig(BaseModel):
         import json
 
         out = ["--judge", self.judge, "--judge-args", json.dumps(self.args)]
-        for key in ("error_rate", "malformed_rate", "latency_ms", "rate_limit", "seed", "token_env"):
+        for key in ("error_rate", "malformed_rate", "latency_ms", "rate_limit", "seed", "token_env", "max_body_bytes",
+                    "read_timeout_s"):
             value = getattr(self, key)
             if value is not None:
                 out += [f"--{key.replace('_', '-')}", str(value)]
