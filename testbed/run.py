@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 
 from testbed import checkpoint, registry
 from testbed.config import Scenario, ScenarioError, load_scenario
@@ -112,7 +113,7 @@ def resolved_dict(scenario: Scenario) -> dict[str, Any]:
 
 
 def error(message: str) -> int:
-    console.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+    console.print(f"[red]error:[/] {escape(message)}", markup=True, highlight=False)  # text is text, not markup
     return 2
 
 
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         manifest["status"] = "stopped"
         manifest["stop_reason"] = str(exc)
         store.write_manifest(manifest)
-        console.print(f"[red]stopped:[/] {exc}", markup=True, highlight=False)
+        console.print(f"[red]stopped:[/] {escape(str(exc))}", markup=True, highlight=False)  # e.g. "[redacted]"
         return 3
     except Exception:
         store.flush()
