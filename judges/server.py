@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import math
 import os
@@ -181,10 +182,13 @@ def make_server(service: JudgeService, host: str = "127.0.0.1", port: int = 0, v
 
     sock = socket.create_server((host, port), backlog=256)  # a burst of new keep-alive connections
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # Every log line to stderr: stdout carries only the "listening on" line a parent reads.
+    logs = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    logs["handlers"]["access"]["stream"] = "ext://sys.stderr"
     # Idle keep-alive connections cost a coroutine, not a thread: keep them as long as a client pool does.
     config = uvicorn.Config(make_app(service, max_body_bytes, read_timeout_s), http="auto", loop="asyncio",
-                            log_level="info" if verbose else "warning", access_log=verbose, timeout_keep_alive=75,
-                            timeout_graceful_shutdown=2, lifespan="off", server_header=False)
+                            log_config=logs, log_level="info" if verbose else "warning", access_log=verbose,
+                            timeout_keep_alive=75, timeout_graceful_shutdown=2, lifespan="off", server_header=False)
     return uvicorn.Server(config), sock
 
 
