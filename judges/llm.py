@@ -79,6 +79,20 @@ def _register_free_model(litellm: Any, model: str) -> None:
         logger.setLevel(level)
 
 
+def _api_key(cfg: LLMJudgeConfig) -> tuple[str | None, str | None]:
+    """(the env var's name, the key): from `api_key_env`, or a local server's `token_env`. Only
+    the name is ever configured; the key lives in this process's memory alone."""
+    key_env = cfg.api_key_env or (cfg.local_server.token_env if cfg.local_server else None)
+    key = None
+    if key_env:
+        key = os.environ.get(key_env) or None
+        if key is None:
+            raise ValueError(f"api_key_env: the environment variable {key_env} is not set or empty")
+    if key is None and (cfg.api_base or cfg.local_server) and cfg.model.startswith("openai/"):
+        key = "no-key"  # the OpenAI client insists on one; keyless endpoints ignore it
+    return key_env, key
+
+
 def _shutdown(server: LocalJudgeServer | None, cache: VerdictCache | None, runner: asyncio.Runner) -> None:
     runner.close()  # judge_sync's loop, if it ever ran: cancels LiteLLM's leftover tasks there
     if server is not None:
@@ -102,15 +116,7 @@ class LLMJudge:
         self.template = load_template(cfg.template)
         self.retry = RetryPolicy(cfg.max_retries, cfg.backoff_base_s, cfg.backoff_max_s, cfg.max_retry_after_s,
                                  cfg.seed)
-        key_env = cfg.api_key_env or (cfg.local_server.token_env if cfg.local_server else None)
-        self._api_key: str | None = None
-        if key_env:
-            self._api_key = os.environ.get(key_env) or None
-            if self._api_key is None:
-                raise ValueError(f"api_key_env: the environment variable {key_env} is not set or empty")
-        self.api_key_env = key_env
-        if self._api_key is None and (cfg.api_base or cfg.local_server) and cfg.model.startswith("openai/"):
-            self._api_key = "no-key"  # the OpenAI client insists on one; keyless endpoints ignore it
+        self.api_key_env, self._api_key = _api_key(cfg)
         self._scrub = Scrubber(self._api_key)
         self._count = Accounting(cfg.input_cost_per_token, cfg.output_cost_per_token)
         self._litellm = _litellm()
