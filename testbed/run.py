@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 
 from testbed import checkpoint, registry
 from testbed.config import Scenario, ScenarioError, load_scenario
@@ -47,7 +48,7 @@ def build_judge(scenario: Scenario) -> Judge:
         raise ScenarioError(f"judge.{'class' if scenario.judge.class_ else 'name'}: {exc}") from None
     try:
         obj = factory(**scenario.judge.args) if isinstance(factory, type) else factory
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # ValueError: a judge's pydantic config naming the field
         raise ScenarioError(f"judge {scenario.judge.path}: bad judge.args {scenario.judge.args}: {exc}") from None
     return as_judge(obj)
 
@@ -125,7 +126,7 @@ def resolved_dict(scenario: Scenario) -> dict[str, Any]:
 
 
 def error(message: str) -> int:
-    console.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+    console.print(f"[red]error:[/] {escape(message)}", markup=True, highlight=False)  # text is text, not markup
     return 2
 
 
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         manifest["status"] = "stopped"
         manifest["stop_reason"] = str(exc)
         store.write_manifest(manifest)
-        console.print(f"[red]stopped:[/] {exc}", markup=True, highlight=False)
+        console.print(f"[red]stopped:[/] {escape(str(exc))}", markup=True, highlight=False)  # e.g. "[redacted]"
         return 3
     except Exception:
         store.flush()
