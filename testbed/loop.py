@@ -198,10 +198,12 @@ class ArmRunner:
         """The loop, a last evaluation, the totals and the final checkpoint."""
         try:
             self.loop()
+            self.evaluate_if_due(self.budget)
         except FloatingPointError as exc:  # the policy itself is broken: no checkpoint of this state
             raise RunStopped(f"arm {self.arm.name} seed {self.seed} update {self.state.updates}: {exc}. The last good state "
                              f"is the checkpoint at update {self.state.last_checkpoint} in {self.store.root / 'checkpoints'}.") from None
-        self.evaluate_if_due(self.budget)
+        finally:
+            self.env.close()  # the env's event loop (the judge's async clients live on it)
         totals = self.totals()
         self.save_checkpoint(final=True, totals=totals)
         return totals

@@ -7,10 +7,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+from pathlib import Path  # noqa: E402
+
 import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory):
-    """One TESTBED_CACHE for the CLI tests that do not test caching itself: the tiny SFT runs once."""
-    return tmp_path_factory.mktemp("testbed-cache")
+    """One TESTBED_CACHE for the CLI tests that do not test caching itself: the tiny SFT runs once.
+    TESTBED_TEST_CACHE names a directory to reuse across sessions (a developer's convenience)."""
+    reuse = os.environ.get("TESTBED_TEST_CACHE")
+    return Path(reuse) if reuse else tmp_path_factory.mktemp("testbed-cache")
