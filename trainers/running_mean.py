@@ -18,6 +18,7 @@ from testbed.models.policy import token_logprobs
 from testbed.types import Trajectory
 from trainers.advantages import SlidingWindowBaseline, broadcast_to_tokens
 from trainers.batching import collate
+from trainers.data_parallel import full_batch
 from trainers.losses import dis_policy_loss, reinforce_loss, token_mean
 from trainers.numerics import guarded_step
 from trainers.reference import reference_for
@@ -62,8 +63,9 @@ class RunningMeanTrainer:
     def update(self, batch: list[Trajectory]) -> dict[str, Any]:
         data = collate(batch, self.pad_id)
         baseline_before = self.baseline.state_dict()
-        per_episode = self.baseline.advantages(
-            [t.reward for t in batch], [t.prompt_id for t in batch] if self.cfg.per_prompt else None
+        # The window runs over the whole batch in order, also when this is one data-parallel shard.
+        per_episode = full_batch(
+            self.baseline.advantages, [t.reward for t in batch], [t.prompt_id for t in batch] if self.cfg.per_prompt else None
         )
         advantages = broadcast_to_tokens(torch.tensor(per_episode, dtype=torch.float), data.action_mask)
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from testbed.models.critic import Critic, trainable_parameter_counts
 from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
+from trainers import data_parallel
 from trainers.advantages import length_adaptive_lambda, policy_and_critic_advantages
 from trainers.batching import Batch, collate
 from trainers.diagnostics import expert_load, grad_norms_by_family
@@ -87,6 +88,10 @@ class SAOTrainer:
         self.rng = random.Random(seed)
         self.reference = reference_for(policy, self.cfg.kl_coef, temperature)
         self.parameter_counts = trainable_parameter_counts(self.critic)
+        if self.cfg.staleness_bound is not None and data_parallel.world_size() > 1:
+            # A shard whose rollouts were all stale would return before the others' collectives.
+            raise ValueError("staleness_bound with a data-parallel learner: drop stale rollouts before sharding "
+                             "(the Ray runtime's max_staleness does)")
 
     # -- the update ---------------------------------------------------------------------------
 
