@@ -190,6 +190,8 @@ def test_a_dead_worker_surfaces_as_a_ray_error(ray_cluster):
         with pytest.raises(ray.exceptions.RayError) as failure:
             ray.get(group.update(second), timeout=TIMEOUT_S)
         assert not isinstance(failure.value, ray.exceptions.GetTimeoutError)  # it failed, it did not hang
+        assert isinstance(failure.value, ray.exceptions.RayActorError)  # the runtime stops on this one
+        assert group.version() == 1  # rank 0 left the broken collective and still answers (a checkpoint)
     finally:
         group.shutdown()
 

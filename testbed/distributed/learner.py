@@ -154,13 +154,28 @@ class LearnerWorker:
         return gradients(self.trainer)
 
 
-def _get_all(refs: Sequence[ray.ObjectRef]) -> list[Any]:
+def _get_all(refs: Sequence[ray.ObjectRef], grace_s: float = 5.0) -> list[Any]:
     """ray.get of every ref, raising as soon as one fails (not when the slowest is done: a
-    failed worker leaves the others waiting in a collective until its timeout)."""
+    failed worker leaves the others waiting in a collective until its timeout).
+
+    A dead worker also breaks the others' collectives (gloo: connection closed), so if an actor
+    death is among the failures within `grace_s`, that is what is raised: the cause, and the
+    error the runtime stops on (RayActorError)."""
     pending = list(refs)
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)
-        ray.get(ready)
+        try:
+            ray.get(ready)
+        except ray.exceptions.RayActorError:
+            raise
+        except ray.exceptions.RayError:
+            done = ray.wait(pending, num_returns=len(pending), timeout=grace_s)[0] if pending else []
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError as died:
+                    raise died from None
+            raise
     return ray.get(list(refs))
 
 
