@@ -22,6 +22,7 @@ from trainers.diagnostics import expert_load, grad_norms_by_family
 from trainers.losses import ppo_clip_loss, token_mean
 from trainers.numerics import guarded_step
 from trainers.reference import reference_for
+from trainers.router_balance import with_router_aux
 
 G1_WARNING = (
     "GRPO with group_size=1: group-relative advantages are identically zero when each prompt gets a "
@@ -43,6 +44,7 @@ class GRPOConfig(BaseModel):
     max_grad_norm: float = Field(1.0, gt=0)
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
     kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in SAO.md")
+    router_aux_loss_coef: float = Field(0.0, ge=0, description="MoE load-balancing loss (Switch/Mixtral) weight; 0 = off")
 
     @property
     def episodes_per_update(self) -> int:
@@ -83,6 +85,7 @@ class GRPOTrainer:
             if self.reference is not None:
                 penalty, stats["kl_ref"] = self.reference.penalty(logprobs, ref_logprobs, data)
                 loss = loss + penalty
+            loss = with_router_aux(loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask, self.policy.config)
             norms = {"policy_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
             _, nonfinite = guarded_step(loss, self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm, "policy",
                                         inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_")))

@@ -14,13 +14,15 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from testbed.models.policy import token_logprobs
+from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
 from trainers.advantages import SlidingWindowBaseline, broadcast_to_tokens
 from trainers.batching import collate
+from trainers.data_parallel import full_batch
 from trainers.losses import dis_policy_loss, reinforce_loss, token_mean
 from trainers.numerics import guarded_step
 from trainers.reference import reference_for
+from trainers.router_balance import with_router_aux
 
 
 class RunningMeanConfig(BaseModel):
@@ -36,6 +38,7 @@ class RunningMeanConfig(BaseModel):
     max_grad_norm: float = Field(1.0, gt=0)
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
     kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in SAO.md")
+    router_aux_loss_coef: float = Field(0.0, ge=0, description="MoE load-balancing loss (Switch/Mixtral) weight; 0 = off")
 
     @property
     def episodes_per_update(self) -> int:
@@ -62,13 +65,15 @@ class RunningMeanTrainer:
     def update(self, batch: list[Trajectory]) -> dict[str, Any]:
         data = collate(batch, self.pad_id)
         baseline_before = self.baseline.state_dict()
-        per_episode = self.baseline.advantages(
-            [t.reward for t in batch], [t.prompt_id for t in batch] if self.cfg.per_prompt else None
+        # The window runs over the whole batch in order, also when this is one data-parallel shard.
+        per_episode = full_batch(
+            self.baseline.advantages, [t.reward for t in batch], [t.prompt_id for t in batch] if self.cfg.per_prompt else None
         )
         advantages = broadcast_to_tokens(torch.tensor(per_episode, dtype=torch.float), data.action_mask)
 
         self.policy.train()
-        logprobs, entropy = token_logprobs(self.policy, data.tokens, data.attention_mask, self.temperature)
+        logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask, self.temperature,
+                                                               routing=self.cfg.router_aux_loss_coef > 0)
         if self.cfg.loss == "dis":
             loss, stats = dis_policy_loss(
                 logprobs, data.behaviour_logprobs, advantages, data.action_mask, self.cfg.eps_low, self.cfg.eps_high
@@ -78,6 +83,7 @@ class RunningMeanTrainer:
         if self.reference is not None:
             penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(data), data)
             loss = loss + penalty
+        loss = with_router_aux(loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask, self.policy.config)
 
         grad_norm, nonfinite = guarded_step(loss, self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm, "policy")
         if nonfinite is None:

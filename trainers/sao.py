@@ -21,12 +21,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from testbed.models.critic import Critic, trainable_parameter_counts
 from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
+from trainers import data_parallel
 from trainers.advantages import length_adaptive_lambda, policy_and_critic_advantages
 from trainers.batching import Batch, collate
 from trainers.diagnostics import expert_load, grad_norms_by_family
 from trainers.losses import dis_policy_loss, explained_variance, ppo_clip_loss, token_mean, value_loss
 from trainers.numerics import guarded_step
 from trainers.reference import reference_for
+from trainers.router_balance import with_router_aux
 
 
 class SAOConfig(BaseModel):
@@ -57,6 +59,8 @@ class SAOConfig(BaseModel):
     max_grad_norm: float = Field(1.0, gt=0)
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
     kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in SAO.md")
+    router_aux_loss_coef: float = Field(0.0, ge=0, description=(
+        "MoE load-balancing loss (Switch/Mixtral) weight, on the policy's and the critic's routers; 0 = off"))
 
     @property
     def episodes_per_update(self) -> int:
@@ -87,6 +91,10 @@ class SAOTrainer:
         self.rng = random.Random(seed)
         self.reference = reference_for(policy, self.cfg.kl_coef, temperature)
         self.parameter_counts = trainable_parameter_counts(self.critic)
+        if self.cfg.staleness_bound is not None and data_parallel.world_size() > 1:
+            # A shard whose rollouts were all stale would return before the others' collectives.
+            raise ValueError("staleness_bound with a data-parallel learner: drop stale rollouts before sharding "
+                             "(the Ray runtime's max_staleness does)")
 
     # -- the update ---------------------------------------------------------------------------
 
@@ -156,6 +164,8 @@ class SAOTrainer:
         loss = value_loss(values, returns, data.action_mask, old_values=old_values if self.cfg.value_clip else None,
                           clip=self.cfg.value_clip)
         stats = {"critic_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
+        loss = with_router_aux(loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask,
+                               self.critic.backbone.config, "critic_router_aux_loss")
         _, nonfinite = guarded_step(loss, self.critic.parameters(), self.critic_opt, self.cfg.max_grad_norm, "critic",
                                     inspect=lambda: stats.update(grad_norms_by_family(self.critic, "critic_")))
         metrics = {"critic_loss": float(loss.detach()), **stats, **expert_load(router, data.action_mask, self.top_k, "critic_")}
@@ -174,6 +184,7 @@ class SAOTrainer:
         if self.reference is not None:
             penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(data), data)
             loss = loss + penalty
+        loss = with_router_aux(loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask, self.policy.config)
         norms = {"policy_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
         _, nonfinite = guarded_step(loss, self.policy.parameters(), self.policy_opt, self.cfg.max_grad_norm, "policy",
                                     inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_")))
@@ -227,10 +238,13 @@ class SAOTrainer:
 
     def warmup_key(self) -> dict[str, Any]:
         """The settings that determine the pretrained critic (the loop caches it under these)."""
-        return self.cfg.model_dump(include={
+        key = self.cfg.model_dump(include={
             "critic_trainable", "critic_train_embeddings_norms", "gae", "gamma", "critic_lr", "value_clip",
             "value_pretrain_samples", "value_pretrain_epochs", "value_pretrain_batch", "max_grad_norm",
         })
+        if self.cfg.router_aux_loss_coef > 0:  # only when on, so that existing caches keep their keys
+            key["router_aux_loss_coef"] = self.cfg.router_aux_loss_coef
+        return key
 
     def warmup_state(self) -> dict[str, Any]:
         return {"critic": self.critic.state_dict(), "critic_opt": self.critic_opt.state_dict()}

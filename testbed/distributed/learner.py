@@ -1,0 +1,276 @@
+"""The Ray runtime's learner: `workers` Ray actors that each hold the same trainer and form one
+torch.distributed process group (gloo on CPU, nccl where the actors have GPUs).
+
+An update splits the batch into contiguous shards (whole groups when the trainer's group size
+is above 1, so GRPO's group normalisation never spans two shards), and each worker runs the
+plain `trainer.update(shard)` inside `shard_weight(n_shard / n_batch action tokens)`. The
+trainers' guarded step then all-reduces the weighted gradients (trainers/data_parallel.py), so
+every worker takes the step one trainer would take on the whole batch and the workers' parameters
+stay bit-identical. With one worker there is no process group: it is a single remote trainer.
+
+The trainer comes from `make_trainer`, a zero-argument picklable callable that must build the
+same trainer on every call (seed the model): the workers compare digests of their starting state
+and refuse to start otherwise (a state_dict would not carry e.g. a KL reference model).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import ray
+import torch
+
+from testbed.distributed.shard import shard_weight
+from testbed.types import Trajectory
+
+EXPERT_LOAD = "expert_load"  # metrics with this in their name are also reported per worker
+
+
+# -- sharding (pure) ----------------------------------------------------------------------------
+def action_tokens(traj: Trajectory) -> int:
+    return sum(len(seg.tokens) for seg in traj.segments if seg.kind == "action")
+
+
+def split_batch(batch: Sequence[Trajectory], workers: int, keep_groups: bool) -> list[list[Trajectory]]:
+    """`workers` contiguous shards of about equal size, in batch order; with `keep_groups` a run
+    of equal `group_id`s is never split (and a group must be one run)."""
+    units: list[list[Trajectory]] = []
+    for traj in batch:
+        if keep_groups and units and units[-1][-1].group_id == traj.group_id:
+            units[-1].append(traj)
+        else:
+            units.append([traj])
+    if keep_groups and len({unit[0].group_id for unit in units}) != len(units):
+        raise ValueError("a group's trajectories must be contiguous in the batch (a shard must not split a group)")
+    if len(units) < workers:
+        what = "groups" if keep_groups else "trajectories"
+        raise ValueError(f"a batch of {len(units)} {what} cannot feed {workers} learner workers")
+    bounds = [round(k * len(units) / workers) for k in range(workers + 1)]
+    return [[t for unit in units[bounds[k] : bounds[k + 1]] for t in unit] for k in range(workers)]
+
+
+def shard_weights(shards: Sequence[Sequence[Trajectory]]) -> list[float]:
+    """Each shard's share of the batch's action tokens (the losses are token means over them)."""
+    counts = [sum(action_tokens(t) for t in shard) for shard in shards]
+    total = sum(counts)
+    return [c / total if total else 1.0 / len(shards) for c in counts]
+
+
+def flat_state(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested state (dicts, lists, tensors, numbers) as {path: leaf}."""
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    else:
+        return {prefix: obj}
+    out: dict[str, Any] = {}
+    for key, value in items:
+        out.update(flat_state(value, f"{prefix}/{key}" if prefix else str(key)))
+    return out
+
+
+def gradients(trainer: Any) -> dict[str, torch.Tensor]:
+    """The gradients left on the trainer's models (of its last optimiser step: guarded_step
+    clears them only at the next one), for checks and diagnostics."""
+    return {f"{attr}.{name}": p.grad.detach().cpu().clone()
+            for attr, module in vars(trainer).items() if isinstance(module, torch.nn.Module)
+            for name, p in module.named_parameters() if p.grad is not None}
+
+
+def digest(state: dict[str, Any]) -> str:
+    h = hashlib.sha256()
+    for key in sorted(state):
+        value = state[key]
+        h.update(key.encode())
+        if torch.is_tensor(value):
+            value = value.detach().cpu().contiguous()
+            h.update(f"{value.dtype}{tuple(value.shape)}".encode())
+            h.update(value.reshape(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            h.update(repr(value).encode())
+    return h.hexdigest()
+
+
+# -- the worker (a Ray actor) -------------------------------------------------------------------
+class LearnerWorker:
+    def __init__(self, make_trainer: Callable[[], Any], rank: int, world: int, torch_threads: int):
+        torch.set_num_threads(torch_threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
+        self.rank, self.world = rank, world
+        self.make_trainer = make_trainer
+        self.trainer: Any = None
+
+    def rendezvous_address(self) -> str:
+        """A free port on this node's IP (rank 0's): the process group's init_method."""
+        ip = ray.util.get_node_ip_address()
+        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((ip, 0))
+            port = s.getsockname()[1]
+        return f"tcp://[{ip}]:{port}" if ":" in ip else f"tcp://{ip}:{port}"
+
+    def setup(self, init_method: str | None, timeout_s: float) -> dict[str, Any]:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            if backend == "nccl":
+                torch.cuda.set_device(0)  # Ray shows each actor only its own GPU(s)
+            dist.init_process_group(backend, init_method=init_method, rank=self.rank, world_size=self.world,
+                                    timeout=timedelta(seconds=timeout_s))
+        self.trainer = self.make_trainer()  # after the group, so a trainer can see it is data-parallel
+        t = self.trainer
+        return {"group_size": t.group_size, "episodes_per_update": t.episodes_per_update,
+                "batch_size": getattr(t, "batch_size", t.episodes_per_update),
+                "warmup_samples": getattr(t, "warmup_samples", 0), "digest": self.digest()}
+
+    def update(self, shard: list[Trajectory], weight: float | None) -> tuple[dict, int, dict | None]:
+        if weight is None:
+            metrics = self.trainer.update(shard)
+        else:
+            with shard_weight(weight):
+                metrics = self.trainer.update(shard)
+        policy = None
+        if self.rank == 0:  # the others hold the same tensors; one copy travels
+            policy = {k: v.detach().cpu() for k, v in self.trainer.state_dict()["policy"].items()}
+        return metrics, self.trainer.version, policy
+
+    def call(self, method: str, *args: Any) -> Any:
+        """A trainer method or attribute (the warm-up hooks, state_dict, version ...)."""
+        value = getattr(self.trainer, method)
+        return value(*args) if callable(value) else value
+
+    def flat_state(self) -> dict[str, Any]:
+        return flat_state(self.trainer.state_dict())
+
+    def digest(self) -> str:
+        return digest(self.flat_state())
+
+    def gradients(self) -> dict[str, torch.Tensor]:
+        return gradients(self.trainer)
+
+
+def _get_all(refs: Sequence[ray.ObjectRef], grace_s: float = 5.0) -> list[Any]:
+    """ray.get of every ref, raising as soon as one fails (not when the slowest is done: a
+    failed worker leaves the others waiting in a collective until its timeout).
+
+    A dead worker also breaks the others' collectives (gloo: connection closed), so if an actor
+    death is among the failures within `grace_s`, that is what is raised: the cause, and the
+    error the runtime stops on (RayActorError)."""
+    pending = list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        try:
+            ray.get(ready)
+        except ray.exceptions.RayActorError:
+            raise
+        except ray.exceptions.RayError:
+            done = ray.wait(pending, num_returns=len(pending), timeout=grace_s)[0] if pending else []
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError as died:
+                    raise died from None
+            raise
+    return ray.get(list(refs))
+
+
+@ray.remote(num_cpus=0)
+def _combine(refs: list[ray.ObjectRef]) -> tuple[dict, int, dict]:
+    """One update's result: rank 0's metrics and policy, plus every worker's expert load."""
+    results = _get_all(refs)
+    metrics, version, policy = results[0]
+    metrics = dict(metrics)
+    for rank, (worker_metrics, worker_version, _) in enumerate(results):
+        if worker_version != version:
+            raise RuntimeError(f"learner worker {rank} is at policy version {worker_version}, rank 0 at {version}")
+        metrics.update({f"{k}_w{rank}": v for k, v in worker_metrics.items() if EXPERT_LOAD in k})
+    metrics["learner_workers"] = len(results)
+    return metrics, version, policy
+
+
+# -- the group (driver side) --------------------------------------------------------------------
+class LearnerGroup:
+    """`workers` data-parallel learner actors behind one trainer-like API. Blocking, except
+    `update`, which returns a ref to (metrics, version, rank 0's policy state_dict on CPU)."""
+
+    def __init__(self, make_trainer: Callable[[], Any], workers: int, *, torch_threads: int = 1,
+                 actor_cpus: float = 0.5, actor_gpus: float = 0.0, timeout_s: float = 300.0):
+        if workers < 1:
+            raise ValueError("a learner needs at least one worker")
+        actor = ray.remote(LearnerWorker).options(num_cpus=actor_cpus, num_gpus=actor_gpus)
+        self.workers = [actor.remote(make_trainer, rank, workers, torch_threads) for rank in range(workers)]
+        try:
+            init_method = ray.get(self.workers[0].rendezvous_address.remote()) if workers > 1 else None
+            infos = _get_all([w.setup.remote(init_method, timeout_s) for w in self.workers])
+            if len({info["digest"] for info in infos}) > 1:
+                raise RuntimeError("make_trainer built different trainers on different workers; it must be "
+                                   "deterministic (seed the model)")
+        except BaseException:
+            self.shutdown()
+            raise
+        info = infos[0]
+        self.group_size: int = info["group_size"]
+        self.episodes_per_update: int = info["episodes_per_update"]
+        self.batch_size: int = info["batch_size"]
+        self.warmup_samples: int = info["warmup_samples"]
+
+    @property
+    def size(self) -> int:
+        return len(self.workers)
+
+    def update(self, batch: Sequence[Trajectory]) -> ray.ObjectRef:
+        """Start one update; the ref raises a Ray error if a worker failed or died."""
+        if self.size == 1:
+            shards, weights = [list(batch)], [None]
+        else:
+            shards = split_batch(batch, self.size, keep_groups=self.group_size > 1)
+            weights = shard_weights(shards)
+        refs = [w.update.remote(shard, weight) for w, shard, weight in zip(self.workers, shards, weights)]
+        return _combine.remote(refs)
+
+    def _rank0(self, method: str, *args: Any) -> Any:
+        return ray.get(self.workers[0].call.remote(method, *args))
+
+    def _all(self, method: str, *args: Any) -> list[Any]:
+        return _get_all([w.call.remote(method, *args) for w in self.workers])
+
+    def version(self) -> int:
+        return self._rank0("version")
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._rank0("state_dict")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._all("load_state_dict", ray.put(state))  # one copy in the object store for all
+
+    def warmup(self, samples: list[Trajectory]) -> dict[str, Any]:
+        """The trainer's warm-up (SAO: value pretraining) on rank 0 alone, then its whole state on
+        every other rank: the warm-up is not data-parallel, and this keeps the ranks identical."""
+        report = self._rank0("warmup", samples)
+        if self.size > 1:
+            state = self.workers[0].call.remote("state_dict")
+            _get_all([w.call.remote("load_state_dict", state) for w in self.workers[1:]])
+        return report
+
+    def warmup_key(self) -> dict[str, Any]:
+        return self._rank0("warmup_key")
+
+    def warmup_state(self) -> dict[str, Any]:
+        return self._rank0("warmup_state")
+
+    def load_warmup_state(self, state: dict[str, Any]) -> None:
+        self._all("load_warmup_state", ray.put(state))
+
+    def digests(self) -> list[str]:
+        """A digest of each worker's whole trainer state (they must all be equal)."""
+        return _get_all([w.digest.remote() for w in self.workers])
+
+    def shutdown(self) -> None:
+        for w in self.workers:
+            ray.kill(w, no_restart=True)
+        self.workers = []

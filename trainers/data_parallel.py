@@ -1,0 +1,114 @@
+"""Data-parallel maths for the trainers: a no-op unless this process trains one shard of a batch
+(a torch.distributed process group of more than one rank is initialised AND the update runs
+inside `shard_weight(w)`, which testbed/distributed/learner.py sets).
+
+Why it is exact: every loss in trainers/losses.py is a token mean over the batch's N action
+tokens. A rank holding n_w of them computes the mean over its own n_w, so (n_w / N) x its
+gradient, summed over ranks (one all-reduce), is the full batch's gradient. Clipping then sees
+the same total norm on every rank, and every rank takes the same optimiser step.
+
+Three more things make the ranks agree:
+- finiteness: a rank whose loss is nan must not skip `backward` alone (the others would wait in
+  the all-reduce forever), so the ranks all-reduce a "loss finite" flag first and skip together;
+- order-dependent statistics (the running-mean window) see the whole batch: `full_batch`
+  gathers the inputs from every rank in rank order and keeps this rank's slice of the result;
+- batch-level statistics (the router load-balancing loss) all-reduce their sums
+  (trainers/router_balance.py).
+GRPO's group normalisation needs no collective: the learner never splits a group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from testbed.distributed.shard import current_shard_weight, shard_weight
+
+__all__ = ["active_weight", "agree_finite", "all_reduce_sum", "full_batch", "reduce_gradients", "shard_weight",
+           "world_size"]
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def active_weight() -> float | None:
+    """This shard's weight when the update is one shard of a data-parallel batch, else None
+    (single process: every function below is then the identity)."""
+    weight = current_shard_weight()
+    return weight if weight is not None and world_size() > 1 else None
+
+
+def _device() -> torch.device:
+    # nccl reduces CUDA tensors only; gloo CPU ones.
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def agree_finite(finite: bool) -> bool:
+    """True iff the loss is finite on every rank (always `finite` itself outside data parallel)."""
+    if active_weight() is None:
+        return finite
+    flag = torch.tensor([0.0 if finite else 1.0], device=_device())
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item() == 0.0)
+
+
+def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
+    """The sum of `x` over ranks (a detached copy; `x` itself outside data parallel)."""
+    if active_weight() is None:
+        return x
+    out = x.detach().to(_device(), copy=True)
+    dist.all_reduce(out)
+    return out.to(x.device)
+
+
+def reduce_gradients(params: Iterable[torch.nn.Parameter], weight: float) -> None:
+    """grad <- sum over ranks of weight_r x grad_r, in one flat all-reduce (one message per step
+    instead of one per tensor). A parameter keeps grad None only where every rank has None, as a
+    single process on the whole batch would (AdamW skips such a parameter; a zero gradient would
+    still move it through its momentum)."""
+    params = [p for p in params if p.requires_grad]
+    if not params:
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    dtype = grads[0].dtype if grads else params[0].dtype
+    for g in grads:
+        dtype = torch.promote_types(dtype, g.dtype)
+    device = _device()
+    n_values = sum(p.numel() for p in params)
+    flat = torch.zeros(n_values + len(params), dtype=dtype, device=device)
+    offset = 0
+    for i, p in enumerate(params):
+        if p.grad is not None:
+            flat[offset : offset + p.numel()] = p.grad.reshape(-1)
+            flat[n_values + i] = 1.0  # "this rank has a gradient for p"
+        offset += p.numel()
+    flat[:n_values].mul_(weight)
+    dist.all_reduce(flat)
+    offset = 0
+    for i, p in enumerate(params):
+        if flat[n_values + i] > 0:
+            p.grad = flat[offset : offset + p.numel()].view_as(p).to(device=p.device, dtype=p.dtype)
+        offset += p.numel()
+
+
+def full_batch(fn: Callable[..., Sequence[Any]], *columns: Sequence[Any] | None) -> list[Any]:
+    """`fn(*columns)` for per-item columns, computed over the whole data-parallel batch.
+
+    Each rank passes its shard's columns (None stays None); they are gathered in rank order (the
+    learner's shards are contiguous, so this is the batch order), `fn` runs on the concatenation
+    on every rank (so any state it updates, e.g. a sliding window, is the same everywhere), and
+    this rank's slice of its per-item result comes back."""
+    if active_weight() is None:
+        return list(fn(*columns))
+    gathered: list[Any] = [None] * world_size()
+    dist.all_gather_object(gathered, [None if c is None else list(c) for c in columns])
+    full = [None if shards[0] is None else [x for shard in shards for x in shard] for shards in zip(*gathered)]
+    mine = len(columns[0])
+    start = sum(len(cols[0]) for cols in gathered[: dist.get_rank()])
+    return list(fn(*full))[start : start + mine]
