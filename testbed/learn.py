@@ -45,6 +45,7 @@ class LoopState:
     next_eval: int = 0
     last_checkpoint: int = 0  # `updates` when the last checkpoint was written
     failed_in_a_row: int = 0  # judge calls, training and evaluation alike
+    in_outage: bool = False  # the last training verdict failed (an outage record is open)
     nonfinite_in_a_row: int = 0  # updates skipped for a NaN/inf
     skipped_updates: int = 0
     dropped_stale: int = 0  # judged episodes dropped at dequeue for being too stale (async)
@@ -65,13 +66,14 @@ class LoopState:
         for traj in trajs:
             assert traj.verdict is not None
             if traj.verdict.error is None:
-                self.failed_in_a_row = 0
+                self.failed_in_a_row, self.in_outage = 0, False
                 self.recent.append(traj.verdict.reward)
                 judged.append(traj)
                 continue
             self.failures += 1
-            if self.failed_in_a_row == 0:
+            if not self.in_outage:
                 self.outages.append({"t": traj.t, "failed_calls": 0})
+                self.in_outage = True
             self.outages[-1]["failed_calls"] += 1
             self.failed_in_a_row += 1
         return judged
@@ -80,7 +82,10 @@ class LoopState:
         """Evaluation calls count toward the failure budget too: a judge that fails them is down."""
         self.eval_judge_calls += calls
         self.eval_failures += failed
-        self.failed_in_a_row = self.failed_in_a_row + failed if failed == calls else 0
+        if failed == calls:
+            self.failed_in_a_row += failed
+        else:
+            self.failed_in_a_row, self.in_outage = 0, False
 
     def to_checkpoint(self) -> dict[str, Any]:
         return {**self.__dict__, "recent": list(self.recent)}

@@ -121,3 +121,33 @@ def test_parallel_arms_write_the_rows_of_running_them_one_after_another(tmp_path
     assert len(seq.groupby(["arm", "seed"])) == 4
     for table in ("updates", "evals"):
         assert len(read_table(par_dir, table)) == len(read_table(seq_dir, table))
+
+
+def test_a_lost_learner_stops_with_a_checkpoint_and_resume_finishes(tmp_path, local_ray, monkeypatch, shared_cache):
+    monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
+    killed: list[str] = []
+
+    def kill_learner_after_some_updates() -> None:
+        deadline = time.time() + 240
+        while time.time() < deadline and not killed:
+            updates = tmp_path / "learner" / "checkpoints" / "rm-seed0"
+            names = [n for n in ray.util.list_named_actors() if n.endswith("-rm-seed0-learner0")]
+            if names and updates.is_dir() and any(p.name.startswith("u") for p in updates.iterdir()):
+                ray.kill(ray.get_actor(names[0]), no_restart=True)
+                killed.append(names[0])
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_learner_after_some_updates, daemon=True)
+    killer.start()
+    code, run_dir = run(tmp_path, "learner", "--runtime", "ray", "--set", "reliability.checkpoint_every=2",
+                        "--set", "arms.1.args.value_pretrain_samples=0")
+    killer.join(timeout=5)
+    assert killed and code == 3
+    import json
+
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "stopped" and "the learner failed" in manifest["stop_reason"]
+    assert main(["--resume", str(run_dir)]) == 0
+    assert_clock_contiguous(run_dir)
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "done"

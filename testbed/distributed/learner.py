@@ -199,11 +199,12 @@ class LearnerGroup:
     `update`, which returns a ref to (metrics, version, rank 0's policy state_dict on CPU)."""
 
     def __init__(self, make_trainer: Callable[[], Any], workers: int, *, torch_threads: int = 1,
-                 actor_cpus: float = 0.5, actor_gpus: float = 0.0, timeout_s: float = 300.0):
+                 actor_cpus: float = 0.5, actor_gpus: float = 0.0, timeout_s: float = 300.0, name: str | None = None):
         if workers < 1:
             raise ValueError("a learner needs at least one worker")
-        actor = ray.remote(LearnerWorker).options(num_cpus=actor_cpus, num_gpus=actor_gpus)
-        self.workers = [actor.remote(make_trainer, rank, workers, torch_threads) for rank in range(workers)]
+        actor = ray.remote(LearnerWorker)
+        self.workers = [actor.options(num_cpus=actor_cpus, num_gpus=actor_gpus, name=f"{name}-learner{rank}" if name else None)
+                        .remote(make_trainer, rank, workers, torch_threads) for rank in range(workers)]
         try:
             init_method = ray.get(self.workers[0].rendezvous_address.remote()) if workers > 1 else None
             infos = _get_all([w.setup.remote(init_method, timeout_s) for w in self.workers])

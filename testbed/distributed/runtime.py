@@ -101,11 +101,11 @@ class RayRunner(ArmRunner):
         self.local_engine = make_engine(scenario, policy, tokenizer)  # the warm-up samples the starting policy here
         state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
         factory = TrainerFactory(arm, policy.config, state, tokenizer.pad_id, scenario.sampling.temperature, seed, threads)
-        self.learner = LearnerGroup(factory, rt.learner_workers, torch_threads=threads, actor_cpus=rt.actor_cpus)
+        self.name = f"testbed-{self.store.root.name}-{arm.name}-seed{seed}"  # named, so a fault test can find them
+        self.learner = LearnerGroup(factory, rt.learner_workers, torch_threads=threads, actor_cpus=rt.actor_cpus, name=self.name)
         self.trainer = LearnerProxy(make_trainer(arm, policy, tokenizer, scenario, seed), self.learner)
         self.weights = [ray.put(state)]
         spec = (scenario.engine.name, scenario.engine.args)
-        self.name = f"testbed-{self.store.root.name}-{arm.name}-seed{seed}"  # named, so a fault test can find them
         self.new_actor = lambda i: RolloutActor.options(  # noqa: E731
             num_cpus=rt.actor_cpus, name=f"{self.name}-rollout{i}-r{self.restarts}").remote(
             policy.config, state, tokenizer, spec, scenario.sampling, seed + 1000 * i, threads)
