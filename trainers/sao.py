@@ -30,7 +30,7 @@ from trainers.reference import reference_for
 
 
 class SAOConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # an inf lr would NaN the policy
 
     batch_size: int = Field(32, ge=1, description="single rollouts per policy update")
     policy_lr: float = Field(2e-4, gt=0)
