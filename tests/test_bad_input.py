@@ -1,6 +1,7 @@
 """Every row of the README's bad-input table, run through the real CLI entry point: exit code 2,
 the documented error text, and no training started."""
 
+import os
 import re
 import shlex
 from pathlib import Path
@@ -19,9 +20,10 @@ ROWS = [
 
 def command_line(command: str, tmp: Path) -> list[str]:
     """The table's notation: `\\xNN` is that control character (a table cannot hold one) and
-    `{tmp}` the test's scratch directory, where a too-large scenario is written."""
+    `{tmp}` the test's scratch directory, holding a too-large scenario and a named pipe."""
     if "{tmp}" in command:
         (tmp / "huge.yaml").write_text("# padding\n" * 110_000)  # 1,100,000 bytes
+        os.mkfifo(tmp / "pipe.yaml")  # reading it would wait forever
         command = command.replace("{tmp}", str(tmp))
     return [re.sub(r"\\x([0-9a-f]{2})", lambda m: chr(int(m.group(1), 16)), arg) for arg in shlex.split(command)]
 
