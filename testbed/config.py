@@ -157,6 +157,7 @@ class ArmConfig(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     trainer: str
     args: dict[str, Any] = Field(default_factory=dict)
+    runtime: dict[str, Any] = Field(default_factory=dict, description="this arm's overrides of the scenario's runtime")
 
     @field_validator("trainer")
     @classmethod
@@ -166,6 +167,22 @@ class ArmConfig(Strict):
 
     def trainer_class(self) -> type:
         return registry.load("trainer", self.trainer)
+
+
+class RuntimeConfig(Strict):
+    """Where the loop runs. `sync`: one process, deterministic per seed (the reference). `ray`:
+    rollout actors generate continuously while a learner trains (testbed/distributed); with one
+    rollout worker and `max_staleness: 0` it writes what `sync` writes."""
+
+    kind: Literal["sync", "ray"] = "sync"
+    rollout_workers: int = Field(1, ge=1, description="rollout actors, each an engine with its own copy of the policy")
+    learner_workers: int = Field(1, ge=1, description="data-parallel learners (torch.distributed, gloo on CPU)")
+    max_staleness: int = Field(0, ge=0, description="policy versions an episode may lag when trained; older ones are dropped")
+    queue_size: int | None = Field(None, ge=1, description="judged episodes waiting for the learner, at most (default: (max_staleness + 2) x batch)")
+    address: str | None = Field(None, description="an existing Ray cluster (else RAY_ADDRESS, else a local one)")
+    torch_threads: int | None = Field(None, ge=1, description="torch threads per process (default: all cores in sync, 1 per Ray actor)")
+    actor_cpus: float = Field(0.5, gt=0, description="CPUs Ray reserves per actor")
+    parallel_arms: bool = Field(False, description="run arms x seeds side by side as Ray tasks")
 
 
 class BudgetConfig(Strict):
@@ -199,6 +216,7 @@ class Scenario(Strict):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     arms: list[ArmConfig] = Field(min_length=1)
     seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
     budget: BudgetConfig
@@ -206,8 +224,17 @@ class Scenario(Strict):
     output: OutputConfig = Field(default_factory=OutputConfig)
     reliability: ReliabilityConfig = Field(default_factory=ReliabilityConfig)
 
+    def runtime_for(self, arm: ArmConfig) -> RuntimeConfig:
+        """The scenario's runtime with the arm's own overrides (e.g. a max_staleness per arm)."""
+        return RuntimeConfig.model_validate({**self.runtime.model_dump(), **arm.runtime})
+
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
+        for i, arm in enumerate(self.arms):
+            try:
+                self.runtime_for(arm)
+            except ValidationError as exc:
+                raise ValueError(f"arms.{i}.runtime: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}") from None
         names = [a.name for a in self.arms]
         if len(set(names)) != len(names):
             raise ValueError(f"arm names must be unique, got {names}")

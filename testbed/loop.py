@@ -1,29 +1,29 @@
-"""The synchronous online loop for one arm x seed.
+"""The online loop for one arm x seed, and the synchronous runtime (the reference).
 
-    prompts   <- env.reset_batch(B)              (the env owns the drift clock)
-    responses <- engine.generate(prompts)         (behaviour log-probs recorded)
-    verdicts  <- env.step_batch(responses)        (the judge sees the target at each clock)
-    metrics   <- trainer.update(batch)            (once a full batch of judged episodes is in)
-    store.append(episodes, updates, evals)        (every row, as it happens)
+    round     <- collector.issue(...)            (the env owns the drift clock and the prompts)
+    responses <- engine.generate(round)          (behaviour log-probs recorded)
+    episodes  <- collector.judge(round, ...)     (the judge sees the target at each clock)
+    metrics   <- trainer.update(batch)           (once a full batch of judged episodes is in)
+    store.append(episodes, updates, evals)       (every row, as it happens)
+
+`ArmRunner` holds what every runtime shares: the env and its collector, the loop state, the
+store rows, held-out evaluation, the failure guard and the checkpoints. `SyncRunner` generates
+and trains in this process, one round after another, deterministically per seed; the Ray runtime
+(`testbed.distributed`) subclasses `ArmRunner` with rollout actors and a learner.
 
 Episodes whose verdict carries a judge error are stored and counted but never trained on; they
-do not move the clock, so an outage is a gap in attempts, never zeros in the reward curve. Every
-judged episode has its own clock value t. A judge that keeps failing, or NaN/inf updates that keep
-coming, stop the run with a checkpoint (`RunStopped`); `--resume RUN_DIR` continues it.
+do not move the clock, so an outage is a gap in attempts, never zeros in the reward curve. A
+judge that keeps failing, or NaN/inf updates that keep coming, stop the run with a checkpoint
+(`RunStopped`); `--resume RUN_DIR` continues it.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
-import hashlib
-import json
-import os
 import random
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,39 +31,26 @@ import torch
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from testbed import checkpoint, registry
+from testbed.collect import Collector, Timer, episode_rows, evaluate_heldout, judged_samples
 from testbed.config import ArmConfig, Scenario
-from testbed.envs.style_shift import EpisodeStart, StyleShiftEnv
+from testbed.envs.style_shift import StyleShiftEnv
+from testbed.learn import Guard, LoopState, RunStopped, counter_delta, judge_counters, update_row, warm_up
 from testbed.models.tokenizer import WordTokenizer
 from testbed.protocols import DriftSchedule, Engine, Judge
 from testbed.store import RunStore
 from testbed.types import Trajectory
-from testbed.world import STYLES, PromptSpec, prompts
+from testbed.world import prompts
 
-
-@dataclass
-class Timer:
-    """Wall time per part of the loop, for the throughput benchmark and the manifest."""
-
-    seconds: Counter = field(default_factory=Counter)
-
-    def part(self, name: str) -> _Lap:
-        return _Lap(self, name)
-
-
-class _Lap:
-    def __init__(self, timer: Timer, name: str):
-        self.timer, self.name = timer, name
-
-    def __enter__(self) -> None:
-        self.start = time.perf_counter()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.timer.seconds[self.name] += time.perf_counter() - self.start
+__all__ = ["ArmRunner", "RunStopped", "SyncRunner", "make_engine", "make_progress", "run_arm", "seed_everything"]
 
 
 def make_engine(scenario: Scenario, policy: torch.nn.Module, tokenizer: WordTokenizer) -> Engine:
     """The scenario's rollout engine, looked up by name like every plugin."""
     return registry.load("engine", scenario.engine.name)(policy, tokenizer, scenario.sampling, **scenario.engine.args)
+
+
+def make_trainer(arm: ArmConfig, policy: torch.nn.Module, tokenizer: WordTokenizer, scenario: Scenario, seed: int) -> Any:
+    return arm.trainer_class()(policy, arm.args, pad_id=tokenizer.pad_id, temperature=scenario.sampling.temperature, seed=seed)
 
 
 def seed_everything(seed: int) -> None:
@@ -84,315 +71,200 @@ def make_progress() -> Progress:
     )
 
 
-def episode_rows(arm: str, seed: int, trajs: list[Trajectory], starts: list[EpisodeStart], trainer_version: int) -> list[dict]:
-    """One row per episode, judged or failed, with the run directory's column names."""
-    rows = []
-    for traj, start in zip(trajs, starts):
-        v = traj.verdict
-        assert v is not None
-        rows.append({
-            "arm": arm,
-            "seed": seed,
-            "t": start.t,
-            "prompt_id": start.prompt_id,
-            "topic": start.topic,
-            "target_style": start.target.style,
-            "candidates": ",".join(start.target.candidates),
-            "judged_style": v.style,
-            "r_quality": int(v.quality),
-            "r_style": int(v.style_match),
-            "reward": v.reward if v.error is None else None,
-            "judge_error": v.error,
-            "judge_latency_s": v.latency_s,
-            "group_id": traj.group_id,
-            "policy_version": traj.policy_version,
-            "staleness": trainer_version - traj.policy_version,
-            "response_tokens": len(traj.response_tokens),
-            "response": traj.response_text,
-        })
-    return rows
+class ArmRunner:
+    """One arm x seed: what both runtimes share. Subclasses provide `trainer` (or a proxy with
+    the same `state_dict`/`version`/`episodes_per_update`/`group_size`), `eval_engine`, and `loop()`."""
 
+    trainer: Any
+    eval_engine: Engine
 
-def evaluate_heldout(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], t: int) -> tuple[list[dict], float]:
-    """Held-out style shares at clock t: one sample per held-out prompt, rendered with the
-    candidates offered at t; the clock does not move."""
-    starts = env.eval_starts(specs, t)
-    trajs = engine.generate([s.prompt_text for s in starts])
-    verdicts = env.evaluate_batch(starts, [tr.response_text for tr in trajs])
-    ok = [v for v in verdicts if v.error is None]
-    counts = Counter(v.style for v in ok)
-    reward = sum(v.reward for v in ok) / max(1, len(ok))
-    quality = sum(v.quality for v in ok) / max(1, len(ok))
-    styles = list(STYLES) + sorted(s for s in counts if s not in STYLES and s is not None)
-    rows = [
-        {"t": t, "style": s, "share": counts.get(s, 0) / max(1, len(ok)), "n": len(ok),
-         "eval_reward": reward, "eval_quality": quality, "target_style": starts[0].target.style}
-        for s in styles
-    ]
-    return rows, reward
+    def __init__(self, scenario: Scenario, arm: ArmConfig, seed: int, *, judge: Judge, schedule: DriftSchedule,
+                 store: RunStore, progress: Progress | None, log: Callable[[str], None], completed: dict | None):
+        self.scenario, self.arm, self.seed, self.judge, self.schedule = scenario, arm, seed, judge, schedule
+        self.store, self.progress, self.log, self.completed = store, progress, log, completed or {}
+        self.budget = scenario.budget.episodes
+        self.env = StyleShiftEnv(judge, schedule, prompts("train"), seed=seed)
+        self.env.reset(seed=seed)  # seeds the env's prompt sampler
+        self.env.clock = 0
+        self.heldout = prompts("heldout")[: scenario.eval.prompts]
+        self.state = LoopState()
+        self.guard = Guard(scenario.reliability, arm.name, seed, store.root, log)
+        self.task: TaskID | None = None
 
+    # -- start, resume, warm-up ------------------------------------------------------------------
 
-def judged_samples(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], n: int, seed: int, chunk: int = 128) -> list[Trajectory]:
-    """n samples from the engine's (fixed) policy on random training prompts, judged against the
-    target at clock 0 without moving the clock; failed verdicts are dropped."""
-    rng = random.Random(seed)
-    out: list[Trajectory] = []
-    for i in range(0, n, chunk):
-        starts = env.eval_starts([rng.choice(specs) for _ in range(min(chunk, n - i))], 0)
-        trajs = engine.generate([s.prompt_text for s in starts])
-        for traj, start, verdict in zip(trajs, starts, env.evaluate_batch(starts, [t.response_text for t in trajs])):
-            if verdict.error is None:
-                traj.verdict, traj.t, traj.target_style, traj.prompt_id = verdict, 0, start.target.style, start.prompt_id
-                out.append(traj)
-    return out
+    def start(self, resume: dict[str, Any] | None, policy_key: str, starting_engine: Engine) -> None:
+        """Restore a checkpoint of this arm x seed, or run the trainer's warm-up; then start the
+        clocks, write the first checkpoint and the progress bar."""
+        if resume is not None:
+            self.restore(resume)
+        elif getattr(self.trainer, "warmup_samples", 0) > 0:  # an optional trainer hook (SAO: value pretraining)
+            key = {"policy": policy_key, "trainer": self.trainer.warmup_key(), "judge": self.scenario.judge.model_dump(by_alias=True),
+                   "target": self.schedule.target(0), "sampling": self.scenario.sampling.model_dump()}
+            samples = lambda n: judged_samples(self.env, starting_engine, prompts("train"), n, seed=0)  # noqa: E731
+            self.state.pretrain = warm_up(self.trainer, samples, key, self.log)
+        if resume is None:
+            seed_everything(self.seed)  # the warm-up (or its cache) must not change what RL samples
+        self.collector = Collector(self.env, self.arm.name, self.seed, self.trainer.group_size, self.budget)
+        self.judge_start, self.judge_offset = judge_counters(self.judge), dict(self.state.judge_used)
+        self.timer = Timer(Counter(self.state.seconds))
+        self.wall, self.wall_before = time.perf_counter(), self.state.wall_s
+        if resume is None:
+            self.save_checkpoint()
+        if self.progress is not None:
+            self.task = self.progress.add_task("", total=self.budget, completed=self.env.clock, arm=self.arm.name,
+                                               seed=self.seed, target=self.target_now(), reward="  -  ")
 
+    def restore(self, resume: dict[str, Any]) -> None:
+        if (resume["arm"], resume["seed"]) != (self.arm.name, self.seed):
+            raise ValueError(f"checkpoint is for arm {resume['arm']} seed {resume['seed']}, not {self.arm.name} seed {self.seed}")
+        self.trainer.load_state_dict(resume["trainer"])
+        self.env.clock = resume["env"]["clock"]
+        self.env.np_random.bit_generator.state = resume["env"]["np_random"]
+        checkpoint.set_rng_state(resume["rng"])
+        self.state = LoopState.from_checkpoint(resume["loop"])
+        self.state.resumes += 1
+        self.log(f"resuming {self.arm.name} seed {self.seed} at t={self.env.clock} (update {self.state.updates})")
 
-def warm_up(trainer: Any, env: StyleShiftEnv, engine: Engine, cache_key: dict, log: Callable[[str], None]) -> dict:
-    """A trainer's warm-up on `warmup_samples` judged samples from the fixed starting policy (SAO:
-    value pretraining), cached by everything that determines its result."""
-    from testbed.models.sft import cache_root  # the cache lives beside the SFT policy's
+    # -- bookkeeping shared by every runtime ----------------------------------------------------
 
-    key = hashlib.sha256(json.dumps(cache_key, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    path = cache_root() / f"critic-{key}.pt"
-    if path.exists():
-        saved = torch.load(path, weights_only=False)
-        trainer.load_warmup_state(saved["state"])
-        return {**saved["report"], "cached": str(path)}
-    log(f"{type(trainer).__name__} warm-up on {trainer.warmup_samples} judged samples from the starting policy (cached as {path})")
-    started = time.perf_counter()
-    samples = judged_samples(env, engine, prompts("train"), trainer.warmup_samples, seed=0)
-    report = {**trainer.warmup(samples), "judge_calls": trainer.warmup_samples,
-              "seconds": round(time.perf_counter() - started, 1)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save({"state": trainer.warmup_state(), "report": report}, tmp)
-    os.replace(tmp, path)
-    return report
+    def judge_used(self) -> dict[str, float]:
+        return counter_delta(self.judge_start, judge_counters(self.judge), self.judge_offset)
 
-
-def judge_counters(judge: Judge) -> dict[str, float]:
-    """The judge's cumulative accounting, if it keeps any (LLM judges do)."""
-    stats = getattr(judge, "stats", None)
-    return {k: float(v) for k, v in stats().items()} if callable(stats) else {}
-
-
-def counter_delta(start: dict[str, float], now: dict[str, float], offset: dict[str, float] | None = None) -> dict[str, float]:
-    """This arm's share of a judge's cumulative counters (latency percentiles are kept as they
-    are), plus what it had used before a resume (`offset`)."""
-    offset = offset or {}
-    return {k: (v - start.get(k, 0.0) + offset.get(k, 0.0)) if "latency" not in k else v for k, v in now.items()}
-
-
-class RunStopped(RuntimeError):
-    """The loop stopped on purpose (a judge outage, numerical trouble) after writing a checkpoint
-    that `--resume` continues from."""
-
-
-@dataclass
-class LoopState:
-    """The loop's own progress. With the trainer, the env and the RNGs it is all a checkpoint
-    needs to continue a run as if it had never stopped."""
-
-    judge_calls: int = 0
-    failures: int = 0  # judge calls that returned an error (stored, never trained on)
-    updates: int = 0
-    groups: int = 0
-    next_eval: int = 0
-    last_checkpoint: int = 0  # `updates` when the last checkpoint was written
-    failed_in_a_row: int = 0  # judge calls
-    nonfinite_in_a_row: int = 0  # updates skipped for a NaN/inf
-    skipped_updates: int = 0
-    buffer: list[Trajectory] = field(default_factory=list)  # judged episodes not yet trained on
-    recent: deque[float] = field(default_factory=lambda: deque(maxlen=128))  # rolling reward, for the bar
-    outages: list[dict[str, int]] = field(default_factory=list)  # {"t", "failed_calls"} per judge outage
-    seconds: dict[str, float] = field(default_factory=dict)  # Timer totals
-    judge_used: dict[str, float] = field(default_factory=dict)  # judge counters used before a resume
-    wall_s: float = 0.0
-    pretrain: dict[str, Any] = field(default_factory=dict)
-    resumes: int = 0
-
-    def record_verdict(self, verdict_failed: bool, t: int) -> None:
-        """Count a judge call; consecutive failures make one outage, reported as a gap at clock t."""
-        if not verdict_failed:
-            self.failed_in_a_row = 0
-            return
-        self.failures += 1
-        if self.failed_in_a_row == 0:
-            self.outages.append({"t": t, "failed_calls": 0})
-        self.outages[-1]["failed_calls"] += 1
-        self.failed_in_a_row += 1
-
-
-def run_arm(
-    scenario: Scenario,
-    arm: ArmConfig,
-    seed: int,
-    *,
-    base_policy: torch.nn.Module,
-    tokenizer: WordTokenizer,
-    judge: Judge,
-    schedule: DriftSchedule,
-    store: RunStore,
-    progress: Progress | None = None,
-    policy_key: str = "",
-    log: Callable[[str], None] = print,
-    completed: dict[str, dict[str, Any]] | None = None,
-    resume: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Train one arm with one seed for the scenario's episode budget; returns its totals.
-
-    Checkpoints go to the store's run directory at the start, every `checkpoint_every` updates,
-    when the run stops on purpose and at the end; `completed` (the totals of the arms x seeds
-    already finished) goes into each. `resume` is a checkpoint of this arm x seed to continue."""
-    rel = scenario.reliability
-    seed_everything(seed)
-    budget = scenario.budget.episodes
-    policy = copy.deepcopy(base_policy)
-    engine = make_engine(scenario, policy, tokenizer)
-    trainer = arm.trainer_class()(policy, arm.args, pad_id=tokenizer.pad_id, temperature=scenario.sampling.temperature, seed=seed)
-    env = StyleShiftEnv(judge, schedule, prompts("train"), seed=seed)
-    env.reset(seed=seed)  # seeds the env's prompt sampler
-    env.clock = 0
-    heldout = prompts("heldout")[: scenario.eval.prompts]
-    state = LoopState()
-
-    def save_checkpoint(*, final: bool = False, totals: dict[str, Any] | None = None) -> None:
+    def save_checkpoint(self, *, final: bool = False, totals: dict[str, Any] | None = None) -> None:
+        state = self.state
         state.last_checkpoint = state.updates
-        state.seconds = dict(timer.seconds)
-        state.judge_used = counter_delta(judge_start, judge_counters(judge), judge_offset)
-        state.wall_s = wall_before + time.perf_counter() - wall
-        done = dict(completed or {})
+        state.seconds = dict(self.timer.seconds)
+        state.judge_used = self.judge_used()
+        state.wall_s = self.wall_before + time.perf_counter() - self.wall
+        done = dict(self.completed)
         if totals is not None:
-            done[arm.name] = {**done.get(arm.name, {}), str(seed): totals}
-        checkpoint.save(store.root, arm.name, seed, {
-            "arm": arm.name, "seed": seed, "done": final, "completed": done,
-            "trainer": trainer.state_dict(),
-            "env": {"clock": env.clock, "np_random": env.np_random.bit_generator.state},
-            "rng": checkpoint.rng_state(),
-            "loop": {**state.__dict__, "recent": list(state.recent)},
-            "store": store.snapshot(),
+            done[self.arm.name] = {**done.get(self.arm.name, {}), str(self.seed): totals}
+        checkpoint.save(self.store.root, self.arm.name, self.seed, {
+            "arm": self.arm.name, "seed": self.seed, "done": final, "completed": done,
+            "trainer": self.trainer.state_dict(),
+            "env": {"clock": self.env.clock, "np_random": self.env.np_random.bit_generator.state},
+            "rng": checkpoint.rng_state(), "loop": state.to_checkpoint(), "store": self.store.snapshot(),
         }, final=final)
 
-    if resume is not None:
-        if (resume["arm"], resume["seed"]) != (arm.name, seed):
-            raise ValueError(f"checkpoint is for arm {resume['arm']} seed {resume['seed']}, not {arm.name} seed {seed}")
-        trainer.load_state_dict(resume["trainer"])
-        env.clock = resume["env"]["clock"]
-        env.np_random.bit_generator.state = resume["env"]["np_random"]
-        checkpoint.set_rng_state(resume["rng"])
-        saved = dict(resume["loop"])
-        saved["recent"] = deque(saved["recent"], maxlen=128)
-        state = LoopState(**saved)
-        state.resumes += 1
-        engine.load_weights(None, trainer.version)
-        log(f"resuming {arm.name} seed {seed} at t={env.clock} (update {state.updates})")
-    elif getattr(trainer, "warmup_samples", 0) > 0:  # an optional trainer hook (SAO: value pretraining)
-        cache_key = {"policy": policy_key, "trainer": trainer.warmup_key(), "judge": scenario.judge.model_dump(by_alias=True),
-                     "target": schedule.target(0), "sampling": scenario.sampling.model_dump()}
-        state.pretrain = warm_up(trainer, env, engine, cache_key, log)
-        seed_everything(seed)  # the cache must not change what the RL run samples
+    def stop(self, reason: str | None) -> None:
+        """Past a failure budget: checkpoint, then stop the run."""
+        if reason is not None:
+            self.save_checkpoint()
+            raise RunStopped(reason)
 
-    judge_start, judge_offset = judge_counters(judge), dict(state.judge_used)
-    timer = Timer(Counter(state.seconds))
-    wall, wall_before = time.perf_counter(), state.wall_s
-    if resume is None:
-        save_checkpoint()
-    task: TaskID | None = None
-    if progress is not None:
-        task = progress.add_task("", total=budget, completed=env.clock, arm=arm.name, seed=seed,
-                                 target=schedule.target(min(env.clock, budget - 1)).style, reward="  -  ")
+    def evaluate_if_due(self, t: int | None = None) -> None:
+        if t is None and self.env.clock < self.state.next_eval:
+            return
+        clock = self.env.clock if t is None else t
+        with self.timer.part("eval"):
+            rows, failed = evaluate_heldout(self.env, self.eval_engine, self.heldout, clock)
+        self.state.record_eval(len(self.heldout), failed)
+        with self.timer.part("bookkeeping"):
+            self.store.append("evals", [{"arm": self.arm.name, "seed": self.seed, **r} for r in rows])
+        if t is None:
+            self.state.next_eval += self.scenario.eval.every
+        self.stop(self.guard.judge(self.state, clock, "every held-out evaluation call failed"))
 
-    try:
-        while env.clock < budget:
-            if env.clock >= state.next_eval:
-                with timer.part("eval"):
-                    rows, _ = evaluate_heldout(env, engine, heldout, env.clock)
-                with timer.part("bookkeeping"):
-                    store.append("evals", [{"arm": arm.name, "seed": seed, **r} for r in rows])
-                state.next_eval += scenario.eval.every
+    def record_round(self, trajs: list[Trajectory]) -> None:
+        """Store a judged round, queue its judged episodes for training, apply the judge budget."""
+        with self.timer.part("bookkeeping"):
+            self.state.buffer += self.state.record(trajs)
+            self.state.groups += len({t.group_id for t in trajs})
+            self.store.append("episodes", episode_rows(trajs, self.trainer.version))
+        last_error = trajs[-1].verdict.error if trajs else None
+        self.stop(self.guard.judge(self.state, self.env.clock, last_error))
 
-            group = trainer.group_size
-            per_round = max(1, trainer.episodes_per_update // group)
-            with timer.part("bookkeeping"):
-                starts = env.reset_batch(per_round, repeat=group)[: budget - env.clock]
-            with timer.part("generation"):
-                trajs = engine.generate([s.prompt_text for s in starts])
-            with timer.part("judging"):
-                verdicts = env.step_batch(starts, [tr.response_text for tr in trajs])
-            if starts:  # judged episodes get consecutive clock values, failed ones the clock they failed at
-                starts = [dataclasses.replace(s, t=t) for s, t in zip(starts, env.episode_clocks(starts[0].t, verdicts))]
-            with timer.part("bookkeeping"):
-                state.judge_calls += len(verdicts)
-                for i, (traj, start, verdict) in enumerate(zip(trajs, starts, verdicts)):
-                    traj.verdict, traj.t, traj.target_style = verdict, start.t, start.target.style
-                    traj.prompt_id, traj.topic, traj.arm, traj.seed = start.prompt_id, start.topic, arm.name, seed
-                    traj.group_id = state.groups + i // group
-                    state.record_verdict(verdict.error is not None, start.t)
-                    if verdict.error is None:
-                        state.buffer.append(traj)
-                        state.recent.append(verdict.reward)
-                state.groups += per_round
-                store.append("episodes", episode_rows(arm.name, seed, trajs, starts, trainer.version))
-                if state.failed_in_a_row >= rel.judge_failure_budget:
-                    save_checkpoint()
-                    raise RunStopped(
-                        f"arm {arm.name} seed {seed}: the judge failed {state.failed_in_a_row} calls in a row at t={env.clock} "
-                        f"(reliability.judge_failure_budget={rel.judge_failure_budget}; last error: {verdicts[-1].error}). "
-                        f"A checkpoint was written: continue with --resume {store.root} once the judge is back."
-                    )
+    def record_update(self, metrics: dict[str, Any]) -> None:
+        """Store one update's row, apply the NaN/inf budget, checkpoint when due."""
+        self.state.updates += 1
+        with self.timer.part("bookkeeping"):
+            self.store.append("updates", [update_row(self.arm.name, self.seed, self.state, self.env.clock, metrics, self.judge_used())])
+        self.stop(self.guard.numerics(self.state, metrics))
+        if self.state.updates - self.state.last_checkpoint >= self.scenario.reliability.checkpoint_every:
+            with self.timer.part("bookkeeping"):
+                self.save_checkpoint()
 
+    def target_now(self) -> str:
+        return self.schedule.target(min(self.env.clock, self.budget - 1)).style
+
+    def show_progress(self) -> None:
+        if self.progress is not None and self.task is not None:
+            recent = self.state.recent
+            rolling = f"{sum(recent) / len(recent):.2f}" if recent else "  -  "
+            self.progress.update(self.task, completed=self.env.clock, target=self.target_now(), reward=rolling)
+
+    def run(self) -> dict[str, Any]:
+        """The loop, a last evaluation, the totals and the final checkpoint."""
+        try:
+            self.loop()
+        except FloatingPointError as exc:  # the policy itself is broken: no checkpoint of this state
+            raise RunStopped(f"arm {self.arm.name} seed {self.seed} update {self.state.updates}: {exc}. The last good state "
+                             f"is the checkpoint at update {self.state.last_checkpoint} in {self.store.root / 'checkpoints'}.") from None
+        self.evaluate_if_due(self.budget)
+        totals = self.totals()
+        self.save_checkpoint(final=True, totals=totals)
+        return totals
+
+    def loop(self) -> None:
+        raise NotImplementedError
+
+    def totals(self) -> dict[str, Any]:
+        state, wall_total = self.state, self.wall_before + time.perf_counter() - self.wall
+        return {
+            "pretrain": state.pretrain, "judge": self.judge_used(), "episodes": self.env.clock,
+            "judge_calls": state.judge_calls, "judge_failures": state.failures,
+            "eval_judge_calls": state.eval_judge_calls, "eval_judge_failures": state.eval_failures,
+            "judge_outages": state.outages, "updates": state.updates, "skipped_updates": state.skipped_updates,
+            "dropped_stale": state.dropped_stale, "resumes": state.resumes, "wall_s": round(wall_total, 2),
+            "episodes_per_s": round(self.env.clock / wall_total, 2),
+            "time_s": {k: round(v, 3) for k, v in self.timer.seconds.items()},
+        }
+
+
+class SyncRunner(ArmRunner):
+    """The reference runtime: one process, one round after another, deterministic per seed. The
+    engine and the trainer share one policy module, so a new version needs no weight copy."""
+
+    def __init__(self, scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module,
+                 tokenizer: WordTokenizer, **kw: Any):
+        super().__init__(scenario, arm, seed, **kw)
+        seed_everything(seed)
+        policy = copy.deepcopy(base_policy)
+        self.engine = self.eval_engine = make_engine(scenario, policy, tokenizer)
+        self.trainer = make_trainer(arm, policy, tokenizer, scenario, seed)
+
+    def loop(self) -> None:
+        trainer, state = self.trainer, self.state
+        per_round = max(1, trainer.episodes_per_update // trainer.group_size)
+        while self.env.clock < self.budget:
+            self.evaluate_if_due()
+            with self.timer.part("bookkeeping"):
+                round_ = self.collector.issue(per_round, self.env.clock, state.groups)
+            with self.timer.part("generation"):
+                trajs = self.engine.generate(round_.prompts)
+            with self.timer.part("judging"):
+                trajs = self.collector.judge(round_, trajs)
+            self.record_round(trajs)
             while len(state.buffer) >= trainer.episodes_per_update:
                 batch, state.buffer = state.buffer[: trainer.episodes_per_update], state.buffer[trainer.episodes_per_update :]
-                with timer.part("training"):
+                with self.timer.part("training"):
                     metrics = trainer.update(batch)
-                state.updates += 1
-                engine.load_weights(None, trainer.version)  # shared module: only the version moves
-                with timer.part("bookkeeping"):
-                    row = {"arm": arm.name, "seed": seed, "update": state.updates, "t": env.clock,
-                           "judge_calls": state.judge_calls, "judge_failures": state.failures, **metrics,
-                           **counter_delta(judge_start, judge_counters(judge), judge_offset)}
-                    store.append("updates", [row])
-                bad = metrics.get("nonfinite")
-                state.nonfinite_in_a_row = state.nonfinite_in_a_row + 1 if bad else 0
-                if bad:
-                    state.skipped_updates += 1
-                    log(f"{arm.name} seed {seed} update {state.updates}: {bad} is NaN/inf; the update was skipped")
-                if state.nonfinite_in_a_row >= rel.max_nonfinite_updates:
-                    save_checkpoint()
-                    raise RunStopped(
-                        f"arm {arm.name} seed {seed} update {state.updates}: {bad} was NaN/inf in {state.nonfinite_in_a_row} "
-                        f"updates in a row (reliability.max_nonfinite_updates={rel.max_nonfinite_updates}); stopping. "
-                        f"The last good state is checkpointed in {store.root / 'checkpoints'}."
-                    )
+                self.engine.load_weights(None, trainer.version)  # shared module: only the version moves
+                self.record_update(metrics)
+            self.show_progress()
 
-            if state.updates - state.last_checkpoint >= rel.checkpoint_every:
-                with timer.part("bookkeeping"):
-                    save_checkpoint()
-            if progress is not None and task is not None:
-                rolling = f"{sum(state.recent) / len(state.recent):.2f}" if state.recent else "  -  "
-                progress.update(task, completed=env.clock, target=schedule.target(min(env.clock, budget - 1)).style, reward=rolling)
 
-    except FloatingPointError as exc:  # the policy itself is broken: no checkpoint of this state
-        raise RunStopped(f"arm {arm.name} seed {seed} update {state.updates}: {exc}. The last good state is the "
-                         f"checkpoint at update {state.last_checkpoint} in {store.root / 'checkpoints'}.") from None
-
-    with timer.part("eval"):
-        rows, _ = evaluate_heldout(env, engine, heldout, budget)
-    store.append("evals", [{"arm": arm.name, "seed": seed, **r} for r in rows])
-    wall_total = wall_before + time.perf_counter() - wall
-    totals = {
-        "pretrain": state.pretrain,
-        "judge": counter_delta(judge_start, judge_counters(judge), judge_offset),
-        "episodes": env.clock,
-        "judge_calls": state.judge_calls,
-        "judge_failures": state.failures,
-        "judge_outages": state.outages,
-        "updates": state.updates,
-        "skipped_updates": state.skipped_updates,
-        "resumes": state.resumes,
-        "wall_s": round(wall_total, 2),
-        "episodes_per_s": round(env.clock / wall_total, 2),
-        "time_s": {k: round(v, 3) for k, v in timer.seconds.items()},
-    }
-    save_checkpoint(final=True, totals=totals)
-    return totals
+def run_arm(scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module, tokenizer: WordTokenizer,
+            judge: Judge, schedule: DriftSchedule, store: RunStore, progress: Progress | None = None, policy_key: str = "",
+            log: Callable[[str], None] = print, completed: dict[str, dict[str, Any]] | None = None,
+            resume: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train one arm with one seed for the scenario's episode budget in this process; returns its
+    totals. Checkpoints go to the store's run directory at the start, every `checkpoint_every`
+    updates, when the run stops on purpose and at the end; `resume` is a checkpoint to continue."""
+    runner = SyncRunner(scenario, arm, seed, base_policy=base_policy, tokenizer=tokenizer, judge=judge, schedule=schedule,
+                        store=store, progress=progress, log=log, completed=completed)
+    runner.start(resume, policy_key, runner.engine)
+    if resume is not None:
+        runner.engine.load_weights(None, runner.trainer.version)
+    return runner.run()

@@ -14,6 +14,7 @@ on purpose with a checkpoint (judge outage, NaN/inf updates; resumable), 130 int
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 import unicodedata
@@ -102,6 +103,49 @@ def sft_evaluator(scenario: Scenario):
     return evaluate
 
 
+def run_arms(scenario: Scenario, store: RunStore, manifest: dict[str, Any], resume_state: dict[str, Any] | None,
+             **kw: Any) -> None:
+    """Every arm x seed not finished yet: one after another, or side by side as Ray tasks."""
+    from testbed.loop import make_progress
+
+    jobs = [(arm, seed) for arm in scenario.arms for seed in scenario.seeds if str(seed) not in manifest["arms"].get(arm.name, {})]
+
+    def done(arm_name: str, seed: int, totals: dict[str, Any]) -> None:
+        manifest["arms"].setdefault(arm_name, {})[str(seed)] = totals
+        store.write_manifest(manifest)
+
+    with make_progress() as progress, runtime_session(scenario):
+        if scenario.runtime.parallel_arms and len(jobs) > 1:
+            from testbed.distributed.parallel import run_arms_in_parallel
+
+            return run_arms_in_parallel(scenario, jobs, base_policy=kw["base_policy"], tokenizer=kw["tokenizer"],
+                                        policy_key=kw["policy_key"], store=store, on_done=done, log=progress.console.print)
+        for arm, seed in jobs:
+            resume = resume_state if resume_state and (resume_state["arm"], resume_state["seed"]) == (arm.name, seed) else None
+            totals = arm_runner(scenario, arm)(scenario, arm, seed, store=store, progress=progress, log=progress.console.print,
+                                               completed=manifest["arms"], resume=resume, **kw)
+            done(arm.name, seed, totals)
+
+
+def arm_runner(scenario: Scenario, arm: Any) -> Any:
+    """`run_arm` of the arm's runtime: the same arguments, the same rows."""
+    from testbed.loop import run_arm
+
+    if scenario.runtime_for(arm).kind == "ray":
+        from testbed.distributed.runtime import run_arm_ray  # imports ray only when asked for
+
+        return run_arm_ray
+    return run_arm
+
+
+def runtime_session(scenario: Scenario) -> Any:
+    if scenario.runtime.parallel_arms or any(scenario.runtime_for(arm).kind == "ray" for arm in scenario.arms):
+        from testbed.distributed.cluster import ray_session
+
+        return ray_session(scenario.runtime)
+    return contextlib.nullcontext()
+
+
 def resolved_dict(scenario: Scenario) -> dict[str, Any]:
     return scenario.model_dump(mode="json", by_alias=True)
 
@@ -162,6 +206,7 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario field, e.g. --set budget.episodes=500 (repeatable)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a killed or stopped run from its last checkpoint")
+    parser.add_argument("--runtime", choices=["sync", "ray"], help="override runtime.kind (sync: one process; ray: async actors)")
     return parser.parse_args(argv)
 
 
@@ -193,7 +238,8 @@ def start(args: argparse.Namespace, opened: dict[str, Any]) -> int | None:
         if args.resume:
             opened["scenario"], opened["store"], opened["manifest"], opened["resume_state"] = open_resume(Path(args.resume))
         else:
-            opened["scenario"] = load_scenario(args.scenario, args.overrides)
+            overrides = args.overrides + ([f"runtime.kind={args.runtime}"] if args.runtime else [])
+            opened["scenario"] = load_scenario(args.scenario, overrides)
         opened["judge"] = build_judge(opened["scenario"])
         opened["schedule"] = opened["scenario"].schedule_object()
     except RunFinished as exc:
@@ -267,14 +313,14 @@ def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStor
     """Every arm x seed of a started run into its run directory, then the report."""
     import torch
 
-    from testbed.loop import RunStopped, make_progress, run_arm
+    from testbed.learn import RunStopped
 
     manifest["switch_points"] = list(schedule.switch_points())
     manifest["budget"] = scenario.budget.episodes
     store.write_manifest(manifest)
     console.print(f"run directory: {store.root}")
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    torch.set_num_threads(scenario.runtime.torch_threads or max(1, torch.get_num_threads()))
     try:
         base_policy, tokenizer, sft_report = load_or_train_policy(
             scenario.policy, scenario.world.archetypes, evaluate=sft_evaluator(scenario), log=console.print
@@ -282,18 +328,8 @@ def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStor
         manifest["sft"] = sft_report
         store.write_manifest(manifest)
         started = time.time()
-        with make_progress() as progress:
-            for arm in scenario.arms:
-                for seed in scenario.seeds:
-                    if str(seed) in manifest["arms"].get(arm.name, {}):
-                        continue  # finished before a resume
-                    resume = resume_state if resume_state and (resume_state["arm"], resume_state["seed"]) == (arm.name, seed) else None
-                    totals = run_arm(scenario, arm, seed, base_policy=base_policy, tokenizer=tokenizer, judge=judge,
-                                     schedule=schedule, store=store, progress=progress, log=progress.console.print,
-                                     policy_key=sft_report.get("key") or sft_report.get("checkpoint", ""),
-                                     completed=manifest["arms"], resume=resume)
-                    manifest["arms"].setdefault(arm.name, {})[str(seed)] = totals
-                    store.write_manifest(manifest)
+        run_arms(scenario, store, manifest, resume_state, base_policy=base_policy, tokenizer=tokenizer, judge=judge,
+                 schedule=schedule, policy_key=sft_report.get("key") or sft_report.get("checkpoint", ""))
     except KeyboardInterrupt:
         return interrupted(store, manifest)
     except RunStopped as exc:

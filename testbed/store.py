@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 import yaml
 from filelock import FileLock, Timeout
 
-TABLES = ("episodes", "updates", "evals")
+TABLES = ("episodes", "updates", "evals", "dropped")  # dropped: episodes too stale to train on (async runtime)
 PART = re.compile(r"^part-(\d{6})-([0-9a-f]{16})\.parquet$")  # index and the first 16 hex of its sha256
 RUN_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")  # as arm names; "." and ".." are refused besides
 LOCK_NAME = ".lock"

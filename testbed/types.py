@@ -4,7 +4,7 @@ the Trajectory that carries one episode from the engine through the env to the t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -83,15 +83,13 @@ class Trajectory:
     arm: str = ""
     seed: int = 0
     group_id: int = 0
-    extra: dict = field(default_factory=dict)
+    candidates: tuple[str, ...] = ()  # the candidate styles of the target it was judged against
+    generation_target: str = ""  # the target style when it was generated (async: may be an older one)
+    generation_t: int = -1  # the clock it was issued for
 
     @property
     def reward(self) -> float:
         return 0.0 if self.verdict is None else self.verdict.reward
-
-    @property
-    def judged(self) -> bool:
-        return self.verdict is not None and self.verdict.error is None
 
     @property
     def response_tokens(self) -> list[int]:

@@ -236,18 +236,26 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
             t += verdict.error is None
         return clocks
 
-    def reset_batch(self, n: int, repeat: int = 1) -> list[EpisodeStart]:
+    def reset_batch(self, n: int, repeat: int = 1, t0: int | None = None) -> list[EpisodeStart]:
         """``n * repeat`` training episodes: ``n`` prompts drawn with ``self.np_random``, each
         re-sampled ``repeat`` times in a row (GRPO's groups; every one is its own judged
-        episode). The i-th episode has clock ``env.clock + i`` and that clock's target. Does not
-        move the clock."""
+        episode). The i-th episode has clock ``t0 + i`` (default ``t0 = env.clock``) and that
+        clock's target; an asynchronous runtime passes the clock its in-flight episodes will
+        reach. Does not move the clock."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"n must be an int >= 0, got {n!r}")
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
             raise ValueError(f"repeat must be an int >= 1, got {repeat!r}")
-        t0 = self._clock
+        t0 = self._clock if t0 is None else t0
         specs = [spec for spec in self._sample_specs(n) for _ in range(repeat)]
         return [self._start(spec, t0 + i) for i, spec in enumerate(specs)]
+
+    def retarget(self, start: EpisodeStart, t: int) -> EpisodeStart:
+        """The same prompt text, judged at clock ``t``: its target is the one in force at ``t``
+        (which differs from the generation-time target when a switch fell in between)."""
+        if t == start.t:
+            return start
+        return EpisodeStart(start.prompt_text, start.prompt_id, start.topic, t, self._target(t))
 
     async def astep_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
         """Judge ``responses[i]`` for ``starts[i]`` in ONE judge call; advance the clock by the

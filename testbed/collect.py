@@ -1,0 +1,146 @@
+"""Collect: reset -> generate -> judge -> stamp.
+
+The piece both runtimes share (the synchronous loop and the Ray runtime), and that held-out
+evaluation and trainer warm-ups reuse, to turn prompts into judged, stamped Trajectories:
+
+    round = collector.issue(n_prompts, clock)      prompts with the target at generation time
+    trajs = engine.generate(round.prompts)          (here, or in a rollout actor)
+    trajs = collector.judge(round, trajs)           judged at the clock and target of judge time
+
+Generation and judging are split so that a runtime can generate on other processes while the
+env, the only owner of the drift clock, judges in one place. In the synchronous loop both
+happen at the same clock; asynchronously a switch can fall between them, and each episode then
+records both targets (`generation_target` and `target_style`).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from testbed.envs.style_shift import EpisodeStart, StyleShiftEnv
+from testbed.protocols import Engine
+from testbed.types import Trajectory
+from testbed.world import STYLES, PromptSpec
+
+
+@dataclass
+class Timer:
+    """Wall time per part of the loop, for the throughput benchmark and the manifest."""
+
+    seconds: Counter = field(default_factory=Counter)
+
+    def part(self, name: str) -> _Lap:
+        return _Lap(self, name)
+
+
+class _Lap:
+    def __init__(self, timer: Timer, name: str):
+        self.timer, self.name = timer, name
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.timer.seconds[self.name] += time.perf_counter() - self.start
+
+
+@dataclass
+class Round:
+    """Episodes issued together: their starts as rendered at generation time, and where their
+    GRPO-style groups begin."""
+
+    starts: list[EpisodeStart]
+    first_group: int
+    group_size: int
+
+    @property
+    def prompts(self) -> list[str]:
+        return [s.prompt_text for s in self.starts]
+
+
+class Collector:
+    """Issues and judges training episodes for one arm x seed on one env."""
+
+    def __init__(self, env: StyleShiftEnv, arm: str, seed: int, group_size: int, budget: int):
+        self.env, self.arm, self.seed, self.group_size, self.budget = env, arm, seed, group_size, budget
+
+    def issue(self, n_prompts: int, clock: int, first_group: int) -> Round:
+        """`n_prompts` prompts (each `group_size` times) with the targets of clocks `clock`,
+        `clock + 1`, ...; never more episodes than the budget has left after `clock`."""
+        starts = self.env.reset_batch(n_prompts, repeat=self.group_size, t0=clock)[: max(0, self.budget - clock)]
+        return Round(starts, first_group, self.group_size)
+
+    def judge(self, round_: Round, trajs: list[Trajectory]) -> list[Trajectory]:
+        """Judge a generated round at the env's clock now and stamp every trajectory. Judged
+        episodes get consecutive clock values; a failed one the clock at which it failed."""
+        t0 = self.env.clock
+        at_judge = [self.env.retarget(s, t0 + i) for i, s in enumerate(round_.starts)]
+        verdicts = self.env.step_batch(at_judge, [tr.response_text for tr in trajs])
+        clocks = self.env.episode_clocks(t0, verdicts)
+        for i, (traj, made, verdict, t) in enumerate(zip(trajs, round_.starts, verdicts, clocks)):
+            judged = self.env.retarget(made, t)  # the target of the clock the episode really got
+            traj.verdict, traj.t, traj.target_style = verdict, t, judged.target.style
+            traj.candidates, traj.generation_target, traj.generation_t = judged.target.candidates, made.target.style, made.t
+            traj.prompt_id, traj.topic, traj.arm, traj.seed = made.prompt_id, made.topic, self.arm, self.seed
+            traj.group_id = round_.first_group + i // round_.group_size
+        return trajs
+
+
+def episode_rows(trajs: list[Trajectory], learner_version: int) -> list[dict[str, Any]]:
+    """One row per judged (or failed) episode, with the run directory's column names;
+    `staleness` is how many policy versions the learner was ahead when the episode was judged."""
+    rows = []
+    for traj in trajs:
+        v = traj.verdict
+        assert v is not None
+        rows.append({
+            "arm": traj.arm, "seed": traj.seed, "t": traj.t, "prompt_id": traj.prompt_id, "topic": traj.topic,
+            "target_style": traj.target_style, "candidates": ",".join(traj.candidates),
+            "judged_style": v.style, "r_quality": int(v.quality), "r_style": int(v.style_match),
+            "reward": v.reward if v.error is None else None, "judge_error": v.error, "judge_latency_s": v.latency_s,
+            "group_id": traj.group_id, "policy_version": traj.policy_version,
+            "staleness": learner_version - traj.policy_version,
+            "generation_target": traj.generation_target, "generation_t": traj.generation_t,
+            "response_tokens": len(traj.response_tokens), "response": traj.response_text,
+        })
+    return rows
+
+
+def evaluate_heldout(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], t: int) -> tuple[list[dict], int]:
+    """Held-out style shares at clock t (one sample per held-out prompt, rendered with the
+    candidates offered at t; the clock does not move) and the number of failed verdicts. An
+    evaluation with no verdict at all is a gap: shares and rewards are missing, never 0."""
+    starts = env.eval_starts(specs, t)
+    trajs = engine.generate([s.prompt_text for s in starts])
+    verdicts = env.evaluate_batch(starts, [tr.response_text for tr in trajs])
+    return heldout_rows(verdicts, t, starts[0].target.style), sum(v.error is not None for v in verdicts)
+
+
+def heldout_rows(verdicts: list, t: int, target_style: str) -> list[dict]:
+    ok = [v for v in verdicts if v.error is None]
+    n = len(ok)
+    counts = Counter(v.style for v in ok)
+    reward = sum(v.reward for v in ok) / n if n else None
+    quality = sum(v.quality for v in ok) / n if n else None
+    styles = list(STYLES) + sorted(s for s in counts if s not in STYLES and s is not None)
+    return [{"t": t, "style": s, "share": counts.get(s, 0) / n if n else None, "n": n,
+             "eval_reward": reward, "eval_quality": quality, "target_style": target_style} for s in styles]
+
+
+def judged_samples(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], n: int, seed: int, chunk: int = 128) -> list[Trajectory]:
+    """n samples from the engine's (fixed) policy on random training prompts, judged against the
+    target at clock 0 without moving the clock; failed verdicts are dropped."""
+    rng = random.Random(seed)
+    out: list[Trajectory] = []
+    for i in range(0, n, chunk):
+        starts = env.eval_starts([rng.choice(specs) for _ in range(min(chunk, n - i))], 0)
+        trajs = engine.generate([s.prompt_text for s in starts])
+        for traj, start, verdict in zip(trajs, starts, env.evaluate_batch(starts, [t.response_text for t in trajs])):
+            if verdict.error is None:
+                traj.verdict, traj.t, traj.target_style, traj.prompt_id = verdict, 0, start.target.style, start.prompt_id
+                out.append(traj)
+    return out

@@ -1,0 +1,265 @@
+"""The Ray runtime for one arm x seed: rollout actors generate continuously, the driver judges and
+owns the drift clock, a learner (group) trains on a bounded queue of judged single rollouts.
+
+    driver                         rollout actors (N)            learner group (M, gloo)
+    issue round (target at t_gen) -> generate with version v  ->
+    judge at t_judge, store rows  <-
+    dequeue a batch, drop stale   ----------------------------> update -> version v+1, weights
+    publish weights by version    <----------------------------
+
+- **The clock.** Only the driver's env judges, so `t` stays 0..budget-1 without gaps or
+  duplicates however many actors generate. Each episode keeps the target at generation time and
+  at judge time; around a switch they differ.
+- **Staleness.** An episode generated with version v and trained at version v' has staleness
+  v' - v. A round is issued only while the updates that will happen before its batch trains
+  number at most `max_staleness` (AReaL's gate), and at dequeue anything older is dropped,
+  stored (`dropped.parquet`) and counted, never trained on. DIS corrects the rest.
+- **Faults.** A rollout actor that dies is restarted and its round is sent again (it was not judged,
+  so nothing is lost or counted twice). A learner that dies stops the run (`RunStopped`): the
+  last checkpoint on disk is what `--resume` continues from.
+
+With one rollout worker and `max_staleness: 0` the order of every generation, judgement,
+evaluation and update is the synchronous loop's, and so are the rows.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections import Counter
+from typing import Any
+
+import ray
+import torch
+
+from testbed.collect import Round
+from testbed.config import ArmConfig, Scenario
+from testbed.distributed.learner import LearnerGroup
+from testbed.distributed.rollout import ActorEngine, RolloutActor
+from testbed.learn import RunStopped
+from testbed.loop import ArmRunner, make_engine, make_trainer, seed_everything
+from testbed.models.tokenizer import WordTokenizer
+from testbed.types import Trajectory
+
+ACTOR_DIED = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
+
+
+@dataclasses.dataclass
+class TrainerFactory:
+    """Builds the arm's trainer inside a learner worker from the policy's config and weights, so
+    a worker on another node needs no cache directory."""
+
+    arm: ArmConfig
+    policy_config: Any
+    policy_state: dict
+    pad_id: int
+    temperature: float
+    seed: int
+    threads: int
+
+    def __call__(self) -> Any:
+        from testbed.distributed.rollout import build_policy
+
+        torch.set_num_threads(self.threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
+        policy = build_policy(self.policy_config, self.policy_state)
+        return self.arm.trainer_class()(policy, self.arm.args, pad_id=self.pad_id, temperature=self.temperature, seed=self.seed)
+
+
+class LearnerProxy:
+    """What the shared loop sees of the trainer: static properties from a local shadow trainer
+    (built the same way, used for the warm-up), state and version from the remote learner."""
+
+    def __init__(self, shadow: Any, learner: LearnerGroup):
+        self.shadow, self.learner = shadow, learner
+        self.group_size, self.episodes_per_update = shadow.group_size, shadow.episodes_per_update
+        self.warmup_samples = getattr(shadow, "warmup_samples", 0)
+        self.version = 0
+
+    def __getattr__(self, name: str) -> Any:  # warmup, warmup_key, warmup_state on the shadow
+        return getattr(self.shadow, name)
+
+    def load_warmup_state(self, state: dict) -> None:
+        self.shadow.load_warmup_state(state)
+
+    def state_dict(self) -> dict:
+        return self.learner.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.learner.load_state_dict(state)
+        self.version = state["version"]
+
+
+class RayRunner(ArmRunner):
+    def __init__(self, scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module,
+                 tokenizer: WordTokenizer, **kw: Any):
+        super().__init__(scenario, arm, seed, **kw)
+        rt = self.rt = scenario.runtime_for(arm)
+        threads = rt.torch_threads or 1
+        seed_everything(seed)
+        policy = copy.deepcopy(base_policy)
+        self.local_engine = make_engine(scenario, policy, tokenizer)  # the warm-up samples the starting policy here
+        state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+        factory = TrainerFactory(arm, policy.config, state, tokenizer.pad_id, scenario.sampling.temperature, seed, threads)
+        self.learner = LearnerGroup(factory, rt.learner_workers, torch_threads=threads, actor_cpus=rt.actor_cpus)
+        self.trainer = LearnerProxy(make_trainer(arm, policy, tokenizer, scenario, seed), self.learner)
+        self.weights = [ray.put(state)]
+        spec = (scenario.engine.name, scenario.engine.args)
+        self.name = f"testbed-{self.store.root.name}-{arm.name}-seed{seed}"  # named, so a fault test can find them
+        self.new_actor = lambda i: RolloutActor.options(  # noqa: E731
+            num_cpus=rt.actor_cpus, name=f"{self.name}-rollout{i}-r{self.restarts}").remote(
+            policy.config, state, tokenizer, spec, scenario.sampling, seed + 1000 * i, threads)
+        self.restarts = 0
+        self.actors = [self.new_actor(i) for i in range(rt.rollout_workers)]
+        self.eval_engine = ActorEngine(self, 0)
+        self.inflight: dict[ray.ObjectRef, tuple[int, Round | None]] = {}
+        self.update_ref: ray.ObjectRef | None = None
+        self.update_started = 0.0
+        self.busy = Counter()  # seconds: "rollout" (summed over actors), "learner"
+        self.staleness = Counter()  # staleness of every episode trained on
+
+    def start(self, resume: dict | None, policy_key: str, starting_engine: Any = None) -> None:
+        super().start(resume, policy_key, self.local_engine)
+        if resume is None and self.trainer.warmup_samples > 0:
+            self.learner.load_warmup_state(self.trainer.shadow.warmup_state())
+        if resume is not None:
+            self.publish(self.learner.policy_state(), self.trainer.version)
+
+    def publish(self, policy_state: dict, version: int) -> None:
+        self.weights, self.trainer.version = [ray.put(policy_state)], version
+
+    def submit_generation(self, index: int, prompts: list[str]) -> ray.ObjectRef:
+        return self.actors[index].generate.remote(prompts, self.weights, self.trainer.version)
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def loop(self) -> None:
+        while self.env.clock < self.budget or self.inflight or self.update_ref is not None:
+            if self.env.clock < self.budget and self.env.clock >= self.state.next_eval:
+                self.finish_update()  # evaluate the newest policy, as the synchronous loop does
+                self.evaluate_if_due()
+            self.issue_rounds()
+            self.start_update()
+            waiting = list(self.inflight) + ([self.update_ref] if self.update_ref is not None else [])
+            if not waiting:
+                continue
+            with self.timer.part("waiting"):
+                ready, _ = ray.wait(waiting, num_returns=1)
+            if ready[0] is self.update_ref or ready[0] == self.update_ref:
+                self.finish_update()
+            else:
+                self.finish_generation(ready[0])
+            self.show_progress()
+
+    def updates_ahead(self) -> int:
+        """Updates that will happen before a round issued now is trained on."""
+        pending = sum(len(r.starts) for _, r in self.inflight.values() if r is not None)
+        return (self.update_ref is not None) + (len(self.state.buffer) + pending) // self.trainer.episodes_per_update
+
+    def issue_rounds(self) -> None:
+        epu, group = self.trainer.episodes_per_update, self.trainer.group_size
+        limit = self.rt.queue_size or (self.rt.max_staleness + 2) * epu
+        busy = {i for i, _ in self.inflight.values()}
+        for i in range(len(self.actors)):
+            pending = sum(len(r.starts) for _, r in self.inflight.values() if r is not None)
+            clock = self.env.clock + pending
+            if i in busy or clock >= self.budget or self.updates_ahead() > self.rt.max_staleness:
+                continue
+            if len(self.state.buffer) + pending + epu > limit:
+                continue
+            with self.timer.part("bookkeeping"):
+                round_ = self.collector.issue(max(1, epu // group), clock, self.state.groups + self.issued_groups())
+            self.inflight[self.submit_generation(i, round_.prompts)] = (i, round_)
+
+    def issued_groups(self) -> int:
+        return sum(len({s.prompt_id for s in r.starts}) and (len(r.starts) + r.group_size - 1) // r.group_size
+                   for _, r in self.inflight.values() if r is not None)
+
+    def finish_generation(self, ref: ray.ObjectRef) -> None:
+        index, round_ = self.inflight.pop(ref)
+        try:
+            trajs, seconds = ray.get(ref)
+        except ACTOR_DIED as exc:
+            self.restart_actor(index, round_, exc)
+            return
+        self.busy["rollout"] += seconds
+        with self.timer.part("judging"):
+            trajs = self.collector.judge(round_, trajs)
+        self.record_round(trajs)
+
+    def restart_actor(self, index: int, round_: Round, exc: Exception) -> None:
+        """A lost actor's round was never judged: start a new actor and send the round again."""
+        self.restarts += 1
+        self.log(f"{self.arm.name} seed {self.seed}: rollout actor {index} died ({type(exc).__name__}); restarting it")
+        self.actors[index] = self.new_actor(index)
+        self.inflight[self.submit_generation(index, round_.prompts)] = (index, round_)
+
+    def start_update(self) -> None:
+        epu, state = self.trainer.episodes_per_update, self.state
+        if self.update_ref is not None:
+            return
+        batch: list[Trajectory] = []
+        while len(state.buffer) > 0 and len(batch) < epu:
+            traj = state.buffer.pop(0)
+            if self.trainer.version - traj.policy_version > self.rt.max_staleness:
+                self.drop(traj)
+            else:
+                batch.append(traj)
+        if len(batch) < epu:  # not a full batch yet: put it back, in order
+            state.buffer[:0] = batch
+            return
+        self.staleness.update(self.trainer.version - t.policy_version for t in batch)
+        self.batch_staleness = [self.trainer.version - t.policy_version for t in batch]
+        self.update_started = time.perf_counter()
+        self.update_ref = self.learner.update(batch)
+
+    def drop(self, traj: Trajectory) -> None:
+        self.state.dropped_stale += 1
+        self.store.append("dropped", [{"arm": self.arm.name, "seed": self.seed, "t": traj.t, "policy_version": traj.policy_version,
+                                       "learner_version": self.trainer.version, "staleness": self.trainer.version - traj.policy_version}])
+
+    def finish_update(self) -> None:
+        if self.update_ref is None:
+            return
+        ref, self.update_ref = self.update_ref, None
+        try:
+            metrics, version, policy_state = ray.get(ref)
+        except ACTOR_DIED as exc:
+            raise RunStopped(f"arm {self.arm.name} seed {self.seed}: the learner failed at update {self.state.updates + 1} "
+                             f"({type(exc).__name__}: {exc}). Continue from the last checkpoint with --resume "
+                             f"{self.store.root}.") from None
+        self.busy["learner"] += time.perf_counter() - self.update_started
+        self.timer.seconds["training"] += time.perf_counter() - self.update_started
+        self.publish(policy_state, version)
+        stale = self.batch_staleness
+        metrics = {**metrics, "staleness_mean": sum(stale) / len(stale), "staleness_max": max(stale),
+                   "dropped_stale_total": self.state.dropped_stale}
+        self.record_update(metrics)
+
+    def totals(self) -> dict[str, Any]:
+        totals = super().totals()
+        wall = max(totals["wall_s"], 1e-9)
+        totals["runtime"] = {
+            "kind": "ray", "rollout_workers": len(self.actors), "learner_workers": self.rt.learner_workers,
+            "max_staleness": self.rt.max_staleness, "actor_restarts": self.restarts,
+            "staleness_histogram": {str(k): v for k, v in sorted(self.staleness.items())},
+            "rollout_idle_share": round(1 - self.busy["rollout"] / (wall * len(self.actors)), 3),
+            "learner_idle_share": round(1 - self.busy["learner"] / wall, 3),
+        }
+        return totals
+
+    def close(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)
+        self.learner.shutdown()
+
+
+def run_arm_ray(scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module, tokenizer: WordTokenizer,
+                policy_key: str = "", resume: dict | None = None, **kw: Any) -> dict[str, Any]:
+    """`testbed.loop.run_arm` on the Ray runtime: same arguments, same rows."""
+    runner = RayRunner(scenario, arm, seed, base_policy=base_policy, tokenizer=tokenizer, **kw)
+    try:
+        runner.start(resume, policy_key)
+        return runner.run()
+    finally:
+        runner.close()

@@ -1,0 +1,164 @@
+"""Learn and guard: the pieces around a trainer update that both runtimes share.
+
+- `LoopState`: the loop's own progress; with the trainer, the env and the RNGs it is all a
+  checkpoint needs to continue a run as if it had never stopped.
+- `update_row`: one trainer update's metrics row for `updates.parquet`, with the loop's own judge
+  counts (training and evaluation calls) kept apart from a judge's own counters (`llm_*`).
+- `Guard`: the judge-failure and NaN/inf budgets; past either, the run stops with a checkpoint
+  (`RunStopped`) that `--resume` continues.
+- `warm_up`: a trainer's optional warm-up (SAO: value pretraining), cached by what determines it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from testbed.config import ReliabilityConfig
+from testbed.protocols import Judge
+from testbed.types import Trajectory
+
+
+class RunStopped(RuntimeError):
+    """The loop stopped on purpose (a judge outage, numerical trouble, a lost learner) after
+    writing a checkpoint that `--resume` continues from."""
+
+
+@dataclass
+class LoopState:
+    """The loop's own progress (see the module docstring)."""
+
+    judge_calls: int = 0  # training judge calls, failed ones included
+    failures: int = 0  # training judge calls that returned an error (stored, never trained on)
+    eval_judge_calls: int = 0
+    eval_failures: int = 0
+    updates: int = 0
+    groups: int = 0
+    next_eval: int = 0
+    last_checkpoint: int = 0  # `updates` when the last checkpoint was written
+    failed_in_a_row: int = 0  # judge calls, training and evaluation alike
+    nonfinite_in_a_row: int = 0  # updates skipped for a NaN/inf
+    skipped_updates: int = 0
+    dropped_stale: int = 0  # judged episodes dropped at dequeue for being too stale (async)
+    buffer: list[Trajectory] = field(default_factory=list)  # judged episodes not yet trained on
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=128))  # rolling reward, for the bar
+    outages: list[dict[str, int]] = field(default_factory=list)  # {"t", "failed_calls"} per judge outage
+    seconds: dict[str, float] = field(default_factory=dict)  # Timer totals
+    judge_used: dict[str, float] = field(default_factory=dict)  # judge counters used before a resume
+    wall_s: float = 0.0
+    pretrain: dict[str, Any] = field(default_factory=dict)
+    resumes: int = 0
+
+    def record(self, trajs: list[Trajectory]) -> list[Trajectory]:
+        """Count a judged round; returns the episodes to train on (those without a judge error).
+        Consecutive failures make one outage, reported as a gap at the clock where it began."""
+        self.judge_calls += len(trajs)
+        judged = []
+        for traj in trajs:
+            assert traj.verdict is not None
+            if traj.verdict.error is None:
+                self.failed_in_a_row = 0
+                self.recent.append(traj.verdict.reward)
+                judged.append(traj)
+                continue
+            self.failures += 1
+            if self.failed_in_a_row == 0:
+                self.outages.append({"t": traj.t, "failed_calls": 0})
+            self.outages[-1]["failed_calls"] += 1
+            self.failed_in_a_row += 1
+        return judged
+
+    def record_eval(self, calls: int, failed: int) -> None:
+        """Evaluation calls count toward the failure budget too: a judge that fails them is down."""
+        self.eval_judge_calls += calls
+        self.eval_failures += failed
+        self.failed_in_a_row = self.failed_in_a_row + failed if failed == calls else 0
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        return {**self.__dict__, "recent": list(self.recent)}
+
+    @classmethod
+    def from_checkpoint(cls, saved: dict[str, Any]) -> LoopState:
+        saved = dict(saved)
+        saved["recent"] = deque(saved["recent"], maxlen=128)
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in saved.items() if k in known})
+
+
+def judge_counters(judge: Judge) -> dict[str, float]:
+    """The judge's own cumulative accounting, if it keeps any (LLM judges do), under `llm_`
+    names, so they can never overwrite the loop's `judge_*` counts."""
+    stats = getattr(judge, "stats", None)
+    return {f"llm_{k}": float(v) for k, v in stats().items()} if callable(stats) else {}
+
+
+def counter_delta(start: dict[str, float], now: dict[str, float], offset: dict[str, float] | None = None) -> dict[str, float]:
+    """This arm's share of a judge's cumulative counters (latency percentiles are kept as they
+    are), plus what it had used before a resume (`offset`)."""
+    offset = offset or {}
+    return {k: (v - start.get(k, 0.0) + offset.get(k, 0.0)) if "latency" not in k else v for k, v in now.items()}
+
+
+def update_row(arm: str, seed: int, state: LoopState, t: int, metrics: dict[str, Any], judge_used: dict[str, float]) -> dict:
+    return {"arm": arm, "seed": seed, "update": state.updates, "t": t,
+            "judge_calls": state.judge_calls, "judge_failures": state.failures,
+            "eval_judge_calls": state.eval_judge_calls, "eval_judge_failures": state.eval_failures,
+            **metrics, **judge_used}
+
+
+class Guard:
+    """The failure budgets of `reliability`. Each check returns None or the reason to stop; the
+    runtime then writes a checkpoint and raises `RunStopped` with it."""
+
+    def __init__(self, rel: ReliabilityConfig, arm: str, seed: int, root: Any, log: Callable[[str], None]):
+        self.rel, self.arm, self.seed, self.root, self.log = rel, arm, seed, root, log
+
+    def judge(self, state: LoopState, t: int, last_error: str | None) -> str | None:
+        if state.failed_in_a_row < self.rel.judge_failure_budget:
+            return None
+        return (f"arm {self.arm} seed {self.seed}: the judge failed {state.failed_in_a_row} calls in a row at t={t} "
+                f"(reliability.judge_failure_budget={self.rel.judge_failure_budget}; last error: {last_error}). "
+                f"A checkpoint was written: continue with --resume {self.root} once the judge is back.")
+
+    def numerics(self, state: LoopState, metrics: dict[str, Any]) -> str | None:
+        bad = metrics.get("nonfinite")
+        state.nonfinite_in_a_row = state.nonfinite_in_a_row + 1 if bad else 0
+        if bad:
+            state.skipped_updates += 1
+            self.log(f"{self.arm} seed {self.seed} update {state.updates}: {bad} is NaN/inf; the update was skipped")
+        if state.nonfinite_in_a_row < self.rel.max_nonfinite_updates:
+            return None
+        return (f"arm {self.arm} seed {self.seed} update {state.updates}: {bad} was NaN/inf in {state.nonfinite_in_a_row} "
+                f"updates in a row (reliability.max_nonfinite_updates={self.rel.max_nonfinite_updates}); stopping. "
+                f"The last good state is checkpointed in {self.root / 'checkpoints'}.")
+
+
+def warm_up(trainer: Any, samples: Callable[[int], list[Trajectory]], cache_key: dict, log: Callable[[str], None]) -> dict:
+    """A trainer's warm-up on `warmup_samples` judged samples from the fixed starting policy (SAO:
+    value pretraining), cached by everything that determines its result. `trainer` may be a
+    remote learner with the same hook methods."""
+    from testbed.models.sft import cache_root  # the cache lives beside the SFT policy's
+
+    key = hashlib.sha256(json.dumps(cache_key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    path = cache_root() / f"critic-{key}.pt"
+    if path.exists():
+        saved = torch.load(path, weights_only=False)
+        trainer.load_warmup_state(saved["state"])
+        return {**saved["report"], "cached": str(path)}
+    n = trainer.warmup_samples
+    log(f"{type(trainer).__name__} warm-up on {n} judged samples from the starting policy (cached as {path})")
+    started = time.perf_counter()
+    report = {**trainer.warmup(samples(n)), "judge_calls": n, "seconds": round(time.perf_counter() - started, 1)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    torch.save({"state": trainer.warmup_state(), "report": report}, tmp)
+    os.replace(tmp, path)
+    return report
