@@ -1,7 +1,7 @@
 """A SQLite cache of judge verdicts, so a rerun (or a resumed run) pays no judge call twice.
 
 The key is a SHA-256 over (model, template version, prompt, response, target style, candidate
-styles in order, topic): anything that could change the verdict. Only successful verdicts are
+styles in order, topic, endpoint): anything that could change the verdict. Only successful verdicts are
 stored; an error is never cached. Values are small JSON documents.
 
 Safe under concurrent writers (threads and processes): WAL journal, a busy timeout, and
@@ -20,22 +20,25 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from testbed.paths import cache_dir
+
 _SCHEMA = "CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL DEFAULT (julianday('now')))"
 _CHUNK = 500  # keys per SELECT ... IN (...)
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("TESTBED_CACHE") or Path.home() / ".cache" / "testbed")
-
-
 def default_cache_path() -> Path:
-    return default_cache_dir() / "judge_cache.sqlite"
+    return cache_dir() / "judge_cache.sqlite"
 
 
 def cache_key(model: str, template_version: str, prompt: str, response: str, target_style: str,
-              candidates: Sequence[str], topic: str | None) -> str:
-    payload = json.dumps([model, template_version, prompt, response, target_style, list(candidates), topic],
-                         ensure_ascii=False, separators=(",", ":"))
+              candidates: Sequence[str], topic: str | None, endpoint: str | None = None) -> str:
+    """`endpoint` is where the verdict came from (the api_base): another server that answers to
+    the same model name may judge differently, so it must not be served this one's verdicts.
+    None (a provider's default endpoint) keeps the key of the format without an endpoint."""
+    fields: list[object] = [model, template_version, prompt, response, target_style, list(candidates), topic]
+    if endpoint is not None:
+        fields.append(endpoint)
+    payload = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
 
 

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from judges.template import VerdictParseError, parse_verdict, read_sections
+from judges.template import VerdictParseError, load_sections, parse_verdict
 from testbed.types import JudgeRequest, Verdict
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates" / "smollm"
@@ -58,19 +58,9 @@ _NO = {"no", "0", "false", "fail", "bad", "not"}
 
 def load_prompt(name: str = DEFAULT_TEMPLATE) -> tuple[str, str, str]:
     """(system, user, reply prefix) sections of `judges/templates/smollm/<name>.txt` (or a path to a .txt)."""
-    path = Path(name) if name.endswith(".txt") else TEMPLATE_DIR / f"{name}.txt"
-    if not path.is_file():
-        known = sorted(p.stem for p in TEMPLATE_DIR.glob("*.txt"))
-        raise ValueError(f"smollm prompt template '{name}' not found (known: {', '.join(known)})")
-    sections = read_sections(path)
-    if not {"system", "user"} <= set(sections) <= {"system", "user", "reply"}:
-        raise ValueError(f"{path}: needs the sections 'system' and 'user' (and optionally 'reply'), "
-                         f"found {sorted(sections)}")
-    user = "\n".join(sections["user"]).strip()
-    if not set(_PLACEHOLDER.findall(user)) <= _FIELDS or "piece" not in _PLACEHOLDER.findall(user):
-        raise ValueError(f"{path}: placeholders must be among {sorted(_FIELDS)} and include 'piece'")
-    reply = "\n".join(sections.get("reply", [])).strip()
-    return "\n".join(sections["system"]).strip(), user, reply
+    _, text = load_sections(name, TEMPLATE_DIR, what="smollm prompt template", required=frozenset({"system", "user"}),
+                            optional=frozenset({"reply"}), fields=frozenset(_FIELDS), needed=frozenset({"piece"}))
+    return text["system"], text["user"], text.get("reply", "")
 
 
 def find_gguf() -> Path:
@@ -163,7 +153,7 @@ class SmolLMJudge:
         self.model.eval()
         self._lock = threading.Lock()
         self._stats_lock = threading.Lock()
-        self._stats = {"judge_requests": 0.0, "judge_judged": 0.0, "judge_failures": 0.0, "judge_unparseable": 0.0}
+        self._stats = {"requests": 0.0, "judged": 0.0, "failures": 0.0, "unparseable": 0.0}
 
     # -- prompt and generation -----------------------------------------------------------------
     def messages(self, req: JudgeRequest) -> list[dict[str, str]]:
@@ -187,18 +177,18 @@ class SmolLMJudge:
     # -- the Judge protocol ----------------------------------------------------------------------
     def score(self, req: JudgeRequest) -> Verdict:
         t0 = time.perf_counter()
-        self._count("judge_requests")
+        self._count("requests")
         reply = ""
         try:
             reply = self.generate(self.messages(req))
             quality, style = parse_reply(reply)
         except VerdictParseError as exc:
-            self._count("judge_failures", "judge_unparseable")
+            self._count("failures", "unparseable")
             return Verdict.failed(f"smollm judge: unparseable reply: {exc}", time.perf_counter() - t0)
         except Exception as exc:  # the judge must answer, never raise
-            self._count("judge_failures")
+            self._count("failures")
             return Verdict.failed(f"smollm judge error: {exc!r}", time.perf_counter() - t0)
-        self._count("judge_judged")
+        self._count("judged")
         return Verdict(quality=quality, style_match=int(style == req.target_style), style=style, raw=reply,
                        latency_s=time.perf_counter() - t0)
 

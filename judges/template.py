@@ -139,23 +139,37 @@ def read_sections(path: Path) -> dict[str, list[str]]:
     return sections
 
 
+def load_sections(name: str, directory: Path, *, what: str, required: frozenset[str], optional: frozenset[str],
+                  fields: frozenset[str], needed: frozenset[str]) -> tuple[Path, dict[str, str]]:
+    """Every prompt file's loader (the LLM judge's and the small LM's): `<directory>/<name>.txt`
+    (or a path to a .txt file), its sections (`required`, maybe some of `optional`) as stripped
+    text, the `${...}` placeholders of its user section among `fields` and including `needed`.
+    TemplateError naming the file and what is wrong otherwise."""
+    path = Path(name) if name.endswith(".txt") else directory / f"{name}.txt"
+    if not path.is_file():
+        known = sorted(p.stem for p in directory.glob("*.txt"))
+        raise TemplateError(f"{what} '{name}' not found (known: {', '.join(known)})")
+    sections = read_sections(path)
+    if not required <= set(sections) <= required | optional:
+        extra = f" (and optionally {', '.join(sorted(optional))})" if optional else ""
+        raise TemplateError(f"{path}: needs the sections {', '.join(sorted(required))}{extra}, found {sorted(sections)}")
+    text = {k: "\n".join(v).strip() for k, v in sections.items()}
+    used = set(_PLACEHOLDER.findall(text["user"]))
+    if not needed <= used or not used <= fields:
+        raise TemplateError(f"{path}: placeholders {sorted(used)}; allowed {sorted(fields)}, "
+                            f"and {', '.join(sorted(needed))} required")
+    return path, text
+
+
+@functools.lru_cache(maxsize=None)  # a Template is immutable; the server loads one per request
 def load_template(name: str = DEFAULT_TEMPLATE) -> Template:
     """Load `judges/templates/<name>.txt` (or a path to a .txt file)."""
-    path = Path(name) if name.endswith(".txt") else TEMPLATE_DIR / f"{name}.txt"
-    if not path.is_file():
-        known = sorted(p.stem for p in TEMPLATE_DIR.glob("*.txt"))
-        raise TemplateError(f"prompt template '{name}' not found (known: {', '.join(known)})")
-    sections = read_sections(path)
-    if set(sections) != {"system", "user"}:
-        raise TemplateError(f"{path}: needs exactly the sections 'system' and 'user', found {sorted(sections)}")
-    user = "\n".join(sections["user"]).strip()
-    used = set(_PLACEHOLDER.findall(user))
-    if not {"response_json", "nonce", "target_style"} <= used or not used <= _FIELDS:
-        raise TemplateError(f"{path}: placeholders {sorted(used)}; allowed {sorted(_FIELDS)}, "
-                            "and response_json, nonce, target_style are required")
-    if f"[template {path.stem}]" not in user:
+    path, text = load_sections(name, TEMPLATE_DIR, what="prompt template", required=frozenset({"system", "user"}),
+                               optional=frozenset(), fields=frozenset(_FIELDS),
+                               needed=frozenset({"response_json", "nonce", "target_style"}))
+    if f"[template {path.stem}]" not in text["user"]:
         raise TemplateError(f"{path}: the user section must carry its version tag '[template {path.stem}]'")
-    return Template(path.stem, "\n".join(sections["system"]).strip(), user)
+    return Template(path.stem, text["system"], text["user"])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -68,10 +68,12 @@ class Collector:
     def __init__(self, env: StyleShiftEnv, arm: str, seed: int, group_size: int, budget: int):
         self.env, self.arm, self.seed, self.group_size, self.budget = env, arm, seed, group_size, budget
 
-    def issue(self, n_prompts: int, clock: int, first_group: int) -> Round:
-        """`n_prompts` prompts (each `group_size` times) with the targets of clocks `clock`,
-        `clock + 1`, ...; never more episodes than the budget has left after `clock`."""
-        starts = self.env.reset_batch(n_prompts, repeat=self.group_size, t0=clock)[: max(0, self.budget - clock)]
+    def issue(self, n_prompts: int, first_group: int, pending: int = 0) -> Round:
+        """`n_prompts` prompts (each `group_size` times) rendered with the targets in force now
+        (clocks env.clock, env.clock + 1, ...); never more episodes than the budget has left once
+        the `pending` episodes already issued elsewhere are judged."""
+        left = max(0, self.budget - self.env.clock - pending)
+        starts = self.env.reset_batch(n_prompts, repeat=self.group_size)[:left]
         return Round(starts, first_group, self.group_size)
 
     def judge(self, round_: Round, trajs: list[Trajectory]) -> list[Trajectory]:

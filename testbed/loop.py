@@ -170,7 +170,7 @@ class ArmRunner:
         """Store a judged round, queue its judged episodes for training, apply the judge budget."""
         with self.timer.part("bookkeeping"):
             self.state.buffer += self.state.record(trajs)
-            self.state.groups += len({t.group_id for t in trajs})
+            self.state.groups = max([self.state.groups, *(t.group_id + 1 for t in trajs)])
             self.store.append("episodes", episode_rows(trajs, self.trainer.version))
         last_error = trajs[-1].verdict.error if trajs else None
         self.stop(self.guard.judge(self.state, self.env.clock, last_error))
@@ -240,7 +240,7 @@ class SyncRunner(ArmRunner):
         while self.env.clock < self.budget:
             self.evaluate_if_due()
             with self.timer.part("bookkeeping"):
-                round_ = self.collector.issue(per_round, self.env.clock, state.groups)
+                round_ = self.collector.issue(per_round, state.groups)
             with self.timer.part("generation"):
                 trajs = self.engine.generate(round_.prompts)
             with self.timer.part("judging"):

@@ -61,7 +61,7 @@ def build_judge(scenario: Scenario) -> Judge:
         raise ScenarioError(f"judge.{'class' if scenario.judge.class_ else 'name'}: {exc}") from None
     try:
         obj = factory(**scenario.judge.args) if isinstance(factory, type) else factory
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # ValueError: a judge's pydantic config naming the field
         raise ScenarioError(f"judge {scenario.judge.path}: bad judge.args {scenario.judge.args}: {exc}") from None
     return as_judge(obj)
 
@@ -336,7 +336,7 @@ def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStor
         manifest["status"] = "stopped"
         manifest["stop_reason"] = str(exc)
         store.write_manifest(manifest)
-        console.print(f"[red]stopped:[/] {exc}", markup=True, highlight=False)
+        console.print(f"[red]stopped:[/] {escape(str(exc))}", markup=True, highlight=False)  # e.g. "[redacted]"
         return 3
     except Exception:
         store.flush()

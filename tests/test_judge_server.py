@@ -181,3 +181,15 @@ def test_parse_verdict_robust(reply, expect):
 def test_parse_verdict_rejects(reply):
     with pytest.raises(VerdictParseError):
         parse_verdict(reply)
+
+
+def test_verbose_logs_each_request_to_stderr_and_stdout_stays_one_line(tmp_path):
+    err = (tmp_path / "stderr.txt").open("w+")
+    srv = LocalJudgeServer({"verbose": True}, stderr=err)
+    try:
+        client(srv, "unused").models.list()
+    finally:
+        srv.stop()
+    err.seek(0)
+    assert '"GET /v1/models HTTP/1.1" 200' in err.read()
+    assert srv._lines.qsize() <= 1  # nothing after the "listening on" line but the end-of-stream mark

@@ -86,11 +86,11 @@ def test_verdicts_equal_rubric_on_corpus(servers):
     assert {v.style for v in verdicts} >= set(STYLES) and sum(v.quality == 0 for v in verdicts) >= 20
     assert sum(v.reward for v in verdicts) > 10  # not a degenerate all-zero corpus
     s = judge.stats()
-    assert all(k.startswith("judge_") and isinstance(v, float) for k, v in s.items())
-    assert s["judge_requests"] == s["judge_cache_hits"] + s["judge_judged"] + s["judge_failures"]
-    assert s["judge_prompt_tokens"] > 0 and s["judge_completion_tokens"] > 0
-    assert s["judge_latency_p50_s"] <= s["judge_latency_p90_s"] <= s["judge_latency_p99_s"]
-    assert s["judge_cost_usd"] == 0.0 and s["judge_cost_unknown_calls"] == 0  # local: known, free
+    assert s and all(not k.startswith("judge_") and isinstance(v, float) for k, v in s.items())  # not the loop's names
+    assert s["requests"] == s["cache_hits"] + s["judged"] + s["failures"]
+    assert s["prompt_tokens"] > 0 and s["completion_tokens"] > 0
+    assert s["latency_p50_s"] <= s["latency_p90_s"] <= s["latency_p99_s"]
+    assert s["cost_usd"] == 0.0 and s["cost_unknown_calls"] == 0  # local: known, free
 
 
 def test_rerun_is_served_from_cache_with_zero_server_requests(servers):
@@ -98,19 +98,21 @@ def test_rerun_is_served_from_cache_with_zero_server_requests(servers):
     reqs = corpus(30, 6, seed=1)
     first = asyncio.run(judge.judge(reqs))  # fills the cache (if an earlier test has not)
     server = judge._server
-    before, hits = server.stats(), judge.stats()["judge_cache_hits"]
+    before, hits = server.stats(), judge.stats()["cache_hits"]
     again = asyncio.run(judge.judge(reqs))
-    # a new judge (a rerun / resumed run) on the same cache file pays nothing either
-    rerun = LLMJudge(model=judge.model, api_base=judge.api_base, cache_path=str(judge._cache.path),
-                     cache_namespace=judge.cache_namespace)
+    # a new judge (a rerun / resumed run: its own local server, on a new port) on the same cache
+    # file pays nothing either: a local server's verdicts are keyed by what it serves, not its port
+    rerun = LLMJudge(model=judge.model, local_server={"judge": "rubric"}, cache_path=str(judge._cache.path))
     try:
         third = rerun.judge_sync(reqs)
-        assert rerun.stats()["judge_cache_hits"] == len(reqs) and rerun.stats()["judge_calls"] == 0
+        assert rerun.api_base != judge.api_base
+        assert rerun.stats()["cache_hits"] == len(reqs) and rerun.stats()["calls"] == 0
+        assert rerun._server.stats()["chat_completions"] == 0
     finally:
         rerun.close()
     after = server.stats()
     assert after["requests"] == before["requests"] and after["chat_completions"] == before["chat_completions"]
-    assert judge.stats()["judge_cache_hits"] - hits == len(reqs)
+    assert judge.stats()["cache_hits"] - hits == len(reqs)
     assert [key_of(v) for v in again] == [key_of(v) for v in third] == [key_of(v) for v in first]
 
 
@@ -122,7 +124,7 @@ def test_identical_requests_in_a_batch_share_one_call(servers):
     verdicts = asyncio.run(judge.judge([req] * 5))
     s1 = judge.stats()
     assert len({key_of(v) for v in verdicts}) == 1 and verdicts[0].error is None
-    assert s1["judge_calls"] - s0["judge_calls"] == 1 and s1["judge_deduplicated"] - s0["judge_deduplicated"] == 4
+    assert s1["calls"] - s0["calls"] == 1 and s1["deduplicated"] - s0["deduplicated"] == 4
 
 
 INJECTIONS = [
@@ -168,11 +170,11 @@ def test_faults_lose_no_episode_and_counts_add_up(servers):
     judged = [(v, e) for v, e in zip(verdicts, expect) if v.error is None]
     assert all(key_of(v) == key_of(e) for v, e in judged)  # every verdict that came back is right
     assert all(v.quality == 0 and v.style_match == 0 and v.error for v in failed)
-    assert s["judge_requests"] == len(reqs) == s["judge_judged"] + s["judge_failures"]
-    assert s["judge_judged"] == len(judged) == d["ok"] and s["judge_failures"] == len(failed)
-    assert s["judge_calls"] == d["chat_completions"] == len(reqs) + s["judge_retries"] + s["judge_repairs"]
-    assert s["judge_server_errors"] == d["injected_errors"] and s["judge_retries"] > 10
-    assert s["judge_repairs"] + s["judge_unparseable"] == d["malformed"] and s["judge_repairs"] > 5
+    assert s["requests"] == len(reqs) == s["judged"] + s["failures"]
+    assert s["judged"] == len(judged) == d["ok"] and s["failures"] == len(failed)
+    assert s["calls"] == d["chat_completions"] == len(reqs) + s["retries"] + s["repairs"]
+    assert s["server_errors"] == d["injected_errors"] and s["retries"] > 10
+    assert s["repairs"] + s["unparseable"] == d["malformed"] and s["repairs"] > 5
     assert 0 < len(failed) < 0.2 * len(reqs)  # some give up after the last retry; none silently
     kinds = {("unparseable" if "unparseable" in v.error else "after 2 attempts" if "after 2 attempts" in v.error else v.error) for v in failed}
     assert kinds <= {"unparseable", "after 2 attempts"}
@@ -194,7 +196,7 @@ def test_api_key_never_appears_in_outputs(servers, capfd, caplog, tmp_path):
         seen += [f"{v.raw}\n{v.error}" for v in verdicts]
         if env == WRONG_KEY_ENV:
             assert all(v.error and "401" in v.error for v in verdicts)
-            assert judge.stats()["judge_calls"] == len(reqs)  # 401 is not retried
+            assert judge.stats()["calls"] == len(reqs)  # 401 is not retried
         else:
             assert sum(v.error is None for v in verdicts) > len(reqs) // 2
     out, err = capfd.readouterr()
@@ -217,8 +219,8 @@ def test_retry_after_is_honoured(servers):
         judge.close()
     s = judge.stats()
     assert [v.error for v in verdicts] == [None, None]
-    assert s["judge_rate_limited"] >= 1 and s["judge_retries"] >= 1
-    assert s["judge_retry_wait_s"] >= 1.0 and elapsed >= 1.0  # Retry-After: 1, not the 10 ms backoff
+    assert s["rate_limited"] >= 1 and s["retries"] >= 1
+    assert s["retry_wait_s"] >= 1.0 and elapsed >= 1.0  # Retry-After: 1, not the 10 ms backoff
     assert max(v.latency_s for v in verdicts) >= 1.0
 
 
@@ -231,7 +233,7 @@ def test_timeouts_and_refused_connections_are_retried_then_fail():
     closed_port = closed.getsockname()[1]
     closed.close()  # nothing listens here: connection refused
     try:
-        for base, counter in ((f"http://127.0.0.1:{hole.getsockname()[1]}/v1", "judge_timeouts"),
+        for base, counter in ((f"http://127.0.0.1:{hole.getsockname()[1]}/v1", "timeouts"),
                               (f"http://127.0.0.1:{closed_port}/v1", None)):
             judge = LLMJudge(model="openai/glm-4.7", api_base=base, cache=False, timeout_s=0.3, max_retries=1,
                              backoff_base_s=0.01, backoff_max_s=0.02)
@@ -241,7 +243,7 @@ def test_timeouts_and_refused_connections_are_retried_then_fail():
                 judge.close()
             s = judge.stats()
             assert v.error and "after 2 attempts" in v.error and v.reward == 0.0
-            assert s["judge_calls"] == 2 and s["judge_retries"] == 1 and s["judge_failures"] == 1
+            assert s["calls"] == 2 and s["retries"] == 1 and s["failures"] == 1
             if counter:
                 assert s[counter] == 2
     finally:
@@ -286,5 +288,89 @@ def test_constructor_errors():
         LLMJudge(api_key_env="NOT_SET_ANYWHERE", cache=False)
     with pytest.raises(ValueError, match="either api_base or local_server"):
         LLMJudge(api_base="http://127.0.0.1:1/v1", local_server={"judge": "rubric"}, cache=False)
-    with pytest.raises(ValueError, match="unknown keys"):
+    with pytest.raises(ValueError, match=r"local_server\.bogus: unknown key \(known: judge, args"):
         LLMJudge(local_server={"judge": "rubric", "bogus": 1}, cache=False)
+
+
+def test_env_steps_on_one_loop_and_the_judge_serves_envs_one_after_another(servers):
+    """LiteLLM's async client lives on the env's loop across steps; a second env (the next arm)
+    with a loop of its own uses the same judge after the first env closed its loop."""
+    from testbed.envs.schedules import Phase, PiecewiseSchedule
+    from testbed.envs.style_shift import StyleShiftEnv
+
+    cands = ("academic", "cute", "chuunibyou")
+    schedule = PiecewiseSchedule([Phase("cute", 0, 6, cands), Phase("chuunibyou", 6, 100, cands)])
+
+    judge: LLMJudge = servers["local"]
+    for seed in (11, 12):
+        env = StyleShiftEnv(judge, schedule, prompts("train"), seed=seed)
+        env.reset(seed=seed)
+        rng = random.Random(seed)
+        for _ in range(3):
+            starts = env.reset_batch(4)
+            texts = [generate(rng.choice(STYLES), s.topic, rng) + f" {seed}" for s in starts]
+            verdicts = env.step_batch(starts, texts)
+            expect = [RubricJudge().score(s.request(t)) for s, t in zip(starts, texts)]
+            assert [key_of(v) for v in verdicts] == [key_of(e) for e in expect]
+        loop = env.loop
+        env.close()
+        assert loop.is_closed() and not judge._server.proc.poll()  # the judge outlives the env
+
+
+def test_cache_key_includes_the_endpoint(servers, tmp_path):
+    """Two endpoints serving the same model name: the second is not answered from the first's
+    verdicts (the faulty server answers differently: with a wrong token it refuses everything)."""
+    reqs = corpus(6, 0, seed=21)
+    path = str(tmp_path / "shared.sqlite")
+    first = LLMJudge(model="openai/same-name", api_base=servers["local"].api_base, cache_path=path)
+    second = LLMJudge(model="openai/same-name", api_base=servers["faulty"].api_base + "/", cache_path=path,
+                      api_key_env=WRONG_KEY_ENV, max_retries=0)
+    again = LLMJudge(model="openai/same-name", api_base=servers["local"].api_base + "/", cache_path=path)
+    try:
+        assert all(v.error is None for v in first.judge_sync(reqs))
+        verdicts = second.judge_sync(reqs)
+        assert second.stats()["cache_hits"] == 0 and second.stats()["calls"] == len(reqs)
+        assert all(v.error and "401" in v.error for v in verdicts)  # asked its own endpoint
+        again.judge_sync(reqs)  # the same endpoint (a trailing slash is the same address): cached
+        assert again.stats()["cache_hits"] == len(reqs) and again.stats()["calls"] == 0
+    finally:
+        for j in (first, second, again):
+            j.close()
+
+
+def test_stats_names_are_not_the_loops_and_count_cache_hits(tmp_path, servers):
+    reqs = corpus(5, 0, seed=31)
+    judge = LLMJudge(model="openai/testbed-rubric", api_base=servers["local"].api_base,
+                     cache_path=str(tmp_path / "c.sqlite"))
+    try:
+        judge.judge_sync(reqs)
+        judge.judge_sync(reqs + reqs[:2])
+        s = judge.stats()
+    finally:
+        judge.close()
+    assert not [k for k in s if k.startswith("judge_")] and all(isinstance(v, float) for v in s.values())
+    assert (s["requests"], s["cache_hits"], s["judged"], s["calls"]) == (12, 7, 5, 5)
+    assert {"failures", "retries", "latency_p50_s", "latency_p99_s", "deduplicated"} <= set(s)
+
+
+@pytest.mark.parametrize("args, text", [
+    ({"modle": "openai/x"}, r"modle: unknown key \(known: model, api_base, api_key_env, local_server"),
+    ({"concurrency": 0}, r"concurrency: Input should be greater than or equal to 1 \(got 0\)"),
+    ({"timeout_s": float("inf")}, r"timeout_s: .*finite"),
+    ({"local_server": {"judge": "rubric", "error_rate": 2}}, r"local_server\.error_rate: .*less than or equal to 1"),
+    ({"extra_params": "x"}, r"extra_params: .*dictionary"),
+])
+def test_bad_arguments_name_the_field(args, text):
+    with pytest.raises(ValueError, match=text):
+        LLMJudge(cache=False, **args)
+
+
+def test_scenario_judge_args_are_validated_by_the_config(tmp_path):
+    from testbed.run import ScenarioError, build_judge
+
+    scenario = load_scenario(ROOT / "scenarios" / "llm_judge_local.yaml")
+    bad = scenario.model_copy(update={"judge": scenario.judge.model_copy(
+        update={"args": {**scenario.judge.args, "concurency": 8}})})
+    with pytest.raises(ScenarioError, match=r"concurency: unknown key \(known: .*concurrency"):
+        build_judge(bad)
+

@@ -107,3 +107,17 @@ def test_a_killed_rollout_actor_is_restarted_and_nothing_is_lost(tmp_path, local
 
     runtime = json.loads((run_dir / "manifest.json").read_text())["arms"]["rm"]["0"]["runtime"]
     assert runtime["actor_restarts"] >= 1
+
+
+def test_parallel_arms_write_the_rows_of_running_them_one_after_another(tmp_path, local_ray, monkeypatch, shared_cache):
+    monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
+    grpo = "arms.1={name: grpo, trainer: grpo, args: {group_size: 4, prompts_per_update: 4}}"
+    code_seq, seq_dir = run(tmp_path, "sequential", "--set", grpo, "--set", "seeds=[0, 1]")
+    code_par, par_dir = run(tmp_path, "parallel", "--set", grpo, "--set", "seeds=[0, 1]", "--set", "runtime.parallel_arms=true")
+    assert code_seq == code_par == 0
+    key = ["arm", "seed", "t"]
+    seq, par = (judged(d).sort_values(key).reset_index(drop=True)[ROWS] for d in (seq_dir, par_dir))
+    pd.testing.assert_frame_equal(par, seq)
+    assert len(seq.groupby(["arm", "seed"])) == 4
+    for table in ("updates", "evals"):
+        assert len(read_table(par_dir, table)) == len(read_table(seq_dir, table))

@@ -104,8 +104,8 @@ def test_verdicts_one_per_request_and_deterministic(smollm):
     again = [judge.score(r) for r in reqs]
     assert [(v.quality, v.style, v.error) for v in again] == [(v.quality, v.style, v.error) for v in first]
     stats = judge.stats()
-    assert stats["judge_requests"] == 2 * len(reqs)
-    assert stats["judge_judged"] + stats["judge_failures"] == stats["judge_requests"]
+    assert stats["requests"] == 2 * len(reqs)
+    assert stats["judged"] + stats["failures"] == stats["requests"]
 
 
 def test_served_through_the_openai_client(smollm):

@@ -120,10 +120,17 @@ class RayRunner(ArmRunner):
 
     def start(self, resume: dict | None, policy_key: str, starting_engine: Any = None) -> None:
         super().start(resume, policy_key, self.local_engine)
+        self.next_group = self.state.groups  # group ids of issued rounds, judged or not
         if resume is None and self.trainer.warmup_samples > 0:
             self.learner.load_warmup_state(self.trainer.shadow.warmup_state())
-        if resume is not None:
-            self.publish(self.learner.policy_state(), self.trainer.version)
+        if resume is not None:  # the actors start from the checkpoint's policy
+            if "policy" not in resume["trainer"]:
+                raise RunStopped("the Ray runtime resumes a trainer whose state_dict() holds its policy weights under 'policy'")
+            self.publish(resume["trainer"]["policy"], self.trainer.version)
+
+    def save_checkpoint(self, **kw: Any) -> None:
+        self.finish_update()  # the learner's state and the recorded updates must agree
+        super().save_checkpoint(**kw)
 
     def publish(self, policy_state: dict, version: int) -> None:
         self.weights, self.trainer.version = [ray.put(policy_state)], version
@@ -134,9 +141,14 @@ class RayRunner(ArmRunner):
     # -- the loop ---------------------------------------------------------------------------------
 
     def loop(self) -> None:
-        while self.env.clock < self.budget or self.inflight or self.update_ref is not None:
+        epu = self.trainer.episodes_per_update
+        while (self.env.clock < self.budget or self.inflight or self.update_ref is not None
+               or len(self.state.buffer) >= epu):  # the synchronous loop trains the last full batch too
+            self.start_update()
             if self.env.clock < self.budget and self.env.clock >= self.state.next_eval:
                 self.finish_update()  # evaluate the newest policy, as the synchronous loop does
+                self.start_update()
+                self.finish_update()
                 self.evaluate_if_due()
             self.issue_rounds()
             self.start_update()
@@ -145,7 +157,7 @@ class RayRunner(ArmRunner):
                 continue
             with self.timer.part("waiting"):
                 ready, _ = ray.wait(waiting, num_returns=1)
-            if ready[0] is self.update_ref or ready[0] == self.update_ref:
+            if ready[0] == self.update_ref:
                 self.finish_update()
             else:
                 self.finish_generation(ready[0])
@@ -162,18 +174,14 @@ class RayRunner(ArmRunner):
         busy = {i for i, _ in self.inflight.values()}
         for i in range(len(self.actors)):
             pending = sum(len(r.starts) for _, r in self.inflight.values() if r is not None)
-            clock = self.env.clock + pending
-            if i in busy or clock >= self.budget or self.updates_ahead() > self.rt.max_staleness:
+            if i in busy or self.env.clock + pending >= self.budget or self.updates_ahead() > self.rt.max_staleness:
                 continue
             if len(self.state.buffer) + pending + epu > limit:
                 continue
             with self.timer.part("bookkeeping"):
-                round_ = self.collector.issue(max(1, epu // group), clock, self.state.groups + self.issued_groups())
+                round_ = self.collector.issue(max(1, epu // group), self.next_group, pending)
+            self.next_group += max(1, epu // group)
             self.inflight[self.submit_generation(i, round_.prompts)] = (i, round_)
-
-    def issued_groups(self) -> int:
-        return sum(len({s.prompt_id for s in r.starts}) and (len(r.starts) + r.group_size - 1) // r.group_size
-                   for _, r in self.inflight.values() if r is not None)
 
     def finish_generation(self, ref: ray.ObjectRef) -> None:
         index, round_ = self.inflight.pop(ref)

@@ -14,9 +14,12 @@ the clock. Set ``env.clock = n`` to resume a run at clock ``n``.
 Two ways to use it:
 
 - the Gymnasium API (``reset()`` / ``step(text)``), one episode at a time. ``step`` runs the async
-  judge with ``asyncio.run``; when called from inside a running event loop (e.g. a notebook) it
-  runs the judge on a private loop in a worker thread and blocks until it is done, so in async
-  code use the batched ``await env.astep_batch(...)`` instead.
+  judge on the env's own event loop: ONE loop for the env's lifetime (so a judge's async client,
+  its connection pool and its concurrency limit, live on one loop across steps), run with
+  ``run_until_complete`` and closed by ``env.close()`` (or when the env is garbage-collected).
+  When called from inside a running event loop (e.g. a notebook) it runs that same env loop in a
+  worker thread and blocks until it is done, so in async code use the batched
+  ``await env.astep_batch(...)`` instead.
 - the batched path used by the training loop: ``starts = env.reset_batch(n)`` gives ``n``
   episodes at clocks ``t0 .. t0+n-1`` (``t0 = env.clock``), each with its own target and prompt;
   ``env.step_batch(starts, responses)`` (or ``await env.astep_batch(...)``) judges all responses
@@ -37,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import string
+import weakref
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -94,16 +98,21 @@ def episode_info(start: EpisodeStart, verdict: Verdict) -> dict[str, Any]:
     }
 
 
-def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run a coroutine to completion from sync code. With no running loop: ``asyncio.run``.
-    Inside a running loop (a notebook, an async app): on a fresh loop in a worker thread,
-    blocking the caller (async callers should await the ``a*`` methods instead)."""
+def _run_sync(runner: asyncio.Runner, coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run a coroutine to completion on ``runner``'s loop (the env's own) from sync code. Inside a
+    running loop (a notebook, an async app) that same loop runs in a worker thread instead,
+    blocking the caller (async callers should await the ``a*`` methods). The check for a running
+    loop is made before anything runs and outside any ``except`` block, so what the coroutine
+    raises (a judge's TypeError) propagates with no "no running event loop" chained under it."""
     try:
         asyncio.get_running_loop()
+        inside_a_loop = True
     except RuntimeError:
-        return asyncio.run(coro)
+        inside_a_loop = False
+    if not inside_a_loop:
+        return runner.run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        return pool.submit(runner.run, coro).result()
 
 
 class StyleShiftEnv(gymnasium.Env[str, str]):
@@ -155,6 +164,13 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         self._clock = 0
         self._episode: EpisodeStart | None = None
         self.judge_errors = 0  # training episodes whose verdict had an error (not counted by the clock)
+        # The env's one event loop (see the module docstring). asyncio.Runner owns it: it runs
+        # each step with run_until_complete, turns Ctrl-C into a KeyboardInterrupt as asyncio.run
+        # did, and on close cancels leftover tasks (a client library's background workers),
+        # shuts down async generators and the default executor. Closed by close() or, for an env
+        # nobody closes, when it is garbage-collected.
+        self._runner = asyncio.Runner()
+        self._finalizer = weakref.finalize(self, self._runner.close)
         # Fail at construction, not mid-run, if a prompt cannot fit the observation space.
         first = self._target(0)
         for spec in self.prompt_specs:
@@ -268,7 +284,7 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
 
     def step_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
         """Sync ``astep_batch`` (see the module docstring about running event loops)."""
-        return _run_sync(self.astep_batch(starts, responses))
+        return self._sync(self.astep_batch(starts, responses))
 
     # ---- evaluation (never moves the clock) ------------------------------------------------
     def eval_starts(self, specs: Sequence[PromptSpec], t: int) -> list[EpisodeStart]:
@@ -282,7 +298,7 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
 
     def evaluate_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
         """Sync ``aevaluate_batch``."""
-        return _run_sync(self.aevaluate_batch(starts, responses))
+        return self._sync(self.aevaluate_batch(starts, responses))
 
     # ---- Gymnasium API ---------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
@@ -314,3 +330,22 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         verdict = self.step_batch([start], [action])[0]
         reward = 0.0 if verdict.error is not None else float(verdict.reward)
         return start.prompt_text, reward, True, False, episode_info(start, verdict)
+
+    def _sync(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        if not self._finalizer.alive:
+            coro.close()  # never started: no "never awaited" warning
+            raise RuntimeError("the env is closed (env.close() was called); make a new env")
+        return _run_sync(self._runner, coro)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The env's event loop (every sync step runs on it)."""
+        if not self._finalizer.alive:
+            raise RuntimeError("the env is closed (env.close() was called)")
+        return self._runner.get_loop()
+
+    def close(self) -> None:
+        """Close the env's event loop (idempotent; a later sync step raises RuntimeError). The
+        judge is not closed: it may serve other envs, and whoever built it closes it."""
+        self._finalizer()
+        super().close()

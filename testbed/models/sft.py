@@ -25,13 +25,14 @@ from transformers import AutoModelForCausalLM
 from testbed.config import PolicyConfig
 from testbed.models.policy import build_policy, count_parameters
 from testbed.models.tokenizer import WordTokenizer
+from testbed.paths import cache_dir
 from testbed.world import generate, prompts, render_prompt, vocabulary
 
 CACHE_FORMAT = 1  # bump when the corpus or training recipe changes meaning
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("TESTBED_CACHE", Path.home() / ".cache" / "testbed"))
+    return cache_dir()
 
 
 def policy_key(cfg: PolicyConfig, archetypes: list[str]) -> str:
