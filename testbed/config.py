@@ -13,19 +13,23 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from testbed import registry
+from testbed.scenario_io import ScenarioError, apply_override, clip, read_scenario_file
 from testbed.world import STYLES
 
+MAX_PROBLEMS = 20  # validation problems listed in one message
 
-class ScenarioError(ValueError):
-    """A scenario that cannot run; the message names the file and field."""
+__all__ = ["Scenario", "ScenarioError", "apply_override", "load_scenario", "parse_scenario"]
+
+# np.random.seed (the loop seeds numpy per arm x seed) takes only this range; outside it a run crashes
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # inf/nan pass `gt=0`-style bounds (inf) or fail them with a puzzling message (nan): refuse both
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 def _plugin_shorthand(value: Any) -> Any:
@@ -90,18 +94,20 @@ class EngineConfig(Strict):
 
 
 class WorldConfig(Strict):
-    styles: list[str] = Field(default_factory=lambda: list(STYLES))
+    styles: list[str] = Field(default_factory=lambda: list(STYLES), min_length=1)
     archetypes: list[str] = Field(
-        default_factory=lambda: ["academic", "cute", "chuunibyou", "classical"],
+        default_factory=lambda: ["academic", "cute", "chuunibyou", "classical"], min_length=1,
         description="the styles a prompt may offer as candidates by default",
     )
 
     @field_validator("styles", "archetypes")
     @classmethod
     def _known_styles(cls, styles: list[str]) -> list[str]:
-        for s in styles:
+        for i, s in enumerate(styles):
             if s not in STYLES:
-                raise ValueError(f"unknown style '{s}' (the world has: {', '.join(STYLES)})")
+                raise ValueError(f"unknown style '{clip(s, 80)}' (the world has: {', '.join(STYLES)})")
+            if s in styles[:i]:
+                raise ValueError(f"'{s}' is listed twice")
         return styles
 
 
@@ -116,7 +122,7 @@ class SFTConfig(Strict):
     min_quality: float = Field(0.80, ge=0, le=1)
     eval_samples: int = Field(256, ge=1)
     max_rounds: int = Field(3, ge=1)
-    seed: int = 0
+    seed: Seed = 0
 
 
 class PolicyConfig(Strict):
@@ -212,7 +218,7 @@ class Scenario(Strict):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     arms: list[ArmConfig] = Field(min_length=1)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
     budget: BudgetConfig
     eval: EvalConfig = Field(default_factory=EvalConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
@@ -248,33 +254,6 @@ class Scenario(Strict):
 
 # ----------------------------------------------------------------------------------------------
 # Loading, overrides and readable errors
-
-
-def apply_override(data: dict[str, Any], assignment: str) -> None:
-    """`--set arms.0.args.lr=1e-3`: a dotted path (list indices as numbers), the value as YAML."""
-    key, sep, raw = assignment.partition("=")
-    if not sep or not key:
-        raise ScenarioError(f"--set {assignment!r}: expected key=value, e.g. budget.episodes=500")
-    value = yaml.safe_load(raw) if raw else ""
-    parts = key.split(".")
-    node: Any = data
-    for depth, part in enumerate(parts):
-        last = depth == len(parts) - 1
-        where = ".".join(parts[: depth + 1])
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ScenarioError(f"--set {key}: '{where}' is not an index of a list of {len(node)}")
-            if last:
-                node[int(part)] = value
-            else:
-                node = node[int(part)]
-        elif isinstance(node, dict):
-            if last:
-                node[part] = value
-            else:
-                node = node.setdefault(part, {})
-        else:
-            raise ScenarioError(f"--set {key}: '{'.'.join(parts[:depth])}' is a value, not a section")
 
 
 def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
@@ -316,14 +295,15 @@ def _unwrap(annotation: Any) -> Any:
 
 def format_validation_error(exc: ValidationError, model: type[BaseModel], source: str) -> str:
     lines = [f"{source}: invalid scenario ({exc.error_count()} problem{'s' if exc.error_count() > 1 else ''})"]
-    for err in exc.errors():
+    errors = exc.errors()
+    for err in errors[:MAX_PROBLEMS]:  # keys and values are clipped: the input may be huge
         loc = tuple(err["loc"])
         # drop the discriminator tag pydantic inserts for tagged unions
-        where = ".".join(str(p) for p in loc) or "(top level)"
+        where = clip(".".join(str(p) for p in loc), 200) or "(top level)"
         if err["type"] == "extra_forbidden":
             known = _fields_at(model, loc)
             hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
-            msg = f"unknown key '{loc[-1]}'"
+            msg = f"unknown key '{clip(str(loc[-1]), 80)}'"
             if hint:
                 msg += f" (did you mean '{hint[0]}'?)"
             elif known:
@@ -333,8 +313,10 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel], source
         else:
             msg = err["msg"].removeprefix("Value error, ")
             if "input" in err and err["type"] not in ("value_error", "assertion_error") and not isinstance(err["input"], dict):
-                msg += f" (got {err['input']!r})"
+                msg += f" (got {clip(repr(err['input']), 100)})"
         lines.append(f"  {where}: {msg}")
+    if len(errors) > MAX_PROBLEMS:
+        lines.append(f"  ... and {len(errors) - MAX_PROBLEMS} more problems")
     return "\n".join(lines)
 
 
@@ -348,7 +330,11 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     # Each trainer validates its own arguments, so a typo in `arms[i].args` fails here, not mid-run.
     problems = []
     for i, arm in enumerate(scenario.arms):
-        config_cls = getattr(arm.trainer_class(), "Config", None)
+        try:
+            config_cls = getattr(arm.trainer_class(), "Config", None)
+        except (registry.RegistryError, ImportError, TypeError) as exc:  # TypeError: a relative module path
+            problems.append(f"  arms.{i}.trainer: {clip(str(exc), 300)}")
+            continue
         if config_cls is None:
             continue
         try:
@@ -404,12 +390,7 @@ def _check_budget(scenario: Scenario, source: str) -> None:
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     path = Path(path)
-    if not path.is_file():
-        raise ScenarioError(f"scenario file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+    data = read_scenario_file(path)
     data = data if data is not None else {}
     for assignment in overrides or []:
         if not isinstance(data, dict):

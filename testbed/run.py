@@ -6,8 +6,9 @@ prepares the SFT policy (cached), runs every arm x seed through the loop into on
 and prints the reward before and after each switch. `--resume` continues a run that was killed
 or stopped, from its last checkpoint, with the scenario saved in the run directory.
 
-Exit codes: 0 done, 2 bad input (nothing trained), 3 stopped on purpose with a checkpoint
-(judge outage, NaN/inf updates; resumable), 130 interrupted.
+Exit codes: 0 done (also `--resume` of a run that is already finished: it says so and changes
+nothing), 2 bad input or a run directory in use by another process (nothing trained), 3 stopped
+on purpose with a checkpoint (judge outage, NaN/inf updates; resumable), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -16,32 +17,44 @@ import argparse
 import contextlib
 import sys
 import time
-from collections import Counter
+import unicodedata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from rich.console import Console
 from rich.markup import escape
 
-from testbed import checkpoint, registry
-from testbed.config import Scenario, ScenarioError, load_scenario
-from testbed.envs.schedules import Phase, PiecewiseSchedule
-from testbed.envs.style_shift import StyleShiftEnv
-from testbed.judge_adapter import as_judge
-from testbed.learn import RunStopped
-from testbed.loop import make_engine, make_progress, run_arm
-from testbed.models.sft import load_or_train_policy
-from testbed.models.tokenizer import WordTokenizer
-from testbed.protocols import Judge
-from testbed.store import CorruptRunError, RunStore, base_manifest
-from testbed.world import prompts
+# torch, transformers and the rest load after the arguments are parsed, so --help and argument
+# mistakes answer at once (importing them takes several seconds).
+if TYPE_CHECKING:
+    import torch
+
+    from testbed.config import Scenario
+    from testbed.models.tokenizer import WordTokenizer
+    from testbed.protocols import Judge
+    from testbed.store import RunStore
 
 console = Console(stderr=True)
+MAX_ERROR = 4_000  # characters of an error printed to the terminal
+
+
+class RunFinished(Exception):
+    """`--resume` of a run whose manifest says it is done: nothing to continue."""
+
+
+def load_or_train_policy(*args: Any, **kwargs: Any) -> Any:
+    """testbed.models.sft.load_or_train_policy, imported on first use (see the imports above)."""
+    from testbed.models.sft import load_or_train_policy as load
+
+    return load(*args, **kwargs)
 
 
 def build_judge(scenario: Scenario) -> Judge:
     """The scenario's judge, in any shape `as_judge` accepts (async or sync, batch or single)."""
+    from testbed import registry
+    from testbed.config import ScenarioError
+    from testbed.judge_adapter import as_judge
+
     try:
         factory = registry.import_path(scenario.judge.path)
     except registry.RegistryError as exc:
@@ -56,6 +69,14 @@ def build_judge(scenario: Scenario) -> Judge:
 def sft_evaluator(scenario: Scenario):
     """The SFT acceptance check: sample on held-out prompts offering every archetype subset of
     size 3, judge with the embedded rubric, report style shares and quality."""
+    from collections import Counter
+
+    from testbed import registry
+    from testbed.envs.schedules import Phase, PiecewiseSchedule
+    from testbed.envs.style_shift import StyleShiftEnv
+    from testbed.loop import make_engine
+    from testbed.world import prompts
+
     rubric = registry.load("judge", "rubric")()
     archetypes = scenario.world.archetypes
     candidate_sets = [tuple(c for c in archetypes if c != left_out) for left_out in archetypes] if len(archetypes) > 3 else [tuple(archetypes)]
@@ -85,6 +106,8 @@ def sft_evaluator(scenario: Scenario):
 def run_arms(scenario: Scenario, store: RunStore, manifest: dict[str, Any], resume_state: dict[str, Any] | None,
              **kw: Any) -> None:
     """Every arm x seed not finished yet: one after another, or side by side as Ray tasks."""
+    from testbed.loop import make_progress
+
     jobs = [(arm, seed) for arm in scenario.arms for seed in scenario.seeds if str(seed) not in manifest["arms"].get(arm.name, {})]
 
     def done(arm_name: str, seed: int, totals: dict[str, Any]) -> None:
@@ -106,6 +129,8 @@ def run_arms(scenario: Scenario, store: RunStore, manifest: dict[str, Any], resu
 
 def arm_runner(scenario: Scenario, arm: Any) -> Any:
     """`run_arm` of the arm's runtime: the same arguments, the same rows."""
+    from testbed.loop import run_arm
+
     if scenario.runtime_for(arm).kind == "ray":
         from testbed.distributed.runtime import run_arm_ray  # imports ray only when asked for
 
@@ -126,21 +151,39 @@ def resolved_dict(scenario: Scenario) -> dict[str, Any]:
 
 
 def error(message: str) -> int:
-    console.print(f"[red]error:[/] {escape(message)}", markup=True, highlight=False)  # text is text, not markup
+    """Print a bad-input error; exit code 2. The message is data, never rich markup (a '[1,' in
+    it stays), with control characters escaped and its length capped."""
+    shown = "".join(repr(c)[1:-1] if c not in "\n\t" and unicodedata.category(c) == "Cc" else c for c in message)
+    if len(shown) > MAX_ERROR:
+        shown = f"{shown[:MAX_ERROR]}... ({len(shown) - MAX_ERROR} more characters)"
+    console.print(f"[red]error:[/] {escape(shown)}", markup=True, highlight=False)
     return 2
 
 
 def open_resume(run_dir: Path) -> tuple[Scenario, RunStore, dict[str, Any], dict[str, Any] | None]:
     """The scenario, store and manifest of a run to continue, rolled back to its last checkpoint;
-    and that checkpoint, if it is one to continue inside an arm x seed."""
+    and that checkpoint, if it is one to continue inside an arm x seed. The store holds the run
+    directory's lock, taken before anything is read or moved (RunInUseError if another process
+    holds it); a finished run raises RunFinished and is left as it is."""
+    from testbed import checkpoint
+    from testbed.config import ScenarioError, load_scenario
+    from testbed.store import RunStore, base_manifest
+
     if not (run_dir / "scenario.yaml").is_file():
         raise ScenarioError(f"--resume {run_dir}: not a run directory (no scenario.yaml)")
     scenario = load_scenario(run_dir / "scenario.yaml")
     store = RunStore(run_dir, scenario.output.flush_rows, scenario.output.flush_seconds)
-    manifest = store.read_manifest() or base_manifest(scenario.name, scenario.seeds, scenario.digest())
-    found = checkpoint.load_latest(run_dir)
-    state = found[1] if found else None
-    moved = store.restore(state["store"] if state else {})
+    store.lock()
+    try:
+        manifest = store.read_manifest() or base_manifest(scenario.name, scenario.seeds, scenario.digest())
+        if manifest.get("status") == "done":
+            raise RunFinished(f"{run_dir} is already finished (its manifest says done); nothing to resume")
+        found = checkpoint.load_latest(run_dir)
+        state = found[1] if found else None
+        moved = store.restore(state["store"] if state else {})
+    except BaseException:
+        store.unlock()
+        raise
     manifest["arms"] = state["completed"] if state else {}
     manifest["status"] = "running"
     manifest.setdefault("resumes", []).append({
@@ -154,68 +197,141 @@ def open_resume(run_dir: Path) -> tuple[Scenario, RunStore, dict[str, Any], dict
     return scenario, store, manifest, (state if state and not state["done"] else None)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m testbed.run", description=__doc__.splitlines()[0])
     parser.add_argument("scenario", nargs="?", help="scenario YAML file")
     parser.add_argument("--out", help="parent directory for the run directory (default: the scenario's output.dir)")
-    parser.add_argument("--run-name", help="name of the run directory (default: <scenario>-<timestamp>); refused if it exists")
+    parser.add_argument("--run-name", help="name of the run directory (default: <scenario>-<timestamp>); a plain "
+                        "name (letters, digits, '_', '.', '-'), refused if it exists")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario field, e.g. --set budget.episodes=500 (repeatable)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a killed or stopped run from its last checkpoint")
     parser.add_argument("--runtime", choices=["sync", "ray"], help="override runtime.kind (sync: one process; ray: async actors)")
-    args = parser.parse_args(argv)
-    if args.resume and (args.scenario or args.overrides or args.out or args.run_name):
-        return error("--resume takes only the run directory: the run continues with the scenario saved in it")
-    if not args.resume and not args.scenario:
-        return error("give a scenario file (python -m testbed.run SCENARIO.yaml) or --resume RUN_DIR")
+    return parser.parse_args(argv)
 
-    resume_state: dict[str, Any] | None = None
+
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments themselves, before any file is read."""
+    if args.resume and (args.scenario or args.overrides or args.out or args.run_name is not None):
+        return "--resume takes only the run directory: the run continues with the scenario saved in it"
+    if not args.resume and not args.scenario:
+        return "give a scenario file (python -m testbed.run SCENARIO.yaml) or --resume RUN_DIR"
+    if args.run_name is not None:
+        from testbed.store import check_run_name
+
+        try:
+            check_run_name(args.run_name)
+        except ValueError as exc:
+            return f"--run-name {exc}"
+    return None
+
+
+def start(args: argparse.Namespace, opened: dict[str, Any]) -> int | None:
+    """Everything that can fail on bad input, before anything trains: the scenario, its judge and
+    schedule, then the run directory. Fills `opened` as it goes (main closes what is there);
+    returns the exit code of a run that does not start, or None."""
+    from testbed import registry
+    from testbed.config import ScenarioError, load_scenario
+    from testbed.store import CorruptRunError, RunInUseError
+
     try:
         if args.resume:
-            scenario, store, manifest, resume_state = open_resume(Path(args.resume))
+            opened["scenario"], opened["store"], opened["manifest"], opened["resume_state"] = open_resume(Path(args.resume))
         else:
             overrides = args.overrides + ([f"runtime.kind={args.runtime}"] if args.runtime else [])
-            scenario = load_scenario(args.scenario, overrides)
-        judge = build_judge(scenario)
-        schedule = scenario.schedule_object()
-    except (ScenarioError, registry.RegistryError, CorruptRunError, ValueError, TypeError) as exc:
+            opened["scenario"] = load_scenario(args.scenario, overrides)
+        opened["judge"] = build_judge(opened["scenario"])
+        opened["schedule"] = opened["scenario"].schedule_object()
+    except RunFinished as exc:
+        console.print(escape(str(exc)), highlight=False)
+        return 0
+    except (ScenarioError, registry.RegistryError, CorruptRunError, RunInUseError, ValueError, TypeError) as exc:
         return error(str(exc))
     except OSError as exc:
-        return error(f"cannot resume {args.resume}: {exc}")
+        return error(f"cannot {f'resume {args.resume}' if args.resume else 'start the run'}: {exc}")
+    return None if args.resume else new_run(args, opened)
 
-    if not args.resume:
-        out_dir = Path(args.out or scenario.output.dir)
-        try:
-            store = RunStore.create(out_dir, scenario.name, scenario.output.flush_rows, scenario.output.flush_seconds,
-                                    run_name=args.run_name)
-        except FileExistsError as exc:
-            return error(str(exc))
-        except OSError as exc:
-            return error(f"cannot write the run directory under {out_dir}: {exc}")
-        store.write_scenario(resolved_dict(scenario))
-        manifest = base_manifest(scenario.name, scenario.seeds, scenario.digest())
+
+def new_run(args: argparse.Namespace, opened: dict[str, Any]) -> int | None:
+    """Create (and lock) the run directory of a new run and write its resolved scenario."""
+    from testbed.store import RunInUseError, RunStore, base_manifest
+
+    scenario = opened["scenario"]
+    manifest = base_manifest(scenario.name, scenario.seeds, scenario.digest())  # slow imports: before the directory
+    out_dir = Path(args.out or scenario.output.dir)
+    try:
+        store = RunStore.create(out_dir, scenario.name, scenario.output.flush_rows, scenario.output.flush_seconds,
+                                run_name=args.run_name)
+    except (FileExistsError, RunInUseError, ValueError) as exc:
+        return error(str(exc))
+    except OSError as exc:
+        return error(f"cannot write the run directory under {out_dir}: {exc}")
+    opened.update(store=store, manifest=manifest, resume_state=None)
+    store.write_scenario(resolved_dict(scenario))
+    return None
+
+
+def interrupted(store: RunStore | None, manifest: dict[str, Any] | None) -> int:
+    """Ctrl-C: keep what was written, mark the run interrupted, say how to continue; exit 130."""
+    if store is None or manifest is None:
+        console.print("interrupted before the run directory was written; nothing to resume")
+        return 130
+    store.flush()
+    manifest["status"] = "interrupted"
+    store.write_manifest(manifest)
+    console.print(f"interrupted; rows so far are in {store.root}; continue with --resume {store.root}", highlight=False)
+    return 130
+
+
+def close(opened: dict[str, Any]) -> None:
+    """Release what start-up took: the judge (an LLM judge stops the local server it started)
+    and the run directory's lock."""
+    closer = getattr(opened.get("judge"), "close", None)
+    if callable(closer):
+        closer()
+    if opened.get("store") is not None:
+        opened["store"].unlock()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)  # first: --help and argument mistakes need no heavy imports
+    problem = argument_problem(args)
+    if problem:
+        return error(problem)
+    opened: dict[str, Any] = {}
+    try:
+        code = start(args, opened)
+        return code if code is not None else run_scenario(**opened)
+    except KeyboardInterrupt:  # in start-up; run_scenario handles its own
+        return interrupted(opened.get("store"), opened.get("manifest"))
+    finally:
+        close(opened)
+
+
+def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStore, manifest: dict[str, Any],
+                 resume_state: dict[str, Any] | None) -> int:
+    """Every arm x seed of a started run into its run directory, then the report."""
+    import torch
+
+    from testbed.learn import RunStopped
+
     manifest["switch_points"] = list(schedule.switch_points())
     manifest["budget"] = scenario.budget.episodes
     store.write_manifest(manifest)
     console.print(f"run directory: {store.root}")
 
     torch.set_num_threads(scenario.runtime.torch_threads or max(1, torch.get_num_threads()))
-    base_policy, tokenizer, sft_report = load_or_train_policy(
-        scenario.policy, scenario.world.archetypes, evaluate=sft_evaluator(scenario), log=console.print
-    )
-    manifest["sft"] = sft_report
-    store.write_manifest(manifest)
-
-    started = time.time()
     try:
+        base_policy, tokenizer, sft_report = load_or_train_policy(
+            scenario.policy, scenario.world.archetypes, evaluate=sft_evaluator(scenario), log=console.print
+        )
+        manifest["sft"] = sft_report
+        store.write_manifest(manifest)
+        started = time.time()
         run_arms(scenario, store, manifest, resume_state, base_policy=base_policy, tokenizer=tokenizer, judge=judge,
                  schedule=schedule, policy_key=sft_report.get("key") or sft_report.get("checkpoint", ""))
     except KeyboardInterrupt:
-        store.flush()
-        manifest["status"] = "interrupted"
-        store.write_manifest(manifest)
-        console.print(f"interrupted; rows so far are in {store.root}; continue with --resume {store.root}")
-        return 130
+        return interrupted(store, manifest)
     except RunStopped as exc:
         manifest["status"] = "stopped"
         manifest["stop_reason"] = str(exc)
@@ -227,10 +343,6 @@ def main(argv: list[str] | None = None) -> int:
         manifest["status"] = "failed"
         store.write_manifest(manifest)
         raise
-    finally:
-        close = getattr(judge, "close", None)
-        if callable(close):  # e.g. an LLM judge stops the local server it started
-            close()
     manifest["status"] = "done"
     manifest["wall_s"] = round(time.time() - started, 1)
     store.write_manifest(manifest)

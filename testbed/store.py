@@ -7,6 +7,7 @@
       updates.parquet/   one row per trainer update
       evals.parquet/     held-out style shares over time
       checkpoints/
+      .lock              held by the one process writing the directory (see RunStore.lock)
 
 A table is a directory of parquet parts (pandas, pyarrow and duckdb read it as one table).
 Rows are buffered and flushed as a new part (every `flush_rows` rows or `flush_seconds`, whichever
@@ -34,13 +35,28 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
+from filelock import FileLock, Timeout
 
 TABLES = ("episodes", "updates", "evals", "dropped")  # dropped: episodes too stale to train on (async runtime)
 PART = re.compile(r"^part-(\d{6})-([0-9a-f]{16})\.parquet$")  # index and the first 16 hex of its sha256
+RUN_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")  # as arm names; "." and ".." are refused besides
+LOCK_NAME = ".lock"
 
 
 class CorruptRunError(RuntimeError):
     """A run directory whose durable parts do not match what was written."""
+
+
+class RunInUseError(RuntimeError):
+    """Another process holds the run directory's lock (a run or a `--resume` still writing it)."""
+
+
+def check_run_name(name: str) -> str:
+    """A run name is one plain directory name, so the run directory stays inside its parent."""
+    if not RUN_NAME.fullmatch(name) or name in (".", ".."):
+        raise ValueError(f"{name!r}: not a plain name (use letters, digits, '_', '.' and '-', not '.' or '..'), "
+                         "so the run directory stays inside --out")
+    return name
 
 
 def _sha16(path: Path) -> str:
@@ -108,25 +124,43 @@ class RunStore:
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "checkpoints").mkdir(exist_ok=True)
         self.tables = {name: Table(self.root, name, flush_rows, flush_seconds) for name in TABLES}
+        self._lock: FileLock | None = None
+
+    def lock(self) -> None:
+        """Hold the directory's lock until `unlock` (or the process ends: the OS drops it), so a
+        second writer (two `--resume` of one run) is refused instead of interleaving rows."""
+        lock = FileLock(self.root / LOCK_NAME, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise RunInUseError(f"{self.root} is in use by another process (it holds {self.root / LOCK_NAME}); "
+                                "wait for that run or --resume to end") from None
+        self._lock = lock
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     @classmethod
     def create(cls, out_dir: str | Path, scenario_name: str, flush_rows: int = 512, flush_seconds: float = 30.0,
                run_name: str | None = None) -> RunStore:
         """A new run directory under `out_dir`: `run_name` if given (refused if it exists), else
-        `<scenario>-<timestamp>`. Fails (OSError) before any training if it cannot be written."""
+        `<scenario>-<timestamp>`; locked (see `lock`). Fails before any training: ValueError for a
+        name that is not plain, OSError if the directory cannot be written."""
+        out_dir = Path(out_dir)
         if run_name is not None:
-            root = Path(out_dir) / run_name
-            if root.exists():
+            root = out_dir / check_run_name(run_name)
+            if not _claim(root):
                 raise FileExistsError(f"run directory {root} already exists; continue it with --resume {root} "
                                       "or choose another name")
         else:
             stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-            root = Path(out_dir) / f"{scenario_name}-{stamp}"
-            suffix = 1
-            while root.exists():  # two runs in the same second get distinct directories
-                root = Path(out_dir) / f"{scenario_name}-{stamp}-{suffix}"
-                suffix += 1
+            root, suffix = out_dir / f"{scenario_name}-{stamp}", 1
+            while not _claim(root):  # two runs in the same second get distinct directories
+                root, suffix = out_dir / f"{scenario_name}-{stamp}-{suffix}", suffix + 1
         store = cls(root, flush_rows, flush_seconds)
+        store.lock()
         probe = store.root / ".write-test"
         probe.write_bytes(b"ok")
         probe.unlink()
@@ -183,6 +217,17 @@ class RunStore:
     def read_manifest(self) -> dict[str, Any]:
         path = self.root / "manifest.json"
         return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _claim(root: Path) -> bool:
+    """Create `root` unless it exists (one atomic mkdir, so two processes never share it)."""
+    try:
+        root.mkdir(parents=True)
+    except FileExistsError:
+        if root.exists():
+            return False
+        raise  # e.g. a dangling symlink: never loop on it
+    return True
 
 
 def read_table(run_dir: str | Path, name: str) -> pd.DataFrame:

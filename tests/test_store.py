@@ -91,3 +91,32 @@ def test_a_named_run_directory_is_never_reused_and_an_unwritable_one_fails_early
     (tmp_path / "a-file").write_text("")
     with pytest.raises(OSError):
         RunStore.create(tmp_path / "a-file", "s")
+
+
+def test_only_plain_run_names_are_accepted(tmp_path):
+    import pytest
+
+    out = tmp_path / "out"
+    for name in ["", ".", "..", "../x", "../../x", "a/b", "/abs", "x\x00y", "sp ace"]:
+        with pytest.raises(ValueError, match="plain name"):
+            RunStore.create(out, "s", run_name=name)
+    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["out"])  # nothing written beside --out
+    assert not out.exists() or not any(out.iterdir())
+    assert RunStore.create(out, "s", run_name="ok-1.2_x").root == out / "ok-1.2_x"
+
+
+def test_a_new_run_directory_is_locked_until_released(tmp_path):
+    import pytest
+    from filelock import FileLock, Timeout
+
+    from testbed.store import LOCK_NAME, RunInUseError
+
+    store = RunStore.create(tmp_path, "s")
+    other = FileLock(store.root / LOCK_NAME, timeout=0)
+    with pytest.raises(Timeout):
+        other.acquire()
+    with pytest.raises(RunInUseError, match=f"{store.root} is in use by another process"):
+        RunStore(store.root).lock()
+    store.unlock()
+    other.acquire()  # free once its owner lets go
+    other.release()

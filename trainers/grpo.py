@@ -32,7 +32,7 @@ G1_WARNING = (
 
 
 class GRPOConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # an inf lr would NaN the policy
 
     group_size: int = Field(8, ge=1, description="G rollouts per prompt, each judged (and counted)")
     prompts_per_update: int = Field(4, ge=1)

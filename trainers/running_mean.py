@@ -26,7 +26,7 @@ from trainers.router_balance import with_router_aux
 
 
 class RunningMeanConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # an inf lr would NaN the policy
 
     batch_size: int = Field(32, ge=1, description="single rollouts per policy update")
     window: int = Field(128, ge=1, description="rewards in the sliding-window baseline")

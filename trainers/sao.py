@@ -32,7 +32,7 @@ from trainers.router_balance import with_router_aux
 
 
 class SAOConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # an inf lr would NaN the policy
 
     batch_size: int = Field(32, ge=1, description="single rollouts per policy update")
     policy_lr: float = Field(2e-4, gt=0)

@@ -7,7 +7,7 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 
 class ScheduleConfig(BaseModel):
@@ -89,6 +89,16 @@ class PhaseConfig(ScheduleConfig):
     end: float = Field(gt=0.0, le=1.0)
     candidates: list[str] | None = None  # default: the scenario's archetypes
 
+    @field_validator("candidates")
+    @classmethod
+    def _offers_style(cls, candidates: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        # Named here, in the fractions the user wrote; check_schedule would only see clock units.
+        style = info.data.get("style")
+        if candidates is not None and style is not None and style not in candidates:
+            span = f" ({info.data['start']}-{info.data['end']} of the budget)" if {"start", "end"} <= info.data.keys() else ""
+            raise ValueError(f"style '{style}'{span} is not among the phase's candidates {candidates}")
+        return candidates
+
     @model_validator(mode="after")
     def _ordered(self) -> PhaseConfig:
         if self.end <= self.start:
@@ -125,5 +135,8 @@ class PhasesConfig(ScheduleConfig):
             if end - start < 1:
                 raise ValueError(f"schedule.phases.{i} ({p.style}, {p.start}-{p.end} of the budget) is shorter than "
                                  f"one episode at budget.episodes={budget}")
+            if p.candidates is None and p.style not in archetypes:
+                raise ValueError(f"schedule.phases.{i}.style: '{p.style}' ({p.start}-{p.end} of the budget) is not in "
+                                 f"world.archetypes {list(archetypes)}, the phase's candidates when it lists none")
             out.append(Phase(p.style, start, end, tuple(p.candidates or archetypes)))
         return out

@@ -1,0 +1,82 @@
+"""The run directory from the CLI's side: one process at a time, a finished run is left alone,
+Ctrl-C anywhere leaves a resumable run, and --help does not load the training stack."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+import testbed.run as cli
+from testbed.config import load_scenario
+from testbed.store import LOCK_NAME, RunStore
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(cli, "load_or_train_policy", refuse)
+
+
+def make_run(tmp_path: Path, status: str) -> Path:
+    """A run directory as a run leaves it (no checkpoints: it never reached one)."""
+    scenario = load_scenario(ROOT / "tests/data/tiny.yaml")
+    store = RunStore(tmp_path / "run")
+    store.write_scenario(cli.resolved_dict(scenario))
+    store.write_manifest({"scenario": "tiny", "status": status, "wall_s": 12.5, "arms": {}, "seeds": [0, 1]})
+    return store.root
+
+
+def test_resuming_a_finished_run_says_so_and_leaves_it_alone(tmp_path, capsys, no_training):
+    run = make_run(tmp_path, "done")
+    before = (run / "manifest.json").read_bytes()
+    assert cli.main(["--resume", str(run)]) == 0
+    assert "already finished" in " ".join(capsys.readouterr().err.split())
+    assert (run / "manifest.json").read_bytes() == before  # wall time and status untouched
+    assert not (run / "discarded").exists()
+
+
+def test_a_second_resume_of_a_run_in_use_is_refused(tmp_path, capsys, no_training):
+    run = make_run(tmp_path, "stopped")
+    before = (run / "manifest.json").read_bytes()
+    held = FileLock(run / LOCK_NAME, timeout=0)
+    held.acquire()  # as the first `--resume` holds it
+    try:
+        assert cli.main(["--resume", str(run)]) == 2
+    finally:
+        held.release()
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"{run} is in use by another process" in said
+    assert (run / "manifest.json").read_bytes() == before and not (run / "discarded").exists()
+
+
+def test_ctrl_c_during_sft_prints_the_resume_hint(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "load_or_train_policy", interrupted)
+    try:
+        code = cli.main([str(ROOT / "tests/data/tiny.yaml"), "--out", str(tmp_path)])
+    except KeyboardInterrupt:
+        pytest.fail("KeyboardInterrupt escaped main")
+    assert code == 130
+    (run,) = tmp_path.iterdir()
+    assert json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
+    assert f"--resume{run}" in "".join(capsys.readouterr().err.split())  # rich wraps long paths
+    lock = FileLock(run / LOCK_NAME, timeout=0)
+    lock.acquire()  # main let go of the run directory
+    lock.release()
+
+
+def test_help_does_not_import_the_training_stack():
+    code = ("import sys\nfrom testbed.run import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'pandas', 'pyarrow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
