@@ -62,9 +62,7 @@ class ActorEngine:
         self.runner, self.index = runner, index
 
     def generate(self, prompts: list[str], n: int = 1) -> list[Trajectory]:
-        prompts = [p for p in prompts for _ in range(n)]
-        trajs, _ = ray.get(self.runner.submit_generation(self.index, prompts))
-        return trajs
+        return self.runner.generate_now(self.index, [p for p in prompts for _ in range(n)])
 
     def load_weights(self, state_dict: dict | None, version: int) -> None:  # the runner publishes weights
         pass

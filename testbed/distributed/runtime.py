@@ -112,7 +112,7 @@ class RayRunner(ArmRunner):
         self.restarts = 0
         self.actors = [self.new_actor(i) for i in range(rt.rollout_workers)]
         self.eval_engine = ActorEngine(self, 0)
-        self.inflight: dict[ray.ObjectRef, tuple[int, Round | None]] = {}
+        self.inflight: dict[ray.ObjectRef, tuple[int, Round, Any]] = {}  # ref -> (actor index, round, actor)
         self.update_ref: ray.ObjectRef | None = None
         self.update_started = 0.0
         self.busy = Counter()  # seconds: "rollout" (summed over actors), "learner"
@@ -165,15 +165,15 @@ class RayRunner(ArmRunner):
 
     def updates_ahead(self) -> int:
         """Updates that will happen before a round issued now is trained on."""
-        pending = sum(len(r.starts) for _, r in self.inflight.values() if r is not None)
+        pending = sum(len(r.starts) for _, r, _ in self.inflight.values())
         return (self.update_ref is not None) + (len(self.state.buffer) + pending) // self.trainer.episodes_per_update
 
     def issue_rounds(self) -> None:
         epu, group = self.trainer.episodes_per_update, self.trainer.group_size
         limit = self.rt.queue_size or (self.rt.max_staleness + 2) * epu
-        busy = {i for i, _ in self.inflight.values()}
+        busy = {i for i, _, _ in self.inflight.values()}
         for i in range(len(self.actors)):
-            pending = sum(len(r.starts) for _, r in self.inflight.values() if r is not None)
+            pending = sum(len(r.starts) for _, r, _ in self.inflight.values())
             if i in busy or self.env.clock + pending >= self.budget or self.updates_ahead() > self.rt.max_staleness:
                 continue
             if len(self.state.buffer) + pending + epu > limit:
@@ -181,26 +181,38 @@ class RayRunner(ArmRunner):
             with self.timer.part("bookkeeping"):
                 round_ = self.collector.issue(max(1, epu // group), self.next_group, pending)
             self.next_group += max(1, epu // group)
-            self.inflight[self.submit_generation(i, round_.prompts)] = (i, round_)
+            self.inflight[self.submit_generation(i, round_.prompts)] = (i, round_, self.actors[i])
 
     def finish_generation(self, ref: ray.ObjectRef) -> None:
-        index, round_ = self.inflight.pop(ref)
+        index, round_, actor = self.inflight.pop(ref)
         try:
             trajs, seconds = ray.get(ref)
         except ACTOR_DIED as exc:
-            self.restart_actor(index, round_, exc)
+            self.restart_actor(index, round_, exc, actor)
             return
         self.busy["rollout"] += seconds
         with self.timer.part("judging"):
             trajs = self.collector.judge(round_, trajs)
         self.record_round(trajs)
 
-    def restart_actor(self, index: int, round_: Round, exc: Exception) -> None:
-        """A lost actor's round was never judged: start a new actor and send the round again."""
-        self.restarts += 1
-        self.log(f"{self.arm.name} seed {self.seed}: rollout actor {index} died ({type(exc).__name__}); restarting it")
-        self.actors[index] = self.new_actor(index)
-        self.inflight[self.submit_generation(index, round_.prompts)] = (index, round_)
+    def restart_actor(self, index: int, round_: Round | None, exc: Exception, dead: Any) -> None:
+        """A lost actor's round was never judged: start a new actor (unless it was already
+        replaced) and send the round again."""
+        if self.actors[index] is dead:
+            self.restarts += 1
+            self.log(f"{self.arm.name} seed {self.seed}: rollout actor {index} died ({type(exc).__name__}); restarting it")
+            self.actors[index] = self.new_actor(index)
+        if round_ is not None:
+            self.inflight[self.submit_generation(index, round_.prompts)] = (index, round_, self.actors[index])
+
+    def generate_now(self, index: int, prompts: list[str]) -> list[Trajectory]:
+        """A blocking generation (held-out evaluation) that survives the actor's death."""
+        while True:
+            actor = self.actors[index]
+            try:
+                return ray.get(self.submit_generation(index, prompts))[0]
+            except ACTOR_DIED as exc:
+                self.restart_actor(index, None, exc, actor)
 
     def start_update(self) -> None:
         epu, state = self.trainer.episodes_per_update, self.state
