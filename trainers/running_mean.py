@@ -68,7 +68,8 @@ class RunningMeanTrainer:
         advantages = broadcast_to_tokens(torch.tensor(per_episode, dtype=torch.float), data.action_mask)
 
         self.policy.train()
-        logprobs, entropy = token_logprobs(self.policy, data.tokens, data.attention_mask, self.temperature)
+        logprobs, entropy = token_logprobs(self.policy, data.tokens, data.attention_mask, self.temperature,
+                                           where=data.action_mask)
         if self.cfg.loss == "dis":
             loss, stats = dis_policy_loss(
                 logprobs, data.behaviour_logprobs, advantages, data.action_mask, self.cfg.eps_low, self.cfg.eps_high
