@@ -58,7 +58,8 @@ class LeanDecoder:
         if length > self._rope_len:
             freqs = torch.arange(length, dtype=torch.float)[:, None] * self.inv_freq.float()[None]
             emb = torch.cat((freqs, freqs), dim=-1)
-            self._cos, self._sin = emb.cos() * self.rope_scale, emb.sin() * self.rope_scale
+            dtype = self.model.model.embed_tokens.weight.dtype  # as HF casts them to the activations' dtype
+            self._cos, self._sin = (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
             self._rope_len = length
         return self._cos, self._sin
 
@@ -89,7 +90,8 @@ class LeanDecoder:
         B, W = input_ids.shape
         self.weights = self._layer_weights()
         length = W + max_new_tokens
-        self.k_cache = torch.zeros(len(self.weights), B, self.n_kv, length, self.head_dim)
+        dtype = self.model.model.embed_tokens.weight.dtype
+        self.k_cache = torch.zeros(len(self.weights), B, self.n_kv, length, self.head_dim, dtype=dtype)
         self.v_cache = torch.zeros_like(self.k_cache)
         self.valid = torch.zeros(B, 1, 1, length, dtype=torch.bool)
         self.valid[:, 0, 0, :W] = attention.bool()
@@ -149,7 +151,7 @@ class LeanDecoder:
         top, index = probs.topk(self.top_k, dim=-1)
         if self.cfg.norm_topk_prob:
             top = top / top.sum(dim=-1, keepdim=True)
-        routing = torch.zeros_like(probs).scatter_(1, index, top)  # [N, E], zero off the top-k
+        routing = torch.zeros_like(probs).scatter_(1, index, top).to(h.dtype)  # [N, E], zero off the top-k
         gate_up = (h @ w["gate_up_all"]).view(h.shape[0], self.n_experts, 2, -1)
         act = F.silu(gate_up[:, :, 0]) * gate_up[:, :, 1] * routing[:, :, None]
         return act.reshape(h.shape[0], -1) @ w["down_all"]
