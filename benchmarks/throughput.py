@@ -4,20 +4,27 @@
 
 Runs one arm with one seed of the scenario (default: scenarios/style_shift.yaml, its first arm)
 into a temporary directory and prints the time split that the loop records in the manifest.
-Target on the 2-core reference machine: the default running-mean arm in under 3 minutes, with
-bookkeeping (store appends, flushes, batching) under 5% of wall time. The SFT policy is loaded
-from the cache (trained first if absent; that time is reported separately).
+Target on the 2-core reference machine: each arm x seed at least 3x faster than before the speed
+work (benchmarks/README.md has the figures), with bookkeeping (store appends, flushes, batching)
+under 2% of wall time. The SFT policy is loaded from the cache (trained first if absent; that
+time is reported separately).
+
+`--threads` sets torch's intra-op threads (default 1: the ops are small, and on a shared machine
+a second OpenMP thread mostly spins). The process's CPU seconds are printed too: on a machine
+other jobs are loading, CPU time per episode is the steadier figure to compare.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import torch
 from rich.console import Console
 from rich.table import Table
 
@@ -27,12 +34,19 @@ from testbed import run  # noqa: E402
 from testbed.config import load_scenario  # noqa: E402
 
 
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("scenario", nargs="?", default="scenarios/style_shift.yaml")
     parser.add_argument("--arm", help="arm name (default: the first)")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
 
     scenario = load_scenario(args.scenario, args.overrides)
     names = [a.name for a in scenario.arms]
@@ -43,6 +57,16 @@ def main() -> int:
     overrides = [*args.overrides, f"seeds=[{scenario.seeds[0]}]", f"arms=[{json.dumps(scenario.arms[keep].model_dump())}]"]
 
     with tempfile.TemporaryDirectory() as out:
+        arm_cpu = []
+        run_arm = run.run_arm
+
+        def timed_run_arm(*a, **kw):  # CPU seconds of the arm alone, not SFT loading or the report
+            before = cpu_seconds()
+            totals = run_arm(*a, **kw)
+            arm_cpu.append(cpu_seconds() - before)
+            return totals
+
+        run.run_arm = timed_run_arm
         start = time.perf_counter()
         code = run.main([args.scenario, "--out", out, *sum((["--set", o] for o in overrides), [])])
         total = time.perf_counter() - start
@@ -66,6 +90,10 @@ def main() -> int:
     console.print(table)
     console.print(f"arm wall time {wall:.1f} s, {totals['episodes_per_s']:.1f} episodes/s "
                   f"(process total {total:.1f} s; SFT {manifest['sft'].get('seconds', 'cached')})")
+    cpu = sum(arm_cpu)
+    if cpu > 0:  # (only if run.py still runs arms through its module-level `run_arm`)
+            console.print(f"arm CPU time {cpu:.1f} s over {args.threads} thread(s): {totals['episodes'] / cpu:.1f} episodes per "
+                      f"CPU-second (value pretraining included when it was not cached)")
     return 0
 
 

@@ -196,7 +196,11 @@ def test_kl_anchor_pulls_the_policy_back_towards_where_it_started(kind):
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     # Equal rewards: no advantage signal for the window and group baselines, so the KL term moves it.
-    trajs = rollouts(model, 8, rewards=[1] * 8, groups=2 if kind == "grpo" else 1)
+    # SAO's baseline is its critic, which starts at V = 0: rewards of 0 give it no signal either
+    # (rewards of 1 would give A = 1 on every sampled token, a push away from the reference whose
+    # size against the KL's pull depends on the sample drawn).
+    reward = 0 if kind == "sao" else 1
+    trajs = rollouts(model, 8, rewards=[reward] * 8, groups=2 if kind == "grpo" else 1)
     before = kl_now(model, start, trajs)
     metrics = trainer.update(trajs)
     assert metrics["kl_ref"] == pytest.approx(before, rel=1e-4)  # the penalty sees the same KL

@@ -79,7 +79,8 @@ class GRPOTrainer:
         ref_logprobs = self.reference.logprobs(data) if self.reference is not None else None
         for _ in range(self.cfg.epochs):
             self.policy.train()
-            logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask, self.temperature)
+            logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask,
+                                                                   self.temperature, where=data.action_mask)
             loss, stats = ppo_clip_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask,
                                         self.cfg.clip_low, self.cfg.clip_high)
             if self.reference is not None:

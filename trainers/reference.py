@@ -27,7 +27,7 @@ class Reference:
 
     @torch.no_grad()
     def logprobs(self, data: Batch) -> torch.Tensor:
-        return token_logprobs(self.model, data.tokens, data.attention_mask, self.temperature)[0]
+        return token_logprobs(self.model, data.tokens, data.attention_mask, self.temperature, where=data.action_mask)[0]
 
     def penalty(self, logprobs: torch.Tensor, ref_logprobs: torch.Tensor, data: Batch) -> tuple[torch.Tensor, float]:
         """(coef x KL to add to the loss, the KL itself for the metrics)."""

@@ -73,7 +73,7 @@ class RunningMeanTrainer:
 
         self.policy.train()
         logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask, self.temperature,
-                                                               routing=self.cfg.router_aux_loss_coef > 0)
+                                                               routing=self.cfg.router_aux_loss_coef > 0, where=data.action_mask)
         if self.cfg.loss == "dis":
             loss, stats = dis_policy_loss(
                 logprobs, data.behaviour_logprobs, advantages, data.action_mask, self.cfg.eps_low, self.cfg.eps_high

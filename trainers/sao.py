@@ -105,15 +105,18 @@ class SAOTrainer:
         data = collate(batch, self.pad_id)
 
         # Values before this batch's critic updates: their explained variance is out of sample.
-        with torch.no_grad():
-            values_before, _ = self.critic(data.tokens, data.attention_mask)
+        # They come from the first critic step's own forward (same parameters, same batch), so
+        # that pass is not run twice.
+        self.critic.train()
+        first_forward = self.critic(data.tokens, data.attention_mask, output_router_logits=True)
+        values_before = first_forward[0].detach()
         _, returns = self._advantages(data, values_before)
         metrics: dict[str, Any] = {"value_explained_variance": explained_variance(values_before, returns, data.action_mask)}
         skipped: list[str] = []  # the non-finite quantity of each skipped step, in order
 
         # 1. TTUR: K critic updates, so values are fresh before they shape the advantages.
-        for _ in range(self.cfg.value_updates_per_policy_update):
-            step_metrics, nonfinite = self._critic_step(data, returns, values_before)
+        for k in range(self.cfg.value_updates_per_policy_update):
+            step_metrics, nonfinite = self._critic_step(data, returns, values_before, forward=first_forward if k == 0 else None)
             metrics.update(step_metrics)
             if nonfinite is not None:
                 skipped.append(nonfinite)
@@ -157,10 +160,13 @@ class SAOTrainer:
             data.rewards, values, data.action_mask, self.cfg.gamma, lam_policy, self.cfg.lambda_critic, self.cfg.gae
         )
 
-    def _critic_step(self, data: Batch, returns: torch.Tensor, old_values: torch.Tensor) -> tuple[dict[str, float], str | None]:
-        """One critic step: (metrics, the non-finite quantity if the step was skipped)."""
+    def _critic_step(self, data: Batch, returns: torch.Tensor, old_values: torch.Tensor,
+                     forward: tuple[torch.Tensor, tuple | None] | None = None) -> tuple[dict[str, float], str | None]:
+        """One critic step: (metrics, the non-finite quantity if the step was skipped). `forward`:
+        the critic's (values, router logits) on this batch at its current parameters, if the
+        caller already has them (with their graph)."""
         self.critic.train()
-        values, router = self.critic(data.tokens, data.attention_mask, output_router_logits=True)
+        values, router = forward if forward is not None else self.critic(data.tokens, data.attention_mask, output_router_logits=True)
         loss = value_loss(values, returns, data.action_mask, old_values=old_values if self.cfg.value_clip else None,
                           clip=self.cfg.value_clip)
         stats = {"critic_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
@@ -174,7 +180,8 @@ class SAOTrainer:
     def _policy_step(self, data: Batch, advantages: torch.Tensor) -> tuple[dict[str, float], str | None]:
         """The policy step: (metrics, the non-finite quantity if the step was skipped)."""
         self.policy.train()
-        logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask, self.temperature)
+        logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask,
+                                                               self.temperature, where=data.action_mask)
         if self.cfg.policy_loss == "dis":
             loss, stats = dis_policy_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask,
                                           self.cfg.eps_low, self.cfg.eps_high)

@@ -45,13 +45,17 @@ def token_logprobs(
     tokens: torch.Tensor,
     attention_mask: torch.Tensor,
     temperature: float = 1.0,
+    where: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities of each token given its prefix, and the entropy of each position's
     distribution, both [B, T] and aligned with `tokens` (position 0 gets 0: it has no prefix).
 
-    The temperature must be the engine's, so that these equal the behaviour log-probs.
+    The temperature must be the engine's, so that these equal the behaviour log-probs. With
+    `where` (bool [B, T], e.g. the action mask) only those tokens are scored and the rest are 0:
+    the output layer and its softmax then run on those positions only, which is most of the
+    saving for a small model with a large vocabulary.
     """
-    logp, entropy, _ = token_logprobs_and_routing(model, tokens, attention_mask, temperature, routing=False)
+    logp, entropy, _ = token_logprobs_and_routing(model, tokens, attention_mask, temperature, routing=False, where=where)
     return logp, entropy
 
 
@@ -61,12 +65,21 @@ def token_logprobs_and_routing(
     attention_mask: torch.Tensor,
     temperature: float = 1.0,
     routing: bool = True,
+    where: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
-    """`token_logprobs` plus the router logits of every MoE layer (for expert-load diagnostics)."""
-    out = model(input_ids=tokens, attention_mask=attention_mask, use_cache=False, output_router_logits=routing)
-    logp_all = F.log_softmax(out.logits[:, :-1].float() / temperature, dim=-1)
-    logp = logp_all.gather(-1, tokens[:, 1:, None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    pad = torch.zeros_like(logp[:, :1])
+    """`token_logprobs` plus the router logits of every MoE layer (for expert-load diagnostics),
+    all from one forward pass."""
+    kwargs = {"output_router_logits": True} if routing else {}
+    out = model.get_decoder()(input_ids=tokens, attention_mask=attention_mask, use_cache=False, **kwargs)
+    hidden = out.last_hidden_state[:, :-1]  # the state at t-1 predicts token t
+    need = torch.ones_like(tokens[:, 1:], dtype=torch.bool) if where is None else where[:, 1:].bool()
+    logits = model.get_output_embeddings()(hidden[need])
+    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)
+    picked = logp_all.gather(-1, tokens[:, 1:][need][:, None]).squeeze(-1)
+    with torch.no_grad():  # a diagnostic only: no graph for it
+        entropy_picked = -(logp_all.exp() * logp_all).sum(-1)
+    zeros = torch.zeros(tokens.shape[0], tokens.shape[1], dtype=picked.dtype)
+    logp = zeros.masked_scatter(F.pad(need, (1, 0)), picked)
+    entropy = zeros.masked_scatter(F.pad(need, (1, 0)), entropy_picked)
     router = getattr(out, "router_logits", None) if routing else None
-    return torch.cat([pad, logp], dim=1), torch.cat([pad, entropy], dim=1), router
+    return logp, entropy, router

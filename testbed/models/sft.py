@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import AutoModelForCausalLM
 
@@ -28,7 +29,8 @@ from testbed.models.tokenizer import WordTokenizer
 from testbed.paths import cache_dir
 from testbed.world import generate, prompts, render_prompt, vocabulary
 
-CACHE_FORMAT = 1  # bump when the corpus or training recipe changes meaning
+CACHE_FORMAT = 2  # bump when the corpus or training recipe changes meaning (2: stops early at the bar)
+EARLY_CHECKS = 4  # acceptance checks in the second half of each SFT round (each samples eval_samples)
 
 
 def cache_root() -> Path:
@@ -78,8 +80,24 @@ def encode_corpus(corpus: list[tuple[str, str, str]], tok: WordTokenizer) -> tup
     return ids, mask, labels
 
 
-def train_sft(model: torch.nn.Module, data: tuple[torch.Tensor, ...], steps: int, batch_size: int, lr: float, seed: int, label: str = "SFT") -> list[float]:
-    """AdamW with linear warm-up and cosine decay; returns the loss curve."""
+def causal_lm_loss(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """transformers' causal-LM loss (token mean of the cross-entropy over labelled positions),
+    with the output layer run only where a label is: the prompt positions carry none, and for a
+    small model with a large vocabulary the output layer is a good part of the cost."""
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+    targets = labels[:, 1:]
+    keep = targets != -100
+    logits = model.get_output_embeddings()(hidden[:, :-1][keep])
+    return F.cross_entropy(logits.float(), targets[keep])
+
+
+def train_sft(model: torch.nn.Module, data: tuple[torch.Tensor, ...], steps: int, batch_size: int, lr: float, seed: int,
+              label: str = "SFT", accept: Callable[[], bool] | None = None, checks: int = 0) -> list[float]:
+    """AdamW with linear warm-up and cosine decay; returns the loss curve.
+
+    With `accept`, the model is checked `checks` times, evenly over the second half of the run
+    (and not at the very end, which the caller checks anyway), and training stops at the first
+    check it passes: most runs meet the bar well before the schedule ends."""
     ids, mask, labels = data
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
@@ -87,6 +105,7 @@ def train_sft(model: torch.nn.Module, data: tuple[torch.Tensor, ...], steps: int
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, steps))))
     )
+    check_at = {steps // 2 + i * steps // (2 * checks) for i in range(checks)} if accept is not None and checks > 0 else set()
     losses: list[float] = []
     model.train()
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} loss {task.fields[loss]}"),
@@ -95,15 +114,21 @@ def train_sft(model: torch.nn.Module, data: tuple[torch.Tensor, ...], steps: int
         for step in range(steps):
             idx = torch.randint(0, len(ids), (batch_size,), generator=gen)
             width = int(mask[idx].sum(1).max())  # trim padding shared by the whole batch
-            out = model(input_ids=ids[idx, :width], attention_mask=mask[idx, :width], labels=labels[idx, :width], use_cache=False)
+            loss = causal_lm_loss(model, ids[idx, :width], mask[idx, :width], labels[idx, :width])
             opt.zero_grad(set_to_none=True)
-            out.loss.backward()
+            loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
-            losses.append(out.loss.item())
+            losses.append(loss.item())
             if step % 20 == 0 or step == steps - 1:
                 bar.update(task, completed=step + 1, loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+            if step + 1 in check_at:
+                model.eval()
+                passed = accept()
+                model.train()
+                if passed:
+                    break
     model.eval()
     return losses
 
@@ -141,9 +166,20 @@ def load_or_train_policy(
     data = encode_corpus(corpus, tok)
     losses: list[float] = []
     report: dict = {}
+    checked: dict = {}  # the report of a passing early check (training stopped there), not rerun
+
+    def accept() -> bool:
+        report = evaluate(model, tok)
+        passed = sft_passes(report, cfg, archetypes)
+        if passed:
+            checked["report"] = report
+        return passed
+
     for round_ in range(cfg.sft.max_rounds):
-        losses += train_sft(model, data, cfg.sft.steps, cfg.sft.batch_size, cfg.sft.lr, cfg.sft.seed + round_, f"SFT round {round_ + 1}")
-        report = evaluate(model, tok) if evaluate else {}
+        checked.clear()
+        losses += train_sft(model, data, cfg.sft.steps, cfg.sft.batch_size, cfg.sft.lr, cfg.sft.seed + round_,
+                            f"SFT round {round_ + 1}", accept=accept if evaluate else None, checks=EARLY_CHECKS)
+        report = checked.get("report") or (evaluate(model, tok) if evaluate else {})
         if not evaluate or sft_passes(report, cfg, archetypes):
             break
         log(f"SFT round {round_ + 1} not yet good enough: {report}")

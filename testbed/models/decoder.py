@@ -1,0 +1,157 @@
+"""A lean incremental forward of the Qwen3-MoE policy, for sampling only (no autograd).
+
+Why: on a 2-core CPU the policy's arithmetic is tiny (~0.6M parameters) and transformers'
+general forward costs far more in Python and op dispatch per decoding step than in maths
+(benchmarks/README.md has the profile). This module computes the same function over the same
+parameter tensors (read live from the HF module, so a trainer's update is seen at the next
+`generate`) with a handful of fused ops per layer:
+  - a static, preallocated KV cache written in place (no concatenation per step);
+  - RoPE cos/sin read from a table instead of recomputed per step;
+  - q/k/v as one matmul, q_norm/k_norm as one `rms_norm` on the concatenated heads;
+  - for one query token, GQA attention with the query heads packed per key/value head;
+  - the experts of a layer as two dense matmuls over all experts with the routing weights (zero
+    off the top-k) applied in between: at a few dozen tokens per step this is far cheaper than
+    sorting tokens into groups, and it is the same sum (an unselected expert adds exactly 0).
+Results match the HF forward to float rounding (tests/test_decoder.py); the behaviour log-probs
+that DIS needs are computed from these logits, so they are the engine's exact sampling law.
+
+Only the shape the testbed builds is supported (every layer MoE, no sliding window, no biases);
+`LeanDecoder.supports(model)` says so and the engine falls back to the HF forward otherwise.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+class LeanDecoder:
+    def __init__(self, model: torch.nn.Module):
+        cfg = model.config
+        self.model = model
+        self.cfg = cfg
+        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.top_k, self.n_experts = cfg.num_experts_per_tok, cfg.num_experts
+        self.eps = cfg.rms_norm_eps
+        rotary = model.model.rotary_emb
+        self.inv_freq, self.rope_scale = rotary.inv_freq, rotary.attention_scaling
+        self._rope_len = 0
+
+    @staticmethod
+    def supports(model: torch.nn.Module) -> bool:
+        cfg = getattr(model, "config", None)
+        return (
+            getattr(cfg, "model_type", None) == "qwen3_moe"
+            and cfg.decoder_sparse_step == 1
+            and not cfg.mlp_only_layers
+            and getattr(cfg, "sliding_window", None) is None
+            and not cfg.attention_bias
+            and cfg.hidden_act == "silu"
+            and cfg.rope_parameters.get("rope_type", "default") == "default"
+        )
+
+    # -- per-batch preparation ----------------------------------------------------------------
+
+    def _rope(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin for positions 0..length-1, computed exactly as the HF rotary embedding does."""
+        if length > self._rope_len:
+            freqs = torch.arange(length, dtype=torch.float)[:, None] * self.inv_freq.float()[None]
+            emb = torch.cat((freqs, freqs), dim=-1)
+            dtype = self.model.model.embed_tokens.weight.dtype  # as HF casts them to the activations' dtype
+            self._cos, self._sin = (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
+            self._rope_len = length
+        return self._cos, self._sin
+
+    def _layer_weights(self) -> list[dict[str, torch.Tensor]]:
+        """Fused views of each layer's weights, rebuilt per batch (the trainer moves them between)."""
+        out = []
+        for layer in self.model.model.layers:
+            attn, moe = layer.self_attn, layer.mlp
+            gate_up, down = moe.experts.gate_up_proj, moe.experts.down_proj  # [E, 2I, H], [E, H, I]
+            E, two_i, H = gate_up.shape
+            out.append({
+                "ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
+                "qkv": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+                "qk_norm": torch.cat([attn.q_norm.weight.expand(self.n_heads, -1), attn.k_norm.weight.expand(self.n_kv, -1)]),
+                "o": attn.o_proj.weight, "router": moe.gate.weight,
+                # x @ gate_up_all -> [N, E * 2I]; (a * w) @ down_all sums the experts in the matmul
+                "gate_up_all": gate_up.permute(2, 0, 1).reshape(H, E * two_i),
+                "down_all": down.permute(0, 2, 1).reshape(E * (two_i // 2), H),
+            })
+        return out
+
+    # -- the forward --------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def start(self, input_ids: torch.Tensor, attention: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+        """Prefill left-padded prompts [B, W] and allocate the cache for `max_new_tokens` more
+        steps; returns the logits at the last prompt position [B, V]."""
+        B, W = input_ids.shape
+        self.weights = self._layer_weights()
+        length = W + max_new_tokens
+        dtype = self.model.model.embed_tokens.weight.dtype
+        self.k_cache = torch.zeros(len(self.weights), B, self.n_kv, length, self.head_dim, dtype=dtype)
+        self.v_cache = torch.zeros_like(self.k_cache)
+        self.valid = torch.zeros(B, 1, 1, length, dtype=torch.bool)
+        self.valid[:, 0, 0, :W] = attention.bool()
+        positions = (attention.cumsum(1) - 1).clamp(min=0)
+        self.next_position = positions[:, -1] + 1
+        self.cursor = W
+        cos, sin = self._rope(int(positions.max()) + max_new_tokens + 1)
+        # Causal and padding mask; every row may see itself, so a padding row is never all-masked (NaN).
+        causal = torch.ones(W, W, dtype=torch.bool).tril()
+        mask = (causal[None] & attention.bool()[:, None, :]) | torch.eye(W, dtype=torch.bool)[None]
+        return self._forward(input_ids, cos[positions], sin[positions], mask[:, None], slice(0, W))[:, -1]
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row [B] (at the next cache column); returns the next logits [B, V]."""
+        col = self.cursor
+        self.valid[:, 0, 0, col] = True
+        pos = self.next_position
+        logits = self._forward(tokens[:, None], self._cos[pos][:, None], self._sin[pos][:, None],
+                               self.valid[..., : col + 1], slice(col, col + 1))
+        self.cursor += 1
+        self.next_position = pos + 1
+        return logits[:, -1]
+
+    def _forward(self, ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, cols: slice) -> torch.Tensor:
+        B, S = ids.shape
+        nh, nkv, d = self.n_heads, self.n_kv, self.head_dim
+        x = F.embedding(ids, self.model.model.embed_tokens.weight)
+        cos, sin = cos[:, None], sin[:, None]  # [B, 1, S, D]: broadcast over heads
+        half = d // 2
+        for li, w in enumerate(self.weights):
+            h = F.rms_norm(x, (x.shape[-1],), w["ln1"], self.eps)
+            qkv = F.linear(h, w["qkv"]).view(B, S, nh + 2 * nkv, d)
+            qk = F.rms_norm(qkv[:, :, : nh + nkv], (d,), None, self.eps) * w["qk_norm"]
+            qk = qk.transpose(1, 2)  # [B, nh + nkv, S, d]
+            rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
+            qk = qk * cos + rotated * sin
+            q, k = qk[:, :nh], qk[:, nh:]
+            self.k_cache[li, :, :, cols] = k
+            self.v_cache[li, :, :, cols] = qkv[:, :, nh + nkv :].transpose(1, 2)
+            keys = self.k_cache[li, :, :, : cols.stop]
+            values = self.v_cache[li, :, :, : cols.stop]
+            if S == 1:  # pack the query heads of each kv head: no repeat of keys and values
+                attn = F.scaled_dot_product_attention(q.reshape(B, nkv, nh // nkv, d), keys, values, attn_mask=mask)
+                attn = attn.reshape(B, 1, nh * d)
+            else:
+                attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+                attn = attn.transpose(1, 2).reshape(B, S, nh * d)
+            x = x + F.linear(attn, w["o"])
+            h = F.rms_norm(x, (x.shape[-1],), w["ln2"], self.eps).reshape(B * S, -1)
+            x = x + self._experts(h, w).view(B, S, -1)
+        x = F.rms_norm(x, (x.shape[-1],), self.model.model.norm.weight, self.eps)
+        return F.linear(x, self.model.lm_head.weight)
+
+    def _experts(self, h: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
+        probs = F.linear(h, w["router"]).softmax(dim=-1, dtype=torch.float)
+        top, index = probs.topk(self.top_k, dim=-1)
+        if self.cfg.norm_topk_prob:
+            top = top / top.sum(dim=-1, keepdim=True)
+        routing = torch.zeros_like(probs).scatter_(1, index, top).to(h.dtype)  # [N, E], zero off the top-k
+        gate_up = (h @ w["gate_up_all"]).view(h.shape[0], self.n_experts, 2, -1)
+        act = F.silu(gate_up[:, :, 0]) * gate_up[:, :, 1] * routing[:, :, None]
+        return act.reshape(h.shape[0], -1) @ w["down_all"]

@@ -1,0 +1,39 @@
+"""SFT's loss is transformers' causal-LM loss, and a round stops at the first acceptance check it
+passes (checks fall in the round's second half)."""
+
+import torch
+
+from testbed.config import PolicyConfig
+from testbed.models.policy import build_policy
+from testbed.models.sft import causal_lm_loss, encode_corpus, sft_corpus, train_sft
+from testbed.models.tokenizer import WordTokenizer
+
+TOK = WordTokenizer.build()
+SMALL = PolicyConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, num_experts=2, expert_size=8)
+
+
+def data(n=16):
+    return encode_corpus(sft_corpus(n, ["cute", "academic"], seed=0), TOK)
+
+
+def test_loss_is_transformers_causal_lm_loss():
+    model = build_policy(SMALL, TOK)
+    ids, mask, labels = data()
+    want = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss
+    torch.testing.assert_close(causal_lm_loss(model, ids, mask, labels), want, atol=1e-6, rtol=1e-6)
+
+
+def test_training_stops_at_the_first_passing_check():
+    calls = []
+
+    def accept():
+        calls.append(len(calls))
+        return len(calls) == 2  # the second check passes
+
+    losses = train_sft(build_policy(SMALL, TOK), data(), steps=8, batch_size=4, lr=1e-3, seed=0, accept=accept, checks=2)
+    assert len(calls) == 2 and len(losses) == 6  # checks after steps 4 and 6 of 8
+
+
+def test_without_a_passing_check_the_round_runs_to_the_end():
+    losses = train_sft(build_policy(SMALL, TOK), data(), steps=8, batch_size=4, lr=1e-3, seed=0, accept=lambda: False, checks=4)
+    assert len(losses) == 8
