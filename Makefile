@@ -4,6 +4,8 @@ PY := $(VENV)/bin/python
 SCENARIO ?= scenarios/style_shift.yaml
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
+# The policy is tiny: one BLAS thread per process is fastest (see runtime.torch_threads)
+export OMP_NUM_THREADS := 1
 
 .PHONY: run test bench clean
 

@@ -112,9 +112,9 @@ class WorldConfig(Strict):
 
 
 class SFTConfig(Strict):
-    steps: int = Field(1500, ge=0)
+    steps: int = Field(400, ge=0)
     batch_size: int = Field(64, ge=1)
-    lr: float = Field(3e-3, gt=0)
+    lr: float = Field(1e-2, gt=0)
     corpus_size: int = Field(20_000, ge=1)
     # Acceptance: keep training (in rounds of `steps`) until every archetype is written and
     # quality is high, as judged by the embedded rubric on held-out prompts.
@@ -180,7 +180,9 @@ class RuntimeConfig(Strict):
     max_staleness: int = Field(0, ge=0, description="policy versions an episode may lag when trained; older ones are dropped")
     queue_size: int | None = Field(None, ge=1, description="judged episodes waiting for the learner, at most (default: (max_staleness + 2) x batch)")
     address: str | None = Field(None, description="an existing Ray cluster (else RAY_ADDRESS, else a local one)")
-    torch_threads: int | None = Field(None, ge=1, description="torch threads per process (default: all cores in sync, 1 per Ray actor)")
+    # 1 by default: the policy's matmuls are tiny (about a MFLOP per token), so more threads only add
+    # synchronisation; on a loaded 2-core machine 2 threads made a decoding batch 25x slower.
+    torch_threads: int = Field(1, ge=1, description="torch threads per process (the driver and every Ray actor)")
     actor_cpus: float = Field(0.5, gt=0, description="CPUs Ray reserves per actor")
     parallel_arms: bool = Field(False, description="run arms x seeds side by side as Ray tasks")
 

@@ -320,7 +320,7 @@ def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStor
     store.write_manifest(manifest)
     console.print(f"run directory: {store.root}")
 
-    torch.set_num_threads(scenario.runtime.torch_threads or max(1, torch.get_num_threads()))
+    torch.set_num_threads(scenario.runtime.torch_threads)
     try:
         base_policy, tokenizer, sft_report = load_or_train_policy(
             scenario.policy, scenario.world.archetypes, evaluate=sft_evaluator(scenario), log=console.print

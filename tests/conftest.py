@@ -3,6 +3,7 @@ import os
 # Offline, deterministic, quiet: set before any test imports the libraries that read these.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # the models are tiny: one BLAS thread is fastest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

@@ -57,7 +57,7 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, base_pol
 
     data = resolved_dict(scenario)
     policy = ray.put((base_policy.config, {k: v.detach().clone() for k, v in base_policy.state_dict().items()}))
-    threads = scenario.runtime.torch_threads or 1
+    threads = scenario.runtime.torch_threads
     pending = {run_arm_task.options(num_cpus=scenario.runtime.actor_cpus).remote(
         data, arm.name, seed, policy, tokenizer, policy_key, threads): (arm.name, seed) for arm, seed in jobs}
     log(f"running {len(pending)} arm x seed tasks side by side on Ray")

@@ -95,7 +95,7 @@ class RayRunner(ArmRunner):
                  tokenizer: WordTokenizer, **kw: Any):
         super().__init__(scenario, arm, seed, **kw)
         rt = self.rt = scenario.runtime_for(arm)
-        threads = rt.torch_threads or 1
+        threads = rt.torch_threads
         seed_everything(seed)
         policy = copy.deepcopy(base_policy)
         self.local_engine = make_engine(scenario, policy, tokenizer)  # the warm-up samples the starting policy here
