@@ -333,7 +333,8 @@ def make_figures(a: Analysis, fig_dir: Path, log=print) -> list[Path]:
         title = head.name if len(group) == 1 else f"{len(group)} runs"
         jobs = [
             ("realignment", lambda: plots.realignment_figure(ep, ev, sp, budget, window, title=title, palette=palette)),
-            ("target_share", lambda: plots.target_share_figure(ev, sp, budget, palette=palette, title=title)),
+            ("target_share", lambda: plots.target_share_figure(ev, sp, budget, palette=palette, title=title,
+                                                               targets=realign.phase_targets(ep, ev, sp, budget))),
             ("reward_vs_judge_calls", lambda: plots.judge_calls_figure(ep, up, sp, budget, window, palette=palette,
                                                                        title=title)),
             ("training_diagnostics", lambda: plots.training_figure(up, sp, budget, palette=palette)),
