@@ -11,7 +11,8 @@ Scenario snippet (with this directory, or your own package, on PYTHONPATH)::
 
 The contract (docs/plugins.md has it in full):
   * `Config`: a pydantic model that validates the arm's `args` when the scenario loads (unknown
-    and badly typed keys are named);
+    and badly typed keys are named); its optional `episodes_per_update` lets the budget check run
+    before the trainer is built;
   * built as `cls(policy, args, *, pad_id, temperature, seed)`; `policy` is the transformers
     causal LM that the engine samples from (in the synchronous runtime the same object);
   * `group_size` (samples per prompt), `batch_size` (prompts per update), `version` (policy
@@ -48,6 +49,11 @@ class EMABaselineTrainer:
         beta: float = Field(0.05, gt=0, le=1, description="weight of the newest reward in the baseline")
         max_grad_norm: float = Field(1.0, gt=0, allow_inf_nan=False)
 
+        @property
+        def episodes_per_update(self) -> int:
+            """Read when the scenario loads, so a budget too small for one update is refused early."""
+            return self.batch_size
+
     group_size = 1  # one rollout per prompt: the baseline, not a group, centres the reward
 
     def __init__(self, policy: torch.nn.Module, args: dict[str, Any], *, pad_id: int, temperature: float = 1.0,
@@ -61,7 +67,7 @@ class EMABaselineTrainer:
 
     @property
     def episodes_per_update(self) -> int:
-        return self.batch_size * self.group_size
+        return self.cfg.episodes_per_update * self.group_size
 
     def _advantages(self, rewards: list[float]) -> list[float]:
         out = []

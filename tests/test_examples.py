@@ -95,6 +95,7 @@ def trajectories(model, n=6):
 
 def test_trainer_config_names_bad_arguments(plugins):
     Config = plugins("custom_trainer:EMABaselineTrainer").Config
+    assert Config.model_validate({"batch_size": 12}).episodes_per_update == 12
     for bad, field in (({"betta": 0.1}, "betta"), ({"lr": float("inf")}, "lr"), ({"beta": 2}, "beta"),
                        ({"batch_size": "many"}, "batch_size")):
         with pytest.raises(ValidationError) as err:
