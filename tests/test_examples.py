@@ -132,3 +132,32 @@ def test_trainer_skips_a_nonfinite_step_and_says_so(plugins):
     metrics = trainer.update(batch)
     assert metrics["nonfinite"] == "policy loss" and metrics["skipped_steps"] == 1
     assert trainer.version == 0 and trainer.baseline == 0.0 and math.isnan(metrics["policy_loss"])
+
+
+# ---- both, through the scenario loader ---------------------------------------------------------
+
+
+def scenario_file(tmp_path, schedule: dict, args: dict) -> Path:
+    import yaml
+
+    data = {"name": "plugins", "schedule": schedule, "seeds": [0], "budget": {"episodes": 2400},
+            "arms": [{"name": "ema", "trainer": "custom_trainer:EMABaselineTrainer", "args": args}]}
+    path = tmp_path / "plugins.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_scenario_loads_both_examples_and_names_their_bad_keys(plugins, tmp_path):
+    from testbed.config import ScenarioError, load_scenario
+    from testbed.envs.schedules import check_schedule
+
+    kind = {"kind": "custom_schedule:ReturningSchedule"}
+    scenario = load_scenario(scenario_file(tmp_path, {**kind, **RETURNING}, {"batch_size": 8}))
+    schedule = scenario.schedule_object()
+    assert type(schedule).__name__ == "ReturningSchedule" and schedule.switch_points() == [800, 1600]  # in episodes
+    check_schedule(schedule, 2400, STYLES)
+    for schedule_keys, args, says in (({**kind, **RETURNING, "switch_att": [1]}, {}, "switch_att"),
+                                      ({**kind, **RETURNING}, {"betta": 0.1}, "betta"),
+                                      ({**kind, **RETURNING}, {"batch_size": 5000}, "one update needs 5000 episodes")):
+        with pytest.raises(ScenarioError, match=says):
+            load_scenario(scenario_file(tmp_path, schedule_keys, args))
