@@ -34,7 +34,7 @@ from IPython.display import Image, Markdown, display
 
 ROOT = Path.cwd().parent if Path.cwd().name == "analysis" else Path.cwd()
 sys.path.insert(0, str(ROOT))
-from analysis import plots, realign, report  # noqa: E402
+from analysis import plots, realign, report, tables  # noqa: E402
 
 pd.set_option("display.width", 200)
 pd.set_option("display.max_columns", 40)
@@ -80,7 +80,7 @@ a.arms
 # in `realignment.ipynb` and `summary.md`); brackets are 95% bootstrap intervals over seeds.
 
 # %%
-display(Markdown(report._md_table(report.SWITCH_HEADER, report.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"))
+display(Markdown(tables.md_table(tables.SWITCH_HEADER, tables.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"))
 
 # %%
 # the same numbers as a wide table, one column per run:arm

@@ -27,7 +27,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from analysis import realign
+from analysis import curves, realign
 from analysis.diagnostic_plots import critic_figure, training_figure
 from analysis.figure_style import (
     ERRORBAR,
@@ -59,7 +59,7 @@ def realignment_figure(episodes: pd.DataFrame, evals: pd.DataFrame | None, switc
     window = realign.auto_window(switch_points, budget, window)
     arms = sorted(episodes["arm"].unique(), key=str)
     palette = palette or arm_palette(arms)
-    shares = realign.share_curves(evals) if evals is not None else pd.DataFrame()
+    shares = curves.share_curves(evals) if evals is not None else pd.DataFrame()
     share_arms = [a for a in arms if not shares.empty and (shares["arm"] == a).any()]
     targets = realign.phase_targets(episodes, evals, switch_points, budget)
     n = len(share_arms) + 1
@@ -77,7 +77,7 @@ def realignment_figure(episodes: pd.DataFrame, evals: pd.DataFrame | None, switc
         ax.set_title(f"Held-out style shares - {arm} ({seeds} seed{'s' if seeds != 1 else ''})", loc="left", pad=14)
         legend_right(ax, "style")
     ax = axes[-1]
-    curve = realign.reward_curve(episodes, window)
+    curve = curves.reward_curve(episodes, window)
     if not curve.empty:
         seeds = curve["seed"].nunique()
         mean_lineplot(ax, curve, "t", "rolling_reward", "arm", arms, palette, linewidth=1.8)
@@ -103,7 +103,7 @@ def target_share_figure(evals: pd.DataFrame | None, switch_points: Sequence[int]
     phase is its own segment: a line never joins the share of one target to the next's.
     `targets` (one per phase, e.g. from the episodes table) names the phases; by default they are
     read from the evaluations, and a phase without one is shaded grey."""
-    curve = realign.target_share_curve(evals) if evals is not None else pd.DataFrame()
+    curve = curves.target_share_curve(evals) if evals is not None else pd.DataFrame()
     if curve.empty:
         return None
     arms = sorted(curve["arm"].unique(), key=str)
@@ -141,7 +141,7 @@ def judge_calls_figure(episodes: pd.DataFrame, updates: pd.DataFrame | None, swi
     if episodes is None or episodes.empty:
         return None
     window = realign.auto_window(switch_points, budget, window)
-    curve = realign.judge_call_curve(episodes, updates, window)
+    curve = curves.judge_call_curve(episodes, updates, window)
     if curve.empty:
         return None
     arms = sorted(curve["arm"].unique(), key=str)

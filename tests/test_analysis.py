@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import realign
+from analysis import curves, realign
 from analysis.plots import arm_palette, style_palette
 from analysis.report import load_run, print_switch_table, report
 from testbed.store import RunStore
@@ -174,7 +174,7 @@ def test_auto_window_shrinks_for_short_runs():
 
 def test_rolling_reward_has_a_value_per_judged_episode():
     ep = episodes(recovering())
-    roll = realign.rolling_reward(ep, 10)
+    roll = curves.rolling_reward(ep, 10)
     assert len(roll) == 400 and roll["rolling_reward"].isna().sum() == 1  # the first: under a quarter-window
     assert roll["rolling_reward"].iloc[209] == 0.0 and roll["rolling_reward"].iloc[-1] == 1.0
 
