@@ -21,11 +21,11 @@ NOTEBOOKS = ("realignment", "compare_runs")
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> Path:
+def tiny_run(tmp_path_factory, shared_cache) -> Path:
     tmp = tmp_path_factory.mktemp("tiny")
-    # a fresh policy cache (the SFT of the tiny policy is part of the test); TESTBED_TEST_CACHE
-    # points at an existing one instead, to rerun the notebooks quickly
-    env = {**os.environ, "TESTBED_CACHE": os.environ.get("TESTBED_TEST_CACHE") or str(tmp / "cache")}
+    # the session's policy cache, so the tiny SFT (tested in test_end_to_end) is trained once per
+    # session; TESTBED_TEST_CACHE points at an existing one instead, to rerun the notebooks quickly
+    env = {**os.environ, "TESTBED_CACHE": os.environ.get("TESTBED_TEST_CACHE") or str(shared_cache)}
     proc = subprocess.run(
         [sys.executable, "-m", "testbed.run", "tests/data/tiny.yaml", "--out", str(tmp / "runs"),
          "--set", "budget.episodes=96", "--set", "seeds=[0,1]"],
