@@ -149,7 +149,7 @@ def judge_calls_figure(episodes: pd.DataFrame, updates: pd.DataFrame | None, swi
     fig, axes = new_figure(1, 1, 10, 3.8)
     ax = axes[0, 0]
     # a common grid of judge calls so that seeds can be banded
-    step = max(1.0, float(curve["judge_calls"].max()) / 300)
+    step = max(1.0, float(curve["judge_calls"].max()) / curves.CURVE_POINTS)
     curve = curve.assign(judge_calls=(curve["judge_calls"] / step).round() * step)
     mean_lineplot(ax, curve, "judge_calls", "rolling_reward", "arm", arms, palette, linewidth=1.8)
     for arm in arms:
