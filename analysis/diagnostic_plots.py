@@ -21,13 +21,25 @@ TRAINING_PANELS = [
 ]
 
 
-def _smooth(updates: pd.DataFrame, cols: list[str], span: int = 5) -> pd.DataFrame:
+# Clock values per diagnostics line: a full run has ~190 updates per arm and seed, and every x value
+# is one seaborn bootstrap per panel and arm; 60 bins (100 episodes each in a 6,000-episode run)
+# are finer than the 5-update rolling mean that the lines already are.
+DIAGNOSTIC_POINTS = 60
+
+
+def _smooth(updates: pd.DataFrame, cols: list[str], span: int = 5, points: int = DIAGNOSTIC_POINTS) -> pd.DataFrame:
+    """Each arm and seed's rolling mean over `span` updates, its clock rounded onto a grid of at
+    most `points` values (mean_lineplot then averages a seed's updates within a bin)."""
     parts = []
     for _, g in updates.sort_values("t").groupby(["arm", "seed"], sort=True):
         g = g.copy()
         g[cols] = g[cols].rolling(span, min_periods=1).mean()
         parts.append(g)
-    return pd.concat(parts, ignore_index=True) if parts else updates
+    if not parts:
+        return updates
+    data = pd.concat(parts, ignore_index=True)
+    step = max(1.0, float(data["t"].max()) / points)
+    return data.assign(t=(data["t"] / step).round() * step)
 
 
 def _numeric_present(updates: pd.DataFrame, col: str) -> bool:
@@ -56,6 +68,8 @@ def training_figure(updates: pd.DataFrame | None, switch_points: Sequence[int], 
         ax.set_ylabel("")
         ax.set_xlim(0, budget)
     handles, labels = axes[0].get_legend_handles_labels() if axes else ([], [])
+    if axes and axes[0].get_legend() is not None:
+        axes[0].get_legend().remove()  # seaborn's, inside the first panel: the figure has one legend
     if handles:
         fig.legend(handles, labels, title="arm", loc="outside right upper", fontsize=8, title_fontsize=8)
     return fig
