@@ -49,6 +49,17 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+# The curves live in their own module; they are re-exported here, where callers have found them.
+from analysis.curves import (  # noqa: F401
+    judge_call_counter,
+    judge_call_curve,
+    judged,
+    reward_curve,
+    rolling_reward,
+    share_curves,
+    target_share_curve,
+)
+
 DEFAULT_WINDOW = 128
 DEFAULT_FRACTION = 0.9
 DEFAULT_HORIZON = 512
@@ -94,16 +105,6 @@ def auto_window(switch_points: Sequence[int], budget: int, window: int | None = 
     if lengths:
         window = min(window, min(lengths) // 4)
     return max(1, window)
-
-
-def judged(episodes: pd.DataFrame) -> pd.DataFrame:
-    """Episodes whose judge answered (a failed judge call is excluded, not a zero reward)."""
-    if episodes.empty or "reward" not in episodes:
-        return episodes.iloc[0:0]
-    ok = episodes["reward"].notna()
-    if "judge_error" in episodes:
-        ok &= episodes["judge_error"].isna()
-    return episodes[ok]
 
 
 def phase_targets(episodes: pd.DataFrame, evals: pd.DataFrame | None, switch_points: Sequence[int],
@@ -155,99 +156,6 @@ def _first_crossing(t: np.ndarray, y: np.ndarray, level: float | np.ndarray, abo
     return float(t[i - 1] + frac * (t[i] - t[i - 1]))
 
 
-def _judge_call_counter(episodes: pd.DataFrame, updates: pd.DataFrame | None):
-    """A function t -> cumulative judge calls for one arm x seed at clock t (calls made for
-    episodes with clock < t)."""
-    if updates is not None and not updates.empty and {"t", "judge_calls"} <= set(updates.columns):
-        u = updates[["t", "judge_calls"]].dropna().sort_values("t")
-        if not u.empty:
-            ts = np.concatenate([[0.0], u["t"].to_numpy(float)])
-            calls = np.concatenate([[0.0], u["judge_calls"].to_numpy(float)])
-            # beyond the last update: one call per episode row, as counted in the episodes table
-            rate = 1.0
-            return lambda x: float(np.interp(x, ts, calls)) if x <= ts[-1] else float(calls[-1] + rate * (x - ts[-1]))
-    t_all = np.sort(episodes["t"].to_numpy(float)) if not episodes.empty else np.zeros(0)
-    return lambda x: float(np.searchsorted(t_all, x, side="left"))
-
-
-# ----------------------------------------------------------------------------------------------
-# curves
-
-
-def rolling_reward(episodes: pd.DataFrame, window: int) -> pd.DataFrame:
-    """Per arm and seed, the mean reward of the last `window` judged episodes at each clock t
-    (the first quarter-window is NaN-free: at least window // 4 episodes are needed)."""
-    ok = judged(episodes)
-    out = []
-    if not ok.empty:
-        for (arm, seed), group in ok.sort_values("t").groupby(["arm", "seed"], sort=True):
-            out.append(pd.DataFrame({
-                "arm": arm, "seed": seed, "t": group["t"].to_numpy(),
-                "rolling_reward": group["reward"].rolling(window, min_periods=max(1, window // 4)).mean().to_numpy(),
-            }))
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=["arm", "seed", "t", "rolling_reward"])
-
-
-def reward_curve(episodes: pd.DataFrame, window: int, points: int = 300) -> pd.DataFrame:
-    """`rolling_reward` thinned to at most `points` clock values per arm and seed, on a grid
-    shared by all seeds (so that seaborn can draw bands over seeds): columns arm, seed, t,
-    rolling_reward."""
-    roll = rolling_reward(episodes, window).dropna(subset=["rolling_reward"])
-    if roll.empty:
-        return roll
-    t_max = int(roll["t"].max())
-    step = max(1, int(np.ceil((t_max + 1) / points)))
-    grid = np.arange(0, t_max + 1, step)
-    out = []
-    for (arm, seed), g in roll.groupby(["arm", "seed"], sort=True):
-        t, y = g["t"].to_numpy(float), g["rolling_reward"].to_numpy(float)
-        keep = grid[(grid >= t.min()) & (grid <= t.max())]
-        out.append(pd.DataFrame({"arm": arm, "seed": seed, "t": keep, "rolling_reward": np.interp(keep, t, y)}))
-    return pd.concat(out, ignore_index=True)
-
-
-def judge_call_curve(episodes: pd.DataFrame, updates: pd.DataFrame | None, window: int,
-                     points: int = 300) -> pd.DataFrame:
-    """`reward_curve` with a `judge_calls` column: the cumulative judge calls at each t."""
-    curve = reward_curve(episodes, window, points)
-    if curve.empty:
-        return curve.assign(judge_calls=pd.Series(dtype=float))
-    parts = []
-    for (arm, seed), g in curve.groupby(["arm", "seed"], sort=True):
-        ep = episodes[(episodes["arm"] == arm) & (episodes["seed"] == seed)]
-        up = None
-        if updates is not None and not updates.empty and {"arm", "seed"} <= set(updates.columns):
-            up = updates[(updates["arm"] == arm) & (updates["seed"] == seed)]
-        count = _judge_call_counter(ep, up)
-        parts.append(g.assign(judge_calls=[count(x + 1) for x in g["t"]]))
-    return pd.concat(parts, ignore_index=True)
-
-
-def share_curves(evals: pd.DataFrame) -> pd.DataFrame:
-    """Held-out style shares: columns arm, seed, t, style, share (one row per evaluation and
-    style; missing styles of an evaluation filled with 0)."""
-    if evals is None or evals.empty:
-        return pd.DataFrame(columns=["arm", "seed", "t", "style", "share"])
-    wide = evals.pivot_table(index=["arm", "seed", "t"], columns="style", values="share", aggfunc="mean").fillna(0.0)
-    return wide.reset_index().melt(id_vars=["arm", "seed", "t"], var_name="style", value_name="share")
-
-
-def target_share_curve(evals: pd.DataFrame) -> pd.DataFrame:
-    """Per arm, seed and evaluation: the held-out share of the style that was the target at that
-    clock, and the held-out reward: columns arm, seed, t, target_style, target_share, eval_reward."""
-    cols = ["arm", "seed", "t", "target_style", "target_share", "eval_reward"]
-    if evals is None or evals.empty or "target_style" not in evals:
-        return pd.DataFrame(columns=cols)
-    shares = share_curves(evals)
-    targets = evals.groupby(["arm", "seed", "t"], sort=True).agg(
-        target_style=("target_style", "first"),
-        eval_reward=("eval_reward", "mean") if "eval_reward" in evals else ("share", lambda s: np.nan),
-    ).reset_index()
-    merged = targets.merge(shares, left_on=["arm", "seed", "t", "target_style"],
-                           right_on=["arm", "seed", "t", "style"], how="left")
-    return merged.assign(target_share=merged["share"].fillna(0.0))[cols]
-
-
 # ----------------------------------------------------------------------------------------------
 # per-switch metrics
 
@@ -292,7 +200,7 @@ def _one_switch(ok: pd.DataFrame, all_rows: pd.DataFrame, updates: pd.DataFrame 
         hit = np.flatnonzero(full & (roll >= threshold - 1e-12))
         if hit.size:
             t_rec = int(after_t[hit[0]])
-            calls = _judge_call_counter(all_rows, updates)
+            calls = judge_call_counter(all_rows, updates)
             row.update(status="recovered", recovered=True, episodes_to_recover=float(t_rec - switch + 1),
                        judge_calls_to_recover=calls(t_rec + 1) - calls(switch))
         else:
@@ -421,45 +329,3 @@ def arm_overview(episodes: pd.DataFrame, evals: pd.DataFrame | None = None, upda
                      "final_reward": float(np.mean(finals)) if finals else float("nan"),
                      "final_target_share": share})
     return pd.DataFrame(rows, columns=cols)
-
-
-# ----------------------------------------------------------------------------------------------
-# the first version's helpers, kept for callers that use them
-
-
-def switch_table(episodes: pd.DataFrame, switch_points: list[int], budget: int, window: int = 128) -> pd.DataFrame:
-    """One row per arm, seed and switch T: `before` (the pre-switch plateau), `dip` and `late`
-    (mean reward of the last `window` episodes before the next switch or the end)."""
-    full = switch_metrics(episodes, switch_points, budget, window=window)
-    window = auto_window(switch_points, budget, window)
-    bounds = phase_bounds(switch_points, budget)
-    ok = judged(episodes)
-    late = []
-    for _, row in full.iterrows():
-        end = bounds[int(row["switch"]) + 1]
-        g = ok[(ok["arm"] == row["arm"]) & (ok["seed"] == row["seed"]) & (ok["t"] >= end - window) & (ok["t"] < end)]
-        late.append(float(g["reward"].mean()) if len(g) else float("nan"))
-    return pd.DataFrame({"arm": full["arm"], "seed": full["seed"], "switch": full["switch"], "t": full["t"],
-                         "before": full["plateau"], "dip": full["dip"], "late": late, "window": window})
-
-
-def phase_shares(evals: pd.DataFrame, switch_points: list[int], budget: int) -> pd.DataFrame:
-    """Held-out share of each phase's target style at the phase's first and last evaluation."""
-    bounds = [0, *switch_points, budget + 1]
-    rows = []
-    if evals is None or evals.empty:
-        return pd.DataFrame(columns=["arm", "seed", "phase", "target", "share_first", "share_last"])
-    shares = share_curves(evals)
-    for (arm, seed), group in evals.groupby(["arm", "seed"], sort=True):
-        for i in range(len(bounds) - 1):
-            phase = group[(group["t"] >= bounds[i]) & (group["t"] < bounds[i + 1])]
-            if phase.empty:
-                continue
-            target = phase.sort_values("t")["target_style"].iloc[-1]
-            s = shares[(shares["arm"] == arm) & (shares["seed"] == seed) & (shares["style"] == target)
-                       & (shares["t"] >= bounds[i]) & (shares["t"] < bounds[i + 1])].sort_values("t")["share"]
-            if s.empty:
-                continue
-            rows.append({"arm": arm, "seed": seed, "phase": i + 1, "target": target,
-                         "share_first": float(s.iloc[0]), "share_last": float(s.iloc[-1])})
-    return pd.DataFrame(rows, columns=["arm", "seed", "phase", "target", "share_first", "share_last"])

@@ -4,12 +4,13 @@ run directories (one arm, one seed, no switches, no evaluations)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import realign
+from analysis import curves, realign
 from analysis.plots import arm_palette, style_palette
 from analysis.report import load_run, print_switch_table, report
 from testbed.store import RunStore
@@ -171,12 +172,11 @@ def test_auto_window_shrinks_for_short_runs():
     assert realign.auto_window([2400], 6000, window=50) == 50
 
 
-def test_first_version_helpers_still_work():
+def test_rolling_reward_has_a_value_per_judged_episode():
     ep = episodes(recovering())
-    old = realign.switch_table(ep, [200], 400, window=10)
-    assert list(old.columns) == ["arm", "seed", "switch", "t", "before", "dip", "late", "window"]
-    assert old["before"].iloc[0] == 1.0 and old["dip"].iloc[0] == 0.0 and old["late"].iloc[0] == 1.0
-    assert len(realign.rolling_reward(ep, 10)) == 400
+    roll = curves.rolling_reward(ep, 10)
+    assert len(roll) == 400 and roll["rolling_reward"].isna().sum() == 1  # the first: under a quarter-window
+    assert roll["rolling_reward"].iloc[209] == 0.0 and roll["rolling_reward"].iloc[-1] == 1.0
 
 
 def test_colours_are_stable():
@@ -240,3 +240,41 @@ def test_nothing_to_recover_when_the_plateau_is_zero():
     assert row["status"] == "no plateau" and not row["recovered"] and math.isnan(row["episodes_to_recover"])
     agg = realign.aggregate(realign.switch_metrics(episodes(r), [200], 400, window=10)).iloc[0]
     assert agg["seeds_with_data"] == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# target_share.png: one segment per phase, every phase shaded
+
+
+def test_target_share_never_joins_targets_across_a_switch_and_shades_every_phase(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    switches, budget = (200, 300), 400
+    targets = ("cute", "chuunibyou", "classical")
+    rewards = np.r_[np.ones(200), np.zeros(100), np.ones(100)]
+    ep = pd.concat([episodes(rewards, seed=s, switch_points=switches, targets=targets) for s in (0, 1)])
+    # evaluations in the first and last phase only: nothing is measured in the middle one
+    rows = [(0, "cute", {"cute": 0.2, "classical": 0.1}), (100, "cute", {"cute": 0.9, "classical": 0.0}),
+            (300, "classical", {"cute": 0.9, "classical": 0.1}), (350, "classical", {"cute": 0.3, "classical": 0.7})]
+    ev = pd.concat([evals_table(rows, seed=s) for s in (0, 1)])
+    run = write_run(tmp_path, "sparse", ep, {"switch_points": list(switches), "budget": budget, "seeds": [0, 1]},
+                    evals=ev)
+    drawn = {}
+    real_savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: (drawn.__setitem__(Path(path).stem, fig),
+                                                                    real_savefig(fig, path, **kw))[1])
+    report([run])
+    fig = drawn["target_share"]
+    bounds = [0, *switches, budget]
+    phase = lambda t: np.searchsorted(switches, t, side="right")  # noqa: E731
+    for ax in fig.axes[:2]:
+        segments = [line.get_xdata() for line in ax.get_lines() if len(set(line.get_xdata())) > 1]
+        assert len(segments) == 2  # one arm, two phases with evaluations
+        assert all(phase(min(x)) == phase(max(x)) for x in segments), segments
+        spans = sorted((p.get_x(), p.get_x() + p.get_width()) for p in ax.patches)
+        assert spans == list(zip(bounds, bounds[1:]))
+    top = {t.get_text() for t in fig.axes[0].texts}
+    assert {"target: cute", "target: chuunibyou", "target: classical"} <= top  # the middle phase, from episodes
+    share_at = {round(float(x), 6): float(y) for line in fig.axes[0].get_lines() if len(set(line.get_xdata())) > 1
+                for x, y in zip(line.get_xdata(), line.get_ydata())}  # the segments, not the switch lines
+    assert share_at[100] == pytest.approx(0.9) and share_at[300] == pytest.approx(0.1)

@@ -1,4 +1,6 @@
-"""The notebooks and the report run for real against a run of the tiny scenario."""
+"""The notebooks and the report run for real against a run of the tiny scenario. The notebooks are
+kept as jupytext percent scripts (analysis/<name>.py) paired with analysis/<name>.ipynb: the
+script is what the tests execute, the .ipynb must hold the same cells and no outputs."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jupytext
 import nbformat
 import pandas as pd
 import pytest
@@ -14,14 +17,15 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 ANALYSIS = ROOT / "analysis"
+NOTEBOOKS = ("realignment", "compare_runs")
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> Path:
+def tiny_run(tmp_path_factory, shared_cache) -> Path:
     tmp = tmp_path_factory.mktemp("tiny")
-    # a fresh policy cache (the SFT of the tiny policy is part of the test); TESTBED_TEST_CACHE
-    # points at an existing one instead, to rerun the notebooks quickly
-    env = {**os.environ, "TESTBED_CACHE": os.environ.get("TESTBED_TEST_CACHE") or str(tmp / "cache")}
+    # the session's policy cache, so the tiny SFT (tested in test_end_to_end) is trained once per
+    # session; TESTBED_TEST_CACHE points at an existing one instead, to rerun the notebooks quickly
+    env = {**os.environ, "TESTBED_CACHE": os.environ.get("TESTBED_TEST_CACHE") or str(shared_cache)}
     proc = subprocess.run(
         [sys.executable, "-m", "testbed.run", "tests/data/tiny.yaml", "--out", str(tmp / "runs"),
          "--set", "budget.episodes=96", "--set", "seeds=[0,1]"],
@@ -34,7 +38,8 @@ def tiny_run(tmp_path_factory) -> Path:
 
 
 def execute(name: str, env: dict[str, str]) -> nbformat.NotebookNode:
-    nb = nbformat.read(ANALYSIS / name, as_version=4)
+    """Run the percent script `analysis/<name>.py` as a notebook."""
+    nb = jupytext.read(ANALYSIS / f"{name}.py")
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the kernel inherits the environment
     try:
@@ -52,17 +57,23 @@ def outputs(nb, kind):
     return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if kind(o)]
 
 
-def test_notebooks_are_stored_without_outputs():
-    for name in ("realignment.ipynb", "compare_runs.ipynb"):
-        nb = nbformat.read(ANALYSIS / name, as_version=4)
-        nbformat.validate(nb)
-        code = [c for c in nb.cells if c.cell_type == "code"]
+def cells(nb) -> list[tuple[str, str]]:
+    return [(c.cell_type, c.source) for c in nb.cells]
+
+
+def test_notebooks_are_paired_scripts_stored_without_outputs():
+    for name in NOTEBOOKS:
+        script, stored = jupytext.read(ANALYSIS / f"{name}.py"), nbformat.read(ANALYSIS / f"{name}.ipynb", as_version=4)
+        nbformat.validate(stored)
+        assert stored.metadata["jupytext"]["formats"] == "ipynb,py:percent"
+        assert cells(stored) == cells(script), f"{name}.ipynb and {name}.py differ: run `jupytext --sync`"
+        code = [c for c in stored.cells if c.cell_type == "code"]
         assert code and all(not c.outputs and c.execution_count is None for c in code)
         assert "os.environ.get(\"TESTBED_RUN_DIR" in code[0].source
 
 
 def test_realignment_notebook_runs(tiny_run, tmp_path):
-    nb = execute("realignment.ipynb", {"TESTBED_RUN_DIR": str(tiny_run), "TESTBED_NOTEBOOK_OUT": str(tmp_path)})
+    nb = execute("realignment", {"TESTBED_RUN_DIR": str(tiny_run), "TESTBED_NOTEBOOK_OUT": str(tmp_path)})
     assert not outputs(nb, lambda o: o.output_type == "error")
     assert len(outputs(nb, lambda o: "image/png" in o.get("data", {}))) >= 5
     for name in ("realignment", "realignment_speed", "target_share", "reward_vs_judge_calls", "training_diagnostics"):
@@ -71,7 +82,7 @@ def test_realignment_notebook_runs(tiny_run, tmp_path):
 
 def test_compare_notebook_runs(tiny_run, tmp_path):
     env = {"TESTBED_RUN_DIRS": os.pathsep.join([str(tiny_run), str(tiny_run)]), "TESTBED_NOTEBOOK_OUT": str(tmp_path)}
-    nb = execute("compare_runs.ipynb", env)
+    nb = execute("compare_runs", env)
     assert not outputs(nb, lambda o: o.output_type == "error")
     assert len(outputs(nb, lambda o: "image/png" in o.get("data", {}))) >= 5
     assert (tmp_path / "realignment.png").exists() and (tmp_path / "realignment_speed.png").exists()

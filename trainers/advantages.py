@@ -11,7 +11,7 @@ Conventions (shared with `trainers/losses.py`):
   * Everything here is a target, not part of the graph: inputs are detached, and the maths runs
     in at least float32 (a bf16 reverse scan loses too much precision).
 
-The formulas are in /work/shared/SAO.md.
+The formulas, with where each comes from, are in docs/algorithms.md.
 """
 
 from __future__ import annotations

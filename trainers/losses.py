@@ -3,7 +3,7 @@ explained variance. Pure functions on [B, T] tensors; `action_mask` selects the 
 
 Aggregation everywhere is the token mean over action tokens (`token_mean`): every action token in
 the batch has the same weight, whatever its sequence's length. Advantages and returns are treated
-as constants (detached). The formulas are in /work/shared/SAO.md.
+as constants (detached). The formulas are in docs/algorithms.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,20 @@
 """Environments and drift schedules.
 
 ``StyleShiftEnv`` (single turn, hidden drifting target style) is registered with Gymnasium as
-``"testbed/StyleShift-v0"``::
+``"testbed/StyleShift-v0"``. With no arguments it is the headline experiment (the rubric judge,
+cute -> chuunibyou -> classical switching at episodes 2400 and 4200, the training prompts; see
+``testbed.envs.defaults``); keyword arguments override any of them::
 
-    env = gymnasium.make("testbed/StyleShift-v0", judge=judge, schedule=schedule, prompt_specs=specs)
+    env = gymnasium.make("testbed/StyleShift-v0")
+    env = gymnasium.make("testbed/StyleShift-v0", judge=judge, schedule=schedule, prompt_specs=specs, seed=3)
 
-This package never imports ``judges``: the judge object arrives through the constructor.
+This package never imports ``judges`` statically: the default judge is loaded through the
+registry when the entry point runs.
 """
 
 import gymnasium
 
+from testbed.envs.defaults import default_schedule, make_style_shift_env
 from testbed.envs.schedules import (
     GradualSchedule,
     PeriodicSchedule,
@@ -23,7 +28,7 @@ from testbed.envs.style_shift import EpisodeStart, StyleShiftEnv, episode_info
 STYLE_SHIFT_ENV_ID = "testbed/StyleShift-v0"
 
 if STYLE_SHIFT_ENV_ID not in gymnasium.registry:
-    gymnasium.register(id=STYLE_SHIFT_ENV_ID, entry_point="testbed.envs.style_shift:StyleShiftEnv")
+    gymnasium.register(id=STYLE_SHIFT_ENV_ID, entry_point="testbed.envs.defaults:make_style_shift_env")
 
 __all__ = [
     "STYLE_SHIFT_ENV_ID",
@@ -34,6 +39,8 @@ __all__ = [
     "PiecewiseSchedule",
     "RandomSchedule",
     "StyleShiftEnv",
-    "episode_info",
     "build_schedule",
+    "default_schedule",
+    "episode_info",
+    "make_style_shift_env",
 ]

@@ -7,10 +7,11 @@ Public API (other packages code against exactly these names):
 
 from testbed.world.corrupt import CORRUPTIONS, corrupt
 from testbed.world.generator import generate
-from testbed.world.language import join_words, split_words, vocabulary
+from testbed.world.language import join_words, split_words
 from testbed.world.prompts import PromptSpec, prompts, render_prompt, topic_of_prompt
 from testbed.world.styles import EMOTICONS, STYLES
 from testbed.world.topics import TOPICS
+from testbed.world.vocabulary import vocabulary
 
 __all__ = [
     "STYLES",

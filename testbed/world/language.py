@@ -1,5 +1,5 @@
-"""The world's language: tokenisation, the compiled grammar, its exact bigram set and vocabulary,
-and the structural checks (length, repetition, ending) that both the generator and judge use.
+"""The world's language: tokenisation, the compiled grammar and its exact bigram set, and the
+structural checks (length, repetition, ending) that both the generator and judge use.
 
 Tokenisation is deliberately trivial: whitespace-separated chunks, emoticons kept whole, the
 punctuation marks . , ! ? ; : peeled off as separate tokens. Case is preserved (the world itself
@@ -204,19 +204,3 @@ def style_tokens(style: str) -> frozenset[str]:
             for alt in _part_alternatives(style, part):
                 toks.update(alt)
     return frozenset(toks)
-
-
-@functools.lru_cache(maxsize=None)
-def _vocabulary() -> tuple[str, ...]:
-    from testbed.world.prompts import prompt_tokens  # prompts does not import us: no cycle
-
-    toks: set[str] = set(PUNCT) | set(EMOTICONS) | set(STYLES)
-    for style in STYLES:
-        toks |= style_tokens(style)
-    toks |= prompt_tokens()
-    return tuple(sorted(toks))
-
-
-def vocabulary() -> list[str]:
-    """Sorted list of every token generate(), corrupt() and render_prompt() can emit."""
-    return list(_vocabulary())

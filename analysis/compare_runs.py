@@ -1,0 +1,101 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Comparing runs
+#
+# Several run directories side by side (for instance the same scenario with different trainers, or
+# before and after a change). Arms are labelled `run:arm`. If the runs share their schedule (switch
+# points, budget, targets) their curves share the figures; otherwise each run gets its own.
+#
+# **Parameters**: `TESTBED_RUN_DIRS` (paths separated by `os.pathsep`, ':' on Linux), or edit the
+# next cell. Figures go to `TESTBED_NOTEBOOK_OUT` (default: the folder `python -m analysis.report`
+# would use for these runs).
+
+# %%
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+from IPython.display import Image, Markdown, display
+
+ROOT = Path.cwd().parent if Path.cwd().name == "analysis" else Path.cwd()
+sys.path.insert(0, str(ROOT))
+from analysis import plots, realign, report, tables  # noqa: E402
+
+pd.set_option("display.width", 200)
+pd.set_option("display.max_columns", 40)
+
+
+def newest_runs(n=1):
+    runs = sorted((p for p in (ROOT / "runs").glob("*/manifest.json")), key=lambda p: p.stat().st_mtime)
+    return [str(p.parent) for p in runs[-n:]]
+
+
+def show(fig, name):
+    """Save a figure as FIG_DIR/name.png and show it (nothing to show: say so)."""
+    if fig is None:
+        display(Markdown(f"_{name}: nothing to draw for this run_"))
+        return None
+    FIG_DIR.mkdir(parents=True, exist_ok=True)
+    path = FIG_DIR / f"{name}.png"
+    fig.savefig(path)
+    display(Image(filename=str(path)))
+    return path
+
+RUN_DIRS = [p for p in (os.environ.get("TESTBED_RUN_DIRS") or os.environ.get("TESTBED_RUN_DIR") or "")
+            .split(os.pathsep) if p] or newest_runs(2)
+FIG_DIR = Path(os.environ.get("TESTBED_NOTEBOOK_OUT") or report.default_out_dir([Path(p) for p in RUN_DIRS])
+               / "figures")
+WINDOW, FRACTION, HORIZON = None, 0.9, 512
+print("runs:", *RUN_DIRS, sep="\n  ")
+print("figures:", FIG_DIR)
+
+# %%
+runs = [report.load_run(p) for p in RUN_DIRS]
+a = report.analyse(runs, window=WINDOW, fraction=FRACTION, horizon=HORIZON)
+for r in runs:
+    print(f"{r.name}: scenario {r.manifest.get('scenario')}, budget {r.budget}, seeds {r.seeds}, "
+          f"switches {r.switch_points}, window {a.windows[r.name]}; notes: {'; '.join(r.notes) or 'none'}")
+a.arms
+
+# %% [markdown]
+# ## Side by side
+#
+# One row per run, arm and switch: recovered seeds, episodes and judge calls to recover, plateau and
+# dip, mean reward over the horizon, the old style's held-out half-life and the crossover (definitions
+# in `realignment.ipynb` and `summary.md`); brackets are 95% bootstrap intervals over seeds.
+
+# %%
+display(Markdown(tables.md_table(tables.SWITCH_HEADER, tables.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"))
+
+# %%
+# the same numbers as a wide table, one column per run:arm
+metrics = ["recovered", "episodes_to_recover", "judge_calls_to_recover", "dip", "horizon_reward", "old_half_life",
+           "crossover"]
+a.switches.set_index(["switch", "arm"])[metrics].unstack("arm").T if not a.switches.empty else None
+
+# %% [markdown]
+# ## Figures
+#
+# `report.make_figures` draws the same figures as `python -m analysis.report`: the Figure-5 view,
+# held-out target share, realignment speed per switch, reward per judge call, trainer and (where
+# present) critic diagnostics. Each arm keeps its colour across all of them.
+
+# %%
+for path in report.make_figures(a, FIG_DIR):
+    display(Markdown(f"**{path.stem}**"))
+    display(Image(filename=str(path)))

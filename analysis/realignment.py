@@ -1,0 +1,166 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Realignment of one run
+#
+# How quickly each arm (trainer) realigns after the hidden target style switches. The notebook reads
+# one run directory (written by `python -m testbed.run SCENARIO`) through `testbed.store.read_table`
+# only, computes the metrics of `analysis/realign.py` and draws the figures of `analysis/plots.py`.
+#
+# **Parameters**: set `TESTBED_RUN_DIR` before starting Jupyter, or edit the next cell. Figures are
+# saved to `TESTBED_NOTEBOOK_OUT` (default: the run's `figures/`).
+
+# %%
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+from IPython.display import Image, Markdown, display
+
+ROOT = Path.cwd().parent if Path.cwd().name == "analysis" else Path.cwd()
+sys.path.insert(0, str(ROOT))
+from analysis import plots, realign, report, tables  # noqa: E402
+
+pd.set_option("display.width", 200)
+pd.set_option("display.max_columns", 40)
+
+
+def newest_runs(n=1):
+    runs = sorted((p for p in (ROOT / "runs").glob("*/manifest.json")), key=lambda p: p.stat().st_mtime)
+    return [str(p.parent) for p in runs[-n:]]
+
+
+def show(fig, name):
+    """Save a figure as FIG_DIR/name.png and show it (nothing to show: say so)."""
+    if fig is None:
+        display(Markdown(f"_{name}: nothing to draw for this run_"))
+        return None
+    FIG_DIR.mkdir(parents=True, exist_ok=True)
+    path = FIG_DIR / f"{name}.png"
+    fig.savefig(path)
+    display(Image(filename=str(path)))
+    return path
+
+RUN_DIR = os.environ.get("TESTBED_RUN_DIR") or (newest_runs(1) or [""])[0]
+FIG_DIR = Path(os.environ.get("TESTBED_NOTEBOOK_OUT") or Path(RUN_DIR) / "figures")
+WINDOW = None      # rolling-reward window in episodes; None: 128, at most a quarter of the shortest phase
+FRACTION = 0.9     # recovered = rolling reward >= FRACTION x pre-switch plateau
+HORIZON = 512      # episodes after a switch for the mean reward (None: the whole phase)
+print("run:", RUN_DIR)
+print("figures:", FIG_DIR)
+
+# %%
+run = report.load_run(RUN_DIR)
+a = report.analyse([run], window=WINDOW, fraction=FRACTION, horizon=HORIZON)
+window = a.windows[run.name]
+palette = plots.arm_palette(list(a.arms["arm"]))
+print(f"scenario {run.manifest.get('scenario')}, budget {run.budget} episodes, seeds {run.seeds}, "
+      f"switches at {run.switch_points}, rolling window {window}")
+print("notes:", "; ".join(run.notes) or "none")
+a.arms
+
+# %% [markdown]
+# ## The run at a glance (the paper's Figure 5)
+#
+# Top (one panel per arm): the share of each style among the policy's answers to a fixed set of
+# **held-out prompts**, evaluated every few hundred episodes. Bottom: the **training reward**, a
+# rolling mean over the last `window` judged episodes, per arm; with several seeds the line is the
+# mean over seeds and the band a 95% bootstrap interval. The background is tinted with the current
+# target style's colour and the dashed lines are the switches. What to look for: after each switch the
+# old dominant style should be suppressed and the new target should take over; the reward dips and
+# climbs back.
+
+# %%
+show(plots.realignment_figure(run.episodes, run.evals, run.switch_points, run.budget, window, title=run.name, palette=palette), "realignment")
+
+# %% [markdown]
+# ## Realignment metrics, per seed
+#
+# For each switch at clock T from the old target O to the new target N:
+#
+# * **plateau**: the mean reward of the `window` judged episodes before T (what there is to recover).
+# * **dip**: the lowest rolling reward over windows that lie wholly after T (and before the next
+#   switch); `dip_at` is where that window ends, in episodes after T.
+# * **recovered / episodes_to_recover**: the rolling reward, computed from post-switch episodes only,
+#   first reaches `FRACTION` x plateau after `episodes_to_recover` episodes (at least one `window`,
+#   since the first full window ends there). `status` says `not recovered` when it never does before
+#   the next switch, and `no data` when there is nothing after T to judge by.
+# * **judge_calls_to_recover**: judge calls spent from T to the recovery, failed calls included (from
+#   the updates table's cumulative `judge_calls`): the cost of realigning, which differs from the
+#   episode count for arms that sample several answers per prompt (GRPO).
+# * **horizon_reward**: the mean reward over the `HORIZON` episodes after T: the area under the reward
+#   curve, so it rewards both a shallow dip and a fast recovery.
+# * **old_half_life**: episodes until O's held-out share falls to half its value at T (linear between
+#   evaluations): how fast the old habit is unlearned.
+# * **crossover**: episodes until N's held-out share passes O's: when the new style takes over.
+# * **new_share_end**: N's held-out share at the last evaluation before the next switch.
+
+# %%
+a.per_seed
+
+# %% [markdown]
+# ## Per arm: mean over seeds and 95% bootstrap intervals
+#
+# `aggregate` averages each metric over the seeds that have a value and resamples seeds with
+# replacement for a percentile interval (no interval with a single seed). `recovered` counts the
+# seeds that recovered; episodes to recover is averaged over those seeds only, so read the two
+# together. This is the table `summary.md` shows.
+
+# %%
+display(Markdown(tables.md_table(tables.SWITCH_HEADER, tables.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"))
+
+# %% [markdown]
+# ## Realignment speed
+#
+# Bars: the mean over seeds; whiskers: the bootstrap interval; dots: single seeds. The recovery panels
+# say how many seeds recovered (red when not all did); in the dip and horizon panels the dashed mark
+# is the pre-switch plateau, so the distance from it to the bar is what the switch cost.
+
+# %%
+show(plots.speed_figure(a.per_seed.drop(columns="run", errors="ignore"), a.switches.drop(columns="run", errors="ignore"), palette=palette), "realignment_speed")
+
+# %% [markdown]
+# ## Held-out target share and held-out reward
+#
+# The share of the *current* target style on the held-out prompts and the held-out reward (quality x
+# style match), per arm: the same realignment seen without the noise of training samples.
+
+# %%
+show(plots.target_share_figure(run.evals, run.switch_points, run.budget, palette=palette, title=run.name), "target_share")
+
+# %% [markdown]
+# ## Reward per judge call
+#
+# The training reward against the cumulative number of judge calls: with an expensive judge, the
+# budget that matters. Dotted lines: where each arm reached a switch.
+
+# %%
+show(plots.judge_calls_figure(run.episodes, run.updates, run.switch_points, run.budget, window, palette=palette, title=run.name), "reward_vs_judge_calls")
+
+# %% [markdown]
+# ## Trainer and critic diagnostics
+#
+# From the updates table, smoothed over 5 updates: policy loss, gradient norm, entropy, the
+# approximate KL to the rollout policy, the share of tokens masked by DIS and the mean |advantage|.
+# Trainers with a critic (SAO) also log the value explained variance (1 = the critic predicts the
+# returns, 0 = no better than their mean), the critic loss, gradient norms by module family
+# (attention / experts / router / other) for the policy and the critic, and the experts' load; that
+# figure is drawn only when those columns are present.
+
+# %%
+show(plots.training_figure(run.updates, run.switch_points, run.budget, palette=palette), "training_diagnostics")
+show(plots.critic_figure(run.updates, run.switch_points, run.budget, palette=palette), "critic_diagnostics")

@@ -1,0 +1,148 @@
+"""The report's tables as text: markdown for summary.md, a rich table for the console. Each cell
+is a mean with its 95% interval over seeds ('mean [lo, hi]'), '-' where there is no value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from analysis import realign
+
+if TYPE_CHECKING:
+    from analysis.report import Analysis
+
+
+def _num(x: float, digits: int) -> str:
+    if x is None or not np.isfinite(x):
+        return "-"
+    return f"{x:.{digits}f}" if digits else f"{x:.0f}"
+
+
+def fmt_ci(row: pd.Series, metric: str, digits: int = 2) -> str:
+    """'mean [lo, hi]', 'mean' (one seed) or '-' (no value)."""
+    mean, lo, hi = row.get(metric), row.get(f"{metric}_lo"), row.get(f"{metric}_hi")
+    if mean is None or not np.isfinite(mean):
+        return "-"
+    if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
+        return f"{_num(mean, digits)} [{_num(lo, digits)}, {_num(hi, digits)}]"
+    return _num(mean, digits)
+
+
+SWITCH_HEADER = ["arm", "switch", "recovered", "episodes to recover", "judge calls to recover", "plateau -> dip",
+                 "horizon reward", "old half-life", "crossover", "new share at end"]
+ARM_HEADER = ["arm", "seeds", "episodes", "judge calls (failed)", "mean reward", "final reward", "final target share"]
+
+
+def switch_rows(switches: pd.DataFrame) -> list[list[str]]:
+    rows = []
+    for _, r in switches.iterrows():
+        rows.append([
+            str(r["arm"]),
+            f"{r['switch']}: {r['from_style']} -> {r['to_style']} @ {r['t']}",
+            f"{r['recovered']}/{r['seeds_with_data']}" if r["seeds_with_data"] else "n/a",
+            fmt_ci(r, "episodes_to_recover", 0),
+            fmt_ci(r, "judge_calls_to_recover", 0),
+            f"{_num(r['plateau'], 2)} -> {fmt_ci(r, 'dip', 2)}",
+            fmt_ci(r, "horizon_reward", 2),
+            fmt_ci(r, "old_half_life", 0),
+            fmt_ci(r, "crossover", 0),
+            fmt_ci(r, "new_share_end", 2),
+        ])
+    return rows
+
+
+def arm_rows(arms: pd.DataFrame) -> list[list[str]]:
+    return [[str(r["arm"]), str(r["seeds"]), str(r["episodes"]), f"{r['judge_calls']} ({r['judge_failures']})",
+             _num(r["mean_reward"], 3), _num(r["final_reward"], 3), _num(r["final_target_share"], 2)]
+            for _, r in arms.iterrows()]
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def definitions(a: Analysis) -> str:
+    w = ", ".join(f"{v}" for v in dict.fromkeys(a.windows.values())) or str(realign.DEFAULT_WINDOW)
+    horizon = "the whole phase" if a.horizon is None else f"{a.horizon} episodes (capped at the phase)"
+    return "\n".join([
+        f"- **window** = {w} episodes (rolling mean of the training reward); **fraction** = {a.fraction}; "
+        f"**horizon** = {horizon}.",
+        "- **plateau**: mean reward of the `window` judged episodes before the switch. "
+        "**dip**: the lowest rolling reward over full post-switch windows before the next switch.",
+        "- **recovered** k/n: seeds whose rolling reward (post-switch episodes only) reaches fraction x plateau "
+        "before the next switch (n/a: no data around the switch, or a pre-switch plateau of 0: nothing to "
+        "recover). **episodes / judge calls to recover**: from the switch to the end of that first "
+        "window (so at least `window`); averaged over the seeds that recovered.",
+        "- **horizon reward**: mean reward of the episodes in [T, T + horizon).",
+        "- **old half-life**: episodes until the old target's held-out share falls to half its value at the switch. "
+        "**crossover**: episodes until the new target's held-out share passes the old one's (both linear between "
+        "evaluations). **new share at end**: the new target's held-out share at the phase's last evaluation.",
+        "- Brackets: 95% percentile-bootstrap interval over seeds (none with one seed); '-': no value "
+        "(never happened within the phase, or no data).",
+    ])
+
+
+def summary_markdown(a: Analysis, figures: list[Path], out_dir: Path) -> str:
+    parts = ["# Realignment summary", ""]
+    for run in a.runs:
+        sw = ", ".join(str(s) for s in run.switch_points) or "none"
+        note = f" - **{'; '.join(run.notes)}**" if run.notes else ""
+        parts.append(f"- `{run.name}` ({run.path}): scenario {run.manifest.get('scenario', '?')}, "
+                     f"budget {run.budget} episodes, seeds {run.seeds}, switches at {sw}{note}")
+    parts += ["", "## Arms", "", md_table(ARM_HEADER, arm_rows(a.arms)) if not a.arms.empty else "_no episodes_", ""]
+    parts += ["## After each switch", ""]
+    if a.switches.empty:
+        parts.append("_no switches in these runs_" if all(not r.switch_points for r in a.runs) else "_no data_")
+    else:
+        parts.append(md_table(SWITCH_HEADER, switch_rows(a.switches)))
+    parts += ["", "### How to read it", "", definitions(a), ""]
+    if figures:
+        parts += ["## Figures", ""]
+        parts += [f"![{f.stem}]({f.relative_to(out_dir).as_posix()})" for f in figures]
+        parts.append("")
+    return "\n".join(parts)
+
+
+def print_tables(a: Analysis, console=None) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    if a.arms.empty:
+        console.print("no episodes recorded")
+        return
+    title = a.runs[0].name if len(a.runs) == 1 else f"{len(a.runs)} runs"
+    table = Table(title=f"Arms - {title}", box=box.SIMPLE_HEAD)
+    for col in ARM_HEADER:
+        table.add_column(col, justify="left" if col == "arm" else "right")
+    for row in arm_rows(a.arms):
+        table.add_row(*row)
+    console.print(table)
+    if a.switches.empty:
+        console.print("no switches in this run" if len(a.runs) == 1 else "no switches in these runs")
+        return
+    if console.width < 120:  # a narrow console: one line per arm and switch instead of a squeezed table
+        console.print(f"Realignment after each switch (mean [95% CI] over seeds; window "
+                      f"{', '.join(map(str, dict.fromkeys(a.windows.values())))}, fraction {a.fraction}):",
+                      highlight=False)
+        for row in switch_rows(a.switches):
+            console.print(f"  {row[0]}  switch {row[1]}: recovered {row[2]}, episodes {row[3]}, judge calls {row[4]}, "
+                          f"plateau -> dip {row[5]}, horizon reward {row[6]}, old half-life {row[7]}, "
+                          f"crossover {row[8]}, new share {row[9]}", highlight=False)
+        return
+    table = Table(title=f"Realignment after each switch (mean [95% CI] over seeds; window "
+                        f"{', '.join(map(str, dict.fromkeys(a.windows.values())))}, fraction {a.fraction}; "
+                        "details in summary.md)", box=box.SIMPLE_HEAD)
+    short = ["arm", "switch", "recov.", "episodes", "judge calls", "plateau -> dip", "horizon rwd", "half-life",
+             "crossover"]
+    for col in short:
+        table.add_column(col, justify="left" if col in ("arm", "switch") else "right")
+    for row in switch_rows(a.switches):
+        table.add_row(row[0], row[1].replace(": ", " ").replace(" @ ", "\n@ "), *row[2:9])
+    console.print(table)
