@@ -180,8 +180,7 @@ class RuntimeConfig(Strict):
     max_staleness: int = Field(0, ge=0, description="policy versions an episode may lag when trained; older ones are dropped")
     queue_size: int | None = Field(None, ge=1, description="judged episodes waiting for the learner, at most (default: (max_staleness + 2) x batch)")
     address: str | None = Field(None, description="an existing Ray cluster (else RAY_ADDRESS, else a local one)")
-    # 1 by default: the policy's matmuls are tiny (about a MFLOP per token), so more threads only add
-    # synchronisation; on a loaded 2-core machine 2 threads made a decoding batch 25x slower.
+    # 1: the matmuls are tiny (~1 MFLOP/token); more threads only synchronise (2 made decoding 25x slower under load)
     torch_threads: int = Field(1, ge=1, description="torch threads per process (the driver and every Ray actor)")
     actor_cpus: float = Field(0.5, gt=0, description="CPUs Ray reserves per actor")
     parallel_arms: bool = Field(False, description="run arms x seeds side by side as Ray tasks")

@@ -194,18 +194,23 @@ def load_or_train_policy(
         "eval": report,
         "passed": bool(report) and sft_passes(report, cfg, archetypes),
     }
+    save_policy(directory, model, tok, full_report)
+    log(f"SFT done in {full_report['seconds']} s: {report}")
+    return model, tok, full_report
+
+
+def save_policy(directory: Path, model: torch.nn.Module, tok: WordTokenizer, report: dict) -> None:
+    """Into the cache atomically: a temporary directory renamed into place."""
     tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp)
     tok.save(tmp / "tokenizer.json")
-    (tmp / "sft_report.json").write_text(json.dumps(full_report, indent=2))
+    (tmp / "sft_report.json").write_text(json.dumps(report, indent=2))
     if directory.exists():  # another process finished first; keep theirs
         shutil.rmtree(tmp)
     else:
         os.replace(tmp, directory)
-    log(f"SFT done in {full_report['seconds']} s: {report}")
-    return model, tok, full_report
 
 
 def load_checkpoint(path: str) -> tuple[torch.nn.Module, WordTokenizer, dict]:
