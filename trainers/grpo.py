@@ -1,4 +1,4 @@
-"""GRPO (SAO.md): G rollouts per prompt, group-normalised advantages
+"""GRPO (docs/algorithms.md): G rollouts per prompt, group-normalised advantages
 A_i = (R_i - mean_j R_j) / (std_j R_j + eps) (or RLOO: R_i - mean_{j!=i} R_j) broadcast to the
 tokens, and the PPO-clip loss against the policy that generated the batch.
 
@@ -43,7 +43,7 @@ class GRPOConfig(BaseModel):
     epochs: int = Field(1, ge=1, description="PPO epochs over each batch")
     max_grad_norm: float = Field(1.0, gt=0)
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
-    kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in SAO.md")
+    kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in the paper")
     router_aux_loss_coef: float = Field(0.0, ge=0, description="MoE load-balancing loss (Switch/Mixtral) weight; 0 = off")
 
     @property

@@ -1,6 +1,6 @@
 """An optional KL anchor to the policy RL started from (the SFT policy), for every trainer.
 
-SAO.md's trainers use no KL (`kl_coef: 0`, the default). The anchor exists because the testbed's
+The paper's trainers use no KL (`kl_coef: 0`, the default). The anchor exists because the testbed's
 small policy collapses onto the first target style within a few dozen updates; with no mass left
 on the other styles, a switch under an unchanged prompt gives every single-rollout arm zero reward
 and zero gradient. A KL penalty keeps pi close to pi_ref * exp(A / kl_coef), i.e. a little mass on

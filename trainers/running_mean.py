@@ -1,4 +1,4 @@
-"""The running-mean baseline (SAO.md): REINFORCE on single rollouts with a sliding window of the
+"""The running-mean baseline (docs/algorithms.md): REINFORCE on single rollouts with a sliding window of the
 most recent rewards as the baseline,
 
     A = r - mean(r over the last `window` rewards, this one included),
@@ -37,7 +37,7 @@ class RunningMeanConfig(BaseModel):
     eps_high: float = Field(5.0, gt=0)
     max_grad_norm: float = Field(1.0, gt=0)
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
-    kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in SAO.md")
+    kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in the paper")
     router_aux_loss_coef: float = Field(0.0, ge=0, description="MoE load-balancing loss (Switch/Mixtral) weight; 0 = off")
 
     @property

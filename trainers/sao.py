@@ -1,11 +1,25 @@
-"""SAO: single-rollout asynchronous optimisation (SAO.md).
+"""SAO: single-rollout asynchronous optimisation (docs/algorithms.md, where each formula is written out).
 
-One rollout per prompt and a critic, made stable by four designs:
-  1. faster value updates (TTUR): K critic updates per policy update, larger critic lr;
-  2. a frozen-attention MoE critic: the policy's architecture + a value head, attention frozen;
-  3. observation-skipping token-level GAE with decoupled lambdas (critic 1, policy 1 - 1/(alpha*l));
-  4. value pretraining on Monte-Carlo returns from the fixed SFT policy, then a short value warm-up.
-The policy loss is DIS against the rollout engine's own log-probs (no pi_old, no clip, no KL).
+One rollout per prompt and a critic, made stable by four designs. Where each piece is computed:
+
+  1. faster value updates (TTUR): K critic updates per policy update and a larger critic lr
+       -> `SAOTrainer.update` (the K loop), `SAOConfig.value_updates_per_policy_update`, `critic_lr`
+  2. a frozen-attention MoE critic: the policy's architecture + Linear(hidden, 1), attention frozen
+       -> `testbed.models.critic.Critic.from_policy` (`critic_trainable: moe | all`)
+  3. observation-skipping token-level GAE over action tokens only,
+       delta_t = r_t + gamma V(t+1) - V(t),  A_t = delta_t + gamma lambda A_{t+1}  (one gamma*lambda
+       step across an observation; V after the last action token = 0)
+       -> `trainers.advantages.gae_token_level` (step-level ablations: `gae_step_level`)
+     decoupled lambdas: critic targets with lambda_critic = 1, policy advantages with
+       lambda_policy = 1 - 1/(alpha * l)  -> `length_adaptive_lambda`, `policy_and_critic_advantages`
+  4. value pretraining on Monte-Carlo returns of the fixed SFT policy, then a value warm-up with
+     the policy frozen  -> `SAOTrainer.warmup` (the trainer protocol's warm-up hook), `value_warmup_updates`
+Value loss 0.5 * token_mean[(V - G)^2] (optional clipping) -> `trainers.losses.value_loss`.
+Policy loss DIS against the rollout engine's own log-probs, r = exp(log pi - log pi_rollout),
+  L = -token_mean[sg(f(r)) A log pi], f(r) = r inside (1 - eps_low, 1 + eps_high), else 0
+  -> `trainers.losses.dis_policy_loss`; vanilla VAPO (`policy_loss: ppo_clip`) -> `ppo_clip_loss`.
+Optional: the KL anchor to the SFT policy (`kl_coef`, `trainers.reference`), a staleness bound
+(`staleness_bound`), the router load-balancing loss (`router_aux_loss_coef`).
 
 Every ablation of the paper's Table 4 is a switch in `SAOConfig`.
 """
@@ -58,7 +72,7 @@ class SAOConfig(BaseModel):
     value_warmup_updates: int = Field(10, ge=0, description="critic-only updates at the start of RL (policy frozen)")
     max_grad_norm: float = Field(1.0, gt=0)
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
-    kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in SAO.md")
+    kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in the paper")
     router_aux_loss_coef: float = Field(0.0, ge=0, description=(
         "MoE load-balancing loss (Switch/Mixtral) weight, on the policy's and the critic's routers; 0 = off"))
 

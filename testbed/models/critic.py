@@ -1,6 +1,6 @@
 """The SAO critic: the policy's architecture plus a per-token value head, initialised from the
 SFT policy. With `trainable="moe"` its attention is frozen and only the MoE layers (router and
-experts) and the value head learn (SAO.md, design 2)."""
+experts) and the value head learn (docs/algorithms.md, design 2)."""
 
 from __future__ import annotations
 
