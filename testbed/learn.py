@@ -159,7 +159,8 @@ def warm_up(trainer: Any, samples: Callable[[int], list[Trajectory]], cache_key:
         trainer.load_warmup_state(saved["state"])
         return {**saved["report"], "cached": str(path)}
     n = trainer.warmup_samples
-    log(f"{type(trainer).__name__} warm-up on {n} judged samples from the starting policy (cached as {path})")
+    who = type(getattr(trainer, "shadow", trainer)).__name__  # a remote learner's local shadow names the trainer
+    log(f"{who} warm-up on {n} judged samples from the starting policy (cached as {path})")
     started = time.perf_counter()
     report = {**trainer.warmup(samples(n)), "judge_calls": n, "seconds": round(time.perf_counter() - started, 1)}
     path.parent.mkdir(parents=True, exist_ok=True)
