@@ -112,14 +112,14 @@ def episode_rows(trajs: list[Trajectory], learner_version: int) -> list[dict[str
     return rows
 
 
-def evaluate_heldout(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], t: int) -> tuple[list[dict], int]:
+def evaluate_heldout(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], t: int) -> tuple[list[dict], list[str]]:
     """Held-out style shares at clock t (one sample per held-out prompt, rendered with the
-    candidates offered at t; the clock does not move) and the number of failed verdicts. An
+    candidates offered at t; the clock does not move) and the errors of the failed verdicts. An
     evaluation with no verdict at all is a gap: shares and rewards are missing, never 0."""
     starts = env.eval_starts(specs, t)
     trajs = engine.generate([s.prompt_text for s in starts])
     verdicts = env.evaluate_batch(starts, [tr.response_text for tr in trajs])
-    return heldout_rows(verdicts, t, starts[0].target.style), sum(v.error is not None for v in verdicts)
+    return heldout_rows(verdicts, t, starts[0].target.style), [v.error for v in verdicts if v.error is not None]
 
 
 def heldout_rows(verdicts: list, t: int, target_style: str) -> list[dict]:

@@ -158,13 +158,13 @@ class ArmRunner:
             return
         clock = self.env.clock if t is None else t
         with self.timer.part("eval"):
-            rows, failed = evaluate_heldout(self.env, self.eval_engine, self.heldout, clock)
-        self.state.record_eval(len(self.heldout), failed)
+            rows, errors = evaluate_heldout(self.env, self.eval_engine, self.heldout, clock)
+        self.state.record_eval(len(self.heldout), len(errors))
         with self.timer.part("bookkeeping"):
             self.store.append("evals", [{"arm": self.arm.name, "seed": self.seed, **r} for r in rows])
         if t is None:
             self.state.next_eval += self.scenario.eval.every
-        self.stop(self.guard.judge(self.state, clock, "every held-out evaluation call failed"))
+        self.stop(self.guard.judge(self.state, clock, f"held-out evaluation: {errors[-1]}" if errors else None))
 
     def record_round(self, trajs: list[Trajectory]) -> None:
         """Store a judged round, queue its judged episodes for training, apply the judge budget."""
