@@ -366,7 +366,8 @@ def test_bad_arguments_name_the_field(args, text):
 
 
 def test_scenario_judge_args_are_validated_by_the_config(tmp_path):
-    from testbed.run import ScenarioError, build_judge
+    from testbed.config import ScenarioError
+    from testbed.run import build_judge
 
     scenario = load_scenario(ROOT / "scenarios" / "llm_judge_local.yaml")
     bad = scenario.model_copy(update={"judge": scenario.judge.model_copy(
