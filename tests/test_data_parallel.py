@@ -85,25 +85,27 @@ def assert_same(a, b):
             assert a[key] == b[key], key
 
 
-def assert_close(got, want, atol=1e-5, rtol=1e-5):
-    """Equal up to float rounding. Parameters need atol 1e-5, not 1e-6: Adam divides each
-    gradient element by its own running scale, so a last-bit difference in a near-zero gradient
-    element (a rarely routed expert) becomes a difference of up to a few 1e-6 after three steps
-    (seen: 1.5e-6 in one of 4096 expert weights)."""
+def assert_close(got, want, atol=1e-5, rtol=1e-5, scale=False):
+    """Equal up to float rounding. With `scale` (gradients), to within rtol of each tensor's largest
+    element: summing shards reorders float sums, which moves small elements by ~1e-6 of the scale,
+    while a wrong shard weighting is off by 10%+. Parameters, element by element: Adam divides each
+    gradient element by its own running scale, so a rounding-level gradient element (a rarely routed
+    expert) can become a step of up to lr the other way; that is allowed in 2% of elements."""
     assert got.keys() == want.keys()
     for key in got:
-        if torch.is_tensor(got[key]):
-            a, b = got[key], want[key]
-            if a.is_floating_point() and a.numel() > 100:
-                # Adam can turn a rounding-level gradient element (a rarely routed expert) into a
-                # step of up to lr the other way: allow that in a tiny share of elements only.
-                off = ~torch.isclose(a, b, rtol=rtol, atol=atol)
-                assert int(off.sum()) <= max(2, 0.02 * a.numel()), f"{key}: {int(off.sum())} of {a.numel()} elements differ"
-                assert (a - b).abs().max() <= 0.02, f"{key}: a difference of {float((a - b).abs().max())}"
-                continue
-            torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=lambda m, key=key: f"{key}: {m}")
-        else:
+        if not torch.is_tensor(got[key]):
             assert got[key] == want[key], key
+            continue
+        a, b = got[key], want[key]
+        if a.is_floating_point() and scale:
+            diff, top = float((a - b).abs().max()), float(b.abs().max())
+            assert diff <= atol + rtol * top, f"{key}: differs by {diff:.3g}, largest element {top:.3g}"
+        elif a.is_floating_point() and a.numel() > 100:
+            off = ~torch.isclose(a, b, rtol=rtol, atol=atol)
+            assert int(off.sum()) <= max(2, 0.02 * a.numel()), f"{key}: {int(off.sum())} of {a.numel()} elements differ"
+            assert float((a - b).abs().max()) <= 0.02, f"{key}: a difference of {float((a - b).abs().max())}"
+        else:
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=lambda m, key=key: f"{key}: {m}")
 
 
 # -- sharding -----------------------------------------------------------------------------------
@@ -139,11 +141,11 @@ def test_two_learners_stay_identical_and_match_one(ray_cluster, name):
             want = single.update(batch)
             states = ray.get([w.flat_state.remote() for w in group.workers], timeout=TIMEOUT_S)
             assert_same(states[0], states[1])  # after EVERY update: bit-identical, optimiser state too
-            assert_close(states[0], flat_state(single.state_dict()))  # and one trainer on the whole batch
-            # The all-reduced gradient is the whole batch's (to 1e-3 relative: from the second update on
+            # The all-reduced gradient is the whole batch's (to 1% of each tensor's scale: from the second update on
             # it is taken at parameters that already differ by rounding; a wrong shard weighting is off by 10%+).
             grads = ray.get(group.workers[0].gradients.remote(), timeout=TIMEOUT_S)
-            assert grads and assert_close(grads, gradients(single), atol=1e-6, rtol=1e-3) is None
+            assert grads and assert_close(grads, gradients(single), atol=1e-7, rtol=1e-2, scale=True) is None
+            assert_close(states[0], flat_state(single.state_dict()))  # and one trainer on the whole batch
             assert version == single.version and metrics["nonfinite"] is None
             rank0_policy = {k.removeprefix("policy/"): v for k, v in states[0].items() if k.startswith("policy/")}
             assert_same(flat_state(policy_state), rank0_policy)  # what the runtime publishes is rank 0's policy
