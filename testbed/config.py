@@ -86,11 +86,12 @@ class EngineConfig(Strict):
 
     _shorthand = model_validator(mode="before")(_plugin_shorthand)
 
-    @field_validator("name")
-    @classmethod
-    def _known_engine(cls, name: str) -> str:
-        registry.resolve("engine", name)
-        return name
+    @model_validator(mode="after")
+    def _known_engine(self) -> EngineConfig:
+        config = getattr(registry.load("engine", self.name), "Config", None)  # an engine may validate its args
+        if config is not None:
+            config.model_validate(self.args)
+        return self
 
 
 class WorldConfig(Strict):
@@ -180,8 +181,7 @@ class RuntimeConfig(Strict):
     max_staleness: int = Field(0, ge=0, description="policy versions an episode may lag when trained; older ones are dropped")
     queue_size: int | None = Field(None, ge=1, description="judged episodes waiting for the learner, at most (default: (max_staleness + 2) x batch)")
     address: str | None = Field(None, description="an existing Ray cluster (else RAY_ADDRESS, else a local one)")
-    # 1: the matmuls are tiny (~1 MFLOP/token); more threads only synchronise (2 made decoding 25x slower under load)
-    torch_threads: int = Field(1, ge=1, description="torch threads per process (the driver and every Ray actor)")
+    torch_threads: int = Field(1, ge=1, description="torch threads per process; 1: the matmuls are tiny, more only synchronise")
     actor_cpus: float = Field(0.5, gt=0, description="CPUs Ray reserves per actor")
     parallel_arms: bool = Field(False, description="run arms x seeds side by side as Ray tasks")
 

@@ -161,3 +161,14 @@ def test_a_scenario_loads_both_examples_and_names_their_bad_keys(plugins, tmp_pa
                                       ({**kind, **RETURNING}, {"batch_size": 5000}, "one update needs 5000 episodes")):
         with pytest.raises(ScenarioError, match=says):
             load_scenario(scenario_file(tmp_path, schedule_keys, args))
+
+
+def test_a_custom_engine_runs_a_scenario_and_its_bad_arguments_are_named(plugins, tmp_path, monkeypatch, shared_cache, capsys):
+    from testbed.run import main
+
+    monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
+    base = [str(ROOT / "tests/data/tiny.yaml"), "--out", str(tmp_path), "--set", "seeds=[0]", "--set", "budget.episodes=32"]
+    assert main([*base, "--run-name", "bad", "--set", "engine={name: 'custom_engine:CountingEngine', args: {max_btch: 8}}"]) == 2
+    assert "max_btch" in " ".join(capsys.readouterr().err.split()) and not (tmp_path / "bad").exists()
+    assert main([*base, "--run-name", "ok", "--set", "engine={name: 'custom_engine:CountingEngine', args: {max_batch: 8}}"]) == 0
+    assert (tmp_path / "ok" / "summary.md").exists()
