@@ -184,6 +184,7 @@ class RuntimeConfig(Strict):
     torch_threads: int = Field(1, ge=1, description="torch threads per process; 1: the matmuls are tiny, more only synchronise")
     actor_cpus: float = Field(0.5, gt=0, description="CPUs Ray reserves per actor")
     parallel_arms: bool = Field(False, description="run arms x seeds side by side as Ray tasks")
+    task_cpus: float = Field(1.0, gt=0, description="CPUs Ray reserves per arm x seed task (parallel_arms); 1: one task per core")
 
 
 class BudgetConfig(Strict):

@@ -119,7 +119,8 @@ def run_arms(scenario: Scenario, store: RunStore, manifest: dict[str, Any], resu
             from testbed.distributed.parallel import run_arms_in_parallel
 
             return run_arms_in_parallel(scenario, jobs, base_policy=kw["base_policy"], tokenizer=kw["tokenizer"],
-                                        policy_key=kw["policy_key"], store=store, on_done=done, log=progress.console.print)
+                                        policy_key=kw["policy_key"], store=store, on_done=done, log=progress.console.print,
+                                        progress=progress)
         for arm, seed in jobs:
             resume = resume_state if resume_state and (resume_state["arm"], resume_state["seed"]) == (arm.name, seed) else None
             totals = arm_runner(scenario, arm)(scenario, arm, seed, store=store, progress=progress, log=progress.console.print,

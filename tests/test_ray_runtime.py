@@ -123,6 +123,29 @@ def test_parallel_arms_write_the_rows_of_running_them_one_after_another(tmp_path
         assert len(read_table(par_dir, table)) == len(read_table(seq_dir, table))
 
 
+def test_parallel_tasks_progress_reaches_the_drivers_bars(local_ray):
+    from testbed.distributed.parallel import ProgressBoard, RemoteProgress, draw
+    from testbed.loop import make_progress
+
+    @ray.remote
+    def task(board) -> None:  # what an arm x seed task does with its bar
+        bar = RemoteProgress(board, ("rm", 3), every_s=3600.0)  # throttled: only add_task and flush post
+        bar.add_task("", total=50, completed=0, arm="rm", seed=3, target="cute", reward="  -  ")
+        for clock in range(1, 51):
+            bar.update(0, completed=clock, target="classical", reward="0.75")
+        bar.flush()
+
+    board = ProgressBoard.remote()
+    progress, bars = make_progress(), {}
+    ray.get(task.remote(board))
+    draw(progress, bars, ray.get(board.read.remote()))
+    (shown,) = progress.tasks
+    assert (shown.total, shown.completed) == (50, 50)
+    assert shown.fields == {"arm": "rm", "seed": 3, "target": "classical", "reward": "0.75"}
+    draw(progress, bars, ray.get(board.read.remote()))  # drawing again updates the same bar
+    assert len(progress.tasks) == 1
+
+
 def test_a_lost_learner_stops_with_a_checkpoint_and_resume_finishes(tmp_path, local_ray, monkeypatch, shared_cache):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     killed: list[str] = []

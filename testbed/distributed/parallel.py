@@ -12,6 +12,7 @@ manifest; one interrupted mid-way starts again from its beginning on `--resume`.
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,49 @@ import torch
 from testbed.store import TABLES, RunStore, read_table
 
 
+@ray.remote(num_cpus=0)
+class ProgressBoard:
+    """Where the tasks post their progress bars' state, for the driver to draw: (arm, seed) ->
+    the fields of `rich.progress.Progress.update`."""
+
+    def __init__(self) -> None:
+        self.bars: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def post(self, key: tuple[str, int], fields: dict[str, Any]) -> None:
+        self.bars.setdefault(key, {}).update(fields)
+
+    def read(self) -> dict[tuple[str, int], dict[str, Any]]:
+        return self.bars
+
+
+class RemoteProgress:
+    """The two `rich.progress.Progress` calls the arm runner makes, forwarded to a ProgressBoard at
+    most every `every_s` seconds (a bar is for people; the task must not wait on it)."""
+
+    def __init__(self, board: Any, key: tuple[str, int], every_s: float = 1.0) -> None:
+        self.board, self.key, self.every_s, self.last = board, key, every_s, 0.0
+        self.unposted: dict[str, Any] = {}
+
+    def add_task(self, description: str, **fields: Any) -> int:
+        self.board.post.remote(self.key, fields)
+        return 0
+
+    def update(self, task: int, **fields: Any) -> None:
+        self.unposted.update(fields)
+        if time.monotonic() - self.last >= self.every_s:
+            self.flush(wait=False)
+
+    def flush(self, wait: bool = True) -> None:
+        """Post what is not posted yet (`wait`: before the task returns, so the last bar is exact)."""
+        ref = self.board.post.remote(self.key, self.unposted)
+        self.last, self.unposted = time.monotonic(), {}
+        if wait:
+            ray.get(ref)
+
+
 @ray.remote
 def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, tokenizer: Any, policy_key: str,
-                 threads: int) -> tuple[dict, dict[str, list[dict]]]:
+                 threads: int, board: Any) -> tuple[dict, dict[str, list[dict]]]:
     from testbed.config import parse_scenario
     from testbed.distributed.rollout import build_policy
     from testbed.run import arm_runner, build_judge
@@ -36,9 +77,11 @@ def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
     try:
         with tempfile.TemporaryDirectory(prefix="testbed-arm-") as scratch:
             store = RunStore(Path(scratch), scenario.output.flush_rows, scenario.output.flush_seconds)
+            progress = RemoteProgress(board, (arm_name, seed))
             totals = arm_runner(scenario, arm)(scenario, arm, seed, base_policy=build_policy(*policy), tokenizer=tokenizer,
                                                judge=judge, schedule=scenario.schedule_object(), store=store,
-                                               log=lambda message: None, policy_key=policy_key)
+                                               progress=progress, log=lambda message: None, policy_key=policy_key)
+            progress.flush()
             store.flush()
             tables = {name: read_table(store.root, name).to_dict("records") for name in TABLES}
     finally:
@@ -50,19 +93,26 @@ def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
 
 def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, base_policy: torch.nn.Module, tokenizer: Any,
                          policy_key: str, store: RunStore, on_done: Callable[[str, int, dict], None],
-                         log: Callable[[str], None]) -> None:
+                         log: Callable[[str], None], progress: Any = None) -> None:
     """Run every (arm, seed) of `jobs` as a Ray task; as each finishes, append its rows to the
-    run directory and call `on_done(arm, seed, totals)`."""
+    run directory and call `on_done(arm, seed, totals)`. With a `rich.progress.Progress`, each
+    task's bar is drawn there as it runs."""
     from testbed.run import resolved_dict
 
     data = resolved_dict(scenario)
     policy = ray.put((base_policy.config, {k: v.detach().clone() for k, v in base_policy.state_dict().items()}))
     threads = scenario.runtime.torch_threads
-    pending = {run_arm_task.options(num_cpus=scenario.runtime.actor_cpus).remote(
-        data, arm.name, seed, policy, tokenizer, policy_key, threads): (arm.name, seed) for arm, seed in jobs}
+    board = ProgressBoard.remote()
+    pending = {run_arm_task.options(num_cpus=scenario.runtime.task_cpus).remote(
+        data, arm.name, seed, policy, tokenizer, policy_key, threads, board): (arm.name, seed) for arm, seed in jobs}
     log(f"running {len(pending)} arm x seed tasks side by side on Ray")
+    bars: dict[tuple[str, int], Any] = {}
     while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1)
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+        if progress is not None:  # after a task returned, its bar's last post is in
+            draw(progress, bars, ray.get(board.read.remote()))
+        if not ready:
+            continue
         arm_name, seed = pending.pop(ready[0])
         totals, tables = ray.get(ready[0])
         for name, rows in tables.items():
@@ -71,3 +121,13 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, base_pol
         store.flush()
         on_done(arm_name, seed, totals)
         log(f"{arm_name} seed {seed} finished: {totals['episodes']} episodes in {totals['wall_s']:.0f} s")
+
+
+def draw(progress: Any, bars: dict[tuple[str, int], Any], posted: dict[tuple[str, int], dict[str, Any]]) -> None:
+    """Bring the driver's bars up to what the tasks posted; a task's first post adds its bar."""
+    for (arm_name, seed), fields in sorted(posted.items()):
+        if (arm_name, seed) not in bars:
+            bars[(arm_name, seed)] = progress.add_task("", **{"arm": arm_name, "seed": seed, "target": "", "reward": "  -  ",
+                                                               **fields})
+        else:
+            progress.update(bars[(arm_name, seed)], **fields)
