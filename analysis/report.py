@@ -14,6 +14,9 @@ What it writes:
   summary.csv             one row per run, arm and switch (arm-level columns repeated; a run
                           without switches has one row per arm): means and 95% intervals;
   switches_by_seed.csv    the per-seed metrics behind it;
+  offpolicy.csv           asynchronous runs only: per arm, the staleness shares, dropped episodes,
+                          episodes judged under another target than they were generated for, and
+                          the DIS-masked and PPO-clipped token shares;
   figures/*.png           see analysis/plots.py.
 
 From code: `report(run_dirs, out_dir=None, console=None) -> Path` (the output folder). It never
@@ -57,6 +60,7 @@ class RunData:
     episodes: pd.DataFrame
     updates: pd.DataFrame
     evals: pd.DataFrame
+    dropped: pd.DataFrame = field(default_factory=pd.DataFrame)  # too stale to train on (async runtime)
     name: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -91,7 +95,7 @@ def load_run(run_dir: str | Path) -> RunData:
     manifest_path = path / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     tables = {name: read_table(path, name) for name in ("episodes", "updates", "evals")}
-    run = RunData(path=path, manifest=manifest, name=path.name, **tables)
+    run = RunData(path=path, manifest=manifest, name=path.name, dropped=read_table(path, "dropped"), **tables)
     if not manifest_path.exists():
         run.notes.append("no manifest.json")
     status = manifest.get("status")
@@ -126,6 +130,13 @@ class Analysis:
     fraction: float
     horizon: int | None
     labelled: bool              # arms are labelled "run:arm" (several runs)
+    offpolicy: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run and arm: staleness, DIS, clip
+
+    @property
+    def asynchronous(self) -> bool:
+        """Any episode trained off-policy, or dropped as too stale: worth a table."""
+        o = self.offpolicy
+        return not o.empty and bool((o["staleness_mean"].fillna(0) > 0).any() or (o["dropped"] > 0).any())
 
 
 def analyse(runs: list[RunData], window: int | None = None, fraction: float = realign.DEFAULT_FRACTION,
@@ -136,7 +147,7 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
     for i, run in enumerate(runs):  # two runs with the same directory name get distinct labels
         if names.count(run.name) > 1:
             run.name = f"{run.name}#{i + 1}"
-    per_seed, switches, arms, windows = [], [], [], {}
+    per_seed, switches, arms, offpolicy, windows = [], [], [], [], {}
     for run in runs:
         w = realign.auto_window(run.switch_points, run.budget, window)
         windows[run.name] = w
@@ -152,6 +163,11 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
         per_seed.append(ps)
         switches.append(realign.aggregate(ps))
         arms.append(ov.assign(window=w))
+        off = realign.offpolicy_overview(run.episodes, run.updates, run.dropped)
+        off.insert(0, "run", run.name)
+        if labelled:
+            off["arm"] = run.name + ":" + off["arm"].astype(str)
+        offpolicy.append(off)
     per_seed_df = pd.concat(per_seed, ignore_index=True) if per_seed else pd.DataFrame()
     switches_df = pd.concat(switches, ignore_index=True) if switches else pd.DataFrame()
     arms_df = pd.concat(arms, ignore_index=True) if arms else pd.DataFrame()
@@ -161,7 +177,8 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
         summary = summary.assign(fraction=fraction, horizon=horizon)
     else:
         summary = pd.DataFrame()
-    return Analysis(runs, per_seed_df, switches_df, arms_df, summary, windows, fraction, horizon, labelled)
+    offpolicy_df = pd.concat(offpolicy, ignore_index=True) if offpolicy else pd.DataFrame()
+    return Analysis(runs, per_seed_df, switches_df, arms_df, summary, windows, fraction, horizon, labelled, offpolicy_df)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -259,6 +276,8 @@ def report(run_dirs: str | Path | list[str | Path], out_dir: str | Path | None =
     a = analyse(runs, window=window, fraction=fraction, horizon=horizon)
     a.summary.to_csv(out / "summary.csv", index=False)
     a.per_seed.to_csv(out / "switches_by_seed.csv", index=False)
+    if a.asynchronous:
+        a.offpolicy.to_csv(out / "offpolicy.csv", index=False)
     written = make_figures(a, out / "figures", log=console.print) if figures else []
     (out / "summary.md").write_text(summary_markdown(a, written, out))
     print_tables(a, console)

@@ -54,6 +54,19 @@ def switch_rows(switches: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
+OFFPOLICY_HEADER = ["arm", "trained at staleness 0/1/2/3/4+", "mean staleness", "dropped", "judged under a new target",
+                    "DIS masked", "PPO clipped"]
+
+
+def offpolicy_rows(offpolicy: pd.DataFrame) -> list[list[str]]:
+    def pct(x: float) -> str:
+        return "-" if x is None or not np.isfinite(x) else f"{100 * x:.2f}%"
+
+    return [[str(r["arm"]), " / ".join(f"{100 * v:.0f}%" for v in r["staleness_shares"].values()),
+             _num(r["staleness_mean"], 2), str(r["dropped"]), pct(r["crossed_switch"]), pct(r["dis_masked_frac"]),
+             pct(r["clip_frac"])] for _, r in offpolicy.iterrows()]
+
+
 def arm_rows(arms: pd.DataFrame) -> list[list[str]]:
     return [[str(r["arm"]), str(r["seeds"]), str(r["episodes"]), f"{r['judge_calls']} ({r['judge_failures']})",
              _num(r["mean_reward"], 3), _num(r["final_reward"], 3), _num(r["final_target_share"], 2)]
@@ -95,6 +108,10 @@ def summary_markdown(a: Analysis, figures: list[Path], out_dir: Path) -> str:
         parts.append(f"- `{run.name}` ({run.path}): scenario {run.manifest.get('scenario', '?')}, "
                      f"budget {run.budget} episodes, seeds {run.seeds}, switches at {sw}{note}")
     parts += ["", "## Arms", "", md_table(ARM_HEADER, arm_rows(a.arms)) if not a.arms.empty else "_no episodes_", ""]
+    if a.asynchronous:
+        parts += ["## Off-policy data (asynchronous runtime)", "", md_table(OFFPOLICY_HEADER, offpolicy_rows(a.offpolicy)),
+                  "", "Token shares are means over updates; staleness counts policy versions between generation and "
+                  "training.", ""]
     parts += ["## After each switch", ""]
     if a.switches.empty:
         parts.append("_no switches in these runs_" if all(not r.switch_points for r in a.runs) else "_no data_")
@@ -124,6 +141,13 @@ def print_tables(a: Analysis, console=None) -> None:
     for row in arm_rows(a.arms):
         table.add_row(*row)
     console.print(table)
+    if a.asynchronous:
+        off = Table(title="Off-policy data (asynchronous runtime)", box=box.SIMPLE_HEAD)
+        for col in OFFPOLICY_HEADER:
+            off.add_column(col, justify="left" if col == "arm" else "right")
+        for row in offpolicy_rows(a.offpolicy):
+            off.add_row(*row)
+        console.print(off)
     if a.switches.empty:
         console.print("no switches in this run" if len(a.runs) == 1 else "no switches in these runs")
         return

@@ -278,3 +278,32 @@ def test_target_share_never_joins_targets_across_a_switch_and_shades_every_phase
     share_at = {round(float(x), 6): float(y) for line in fig.axes[0].get_lines() if len(set(line.get_xdata())) > 1
                 for x, y in zip(line.get_xdata(), line.get_ydata())}  # the segments, not the switch lines
     assert share_at[100] == pytest.approx(0.9) and share_at[300] == pytest.approx(0.1)
+
+
+def test_offpolicy_overview_counts_staleness_drops_and_switch_crossings():
+    ep = episodes(np.ones(8), switch_points=(4,))
+    ep["staleness"] = [0, 0, 1, 1, 2, 5, 6, 0]  # 5 and 6 land in the 4+ bin
+    ep["generation_target"] = ["cute", "cute", "cute", "cute", "cute", "cute", "chuunibyou", "chuunibyou"]
+    failed = ep.iloc[[0]].assign(t=99, judge_error="timeout", staleness=3)  # not judged: not counted
+    ep = pd.concat([ep, failed], ignore_index=True)
+    updates = pd.DataFrame({"arm": "rm", "seed": 0, "dis_masked_frac": [0.1, 0.3], "clip_frac": [np.nan, np.nan]})
+    dropped = pd.DataFrame({"arm": ["rm", "rm", "other"], "t": [1, 2, 3]})
+    (row,) = realign.offpolicy_overview(ep, updates, dropped).to_dict("records")
+    assert row["episodes"] == 8
+    assert row["staleness_shares"] == {"0": 3 / 8, "1": 2 / 8, "2": 1 / 8, "3": 0.0, "4+": 2 / 8}
+    assert row["staleness_mean"] == pytest.approx(15 / 8)
+    assert row["dropped"] == 2
+    assert row["crossed_switch"] == pytest.approx(2 / 8)  # t=4, 5 generated for cute, judged for chuunibyou
+    assert row["dis_masked_frac"] == pytest.approx(0.2) and math.isnan(row["clip_frac"])
+
+
+def test_report_shows_offpolicy_data_only_for_asynchronous_runs(tmp_path):
+    ep = episodes(recovering(10, 100, 40), switch_points=(40,)).assign(staleness=0, generation_target="cute")
+    sync = write_run(tmp_path, "sync", ep, {"switch_points": [40], "budget": 100})
+    report([sync], figures=False)
+    assert "Off-policy" not in (sync / "summary.md").read_text() and not (sync / "offpolicy.csv").exists()
+    stale = write_run(tmp_path, "async", ep.assign(staleness=np.arange(100) % 3), {"switch_points": [40], "budget": 100})
+    report([stale], figures=False)
+    text = (stale / "summary.md").read_text()
+    assert "Off-policy data" in text and "34% / 33% / 33% / 0% / 0%" in text
+    assert pd.read_csv(stale / "offpolicy.csv")["staleness_mean"].iloc[0] == pytest.approx(0.99)
