@@ -10,11 +10,14 @@ from torch.testing import assert_close
 from trainers.advantages import (
     SlidingWindowBaseline,
     broadcast_to_tokens,
+    critic_mask,
+    gae_naive,
     gae_step_level,
     gae_token_level,
     group_advantages,
     length_adaptive_lambda,
     policy_and_critic_advantages,
+    response_span,
     turn_index,
 )
 
@@ -73,6 +76,50 @@ def test_gae_multi_turn_observation_skipping_hand_computed():
         r2[m2] = rewards[mask]
         adv2, _ = gae_token_level(r2, v2, m2, gamma=0.9, lam=0.5)
         assert_close(adv2[m2], adv[mask])
+
+
+def test_naive_gae_runs_through_observations_hand_computed():
+    # P a a O O a _ ; gamma 0.9, lam 0.5 (gl 0.45). Values at O are read, rewards at O are not.
+    mask = mask_of("PaaOOa_")
+    rewards = row(JUNK, 0, 0, JUNK, JUNK, 1.0, JUNK)
+    values = row(JUNK, 0.2, 0.4, 0.1, 0.3, 0.8, JUNK)
+    adv, ret = gae_naive(rewards, values, mask, gamma=0.9, lam=0.5)
+    # p5 (a): 1 - 0.8 = 0.2                       A = 0.2
+    # p4 (O): 0.9*0.8 - 0.3 = 0.42                A = 0.42 + 0.45*0.2     = 0.51
+    # p3 (O): 0.9*0.3 - 0.1 = 0.17                A = 0.17 + 0.45*0.51    = 0.3995
+    # p2 (a): 0.9*0.1 - 0.4 = -0.31               A = -0.31 + 0.45*0.3995 = -0.130225
+    # p1 (a): 0.9*0.4 - 0.2 = 0.16                A = 0.16 + 0.45*-0.130225 = 0.10139875
+    assert_close(adv, row(0, 0.10139875, -0.130225, 0, 0, 0.2, 0))  # no advantage on observations
+    assert_close(ret, row(0, 0.30139875, 0.269775, 0.4995, 0.81, 1.0, 0))  # critic targets on the span
+    # Observation-skipping on the same row: a2 bootstraps from V(a5) directly.
+    tok, _ = gae_token_level(rewards, values, mask, gamma=0.9, lam=0.5)
+    assert_close(tok, row(0, 0.3445, 0.41, 0, 0, 0.2, 0))
+
+
+def test_naive_gae_differs_exactly_where_an_observation_is_crossed():
+    # Row 0 has two observation spans; row 1 has none. Random values and a final reward.
+    torch.manual_seed(0)
+    layouts = ["PPaaaOOaaOOOaa_", "PPPaaaaaa______"]
+    mask = torch.cat([mask_of(x) for x in layouts])
+    values = torch.rand(mask.shape, dtype=D)
+    rewards = torch.zeros(mask.shape, dtype=D)
+    rewards[0, 13], rewards[1, 8] = 1.0, 1.0
+    naive, naive_ret = gae_naive(rewards, values, mask, gamma=1.0, lam=0.95)
+    token, _ = gae_token_level(rewards, values, mask, gamma=1.0, lam=0.95)
+    assert_close(naive[1], token[1])  # no observation crossed: the same numbers
+    assert_close(naive[0, 12:], token[0, 12:])  # after the last observation: the same
+    before = [2, 3, 4, 7, 8]  # actions whose future crosses an observation
+    assert ((naive[0, before] - token[0, before]).abs() > 1e-6).all()
+    assert (naive[~mask] == 0).all()
+    assert (naive_ret[0, 5:7] != 0).all() and (naive_ret[0, :2] == 0).all()  # targets on O, not on P
+
+
+def test_response_span_and_critic_mask():
+    mask = torch.cat([mask_of("PPaaOOa__"), mask_of("PaaaaaaaP")])
+    assert response_span(mask).tolist() == [[c != "P" and c != "_" for c in "PPaaOOa__"], [c == "a" for c in "PaaaaaaaP"]]
+    assert critic_mask(mask, "naive").tolist() == response_span(mask).tolist()
+    for mode in ("token", "step_average", "step_last"):
+        assert critic_mask(mask, mode).tolist() == mask.tolist()
 
 
 def test_gae_gamma_lambda_one_gives_R_minus_V():

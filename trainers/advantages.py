@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 StepMode = Literal["average", "last"]
-AdvMode = Literal["token", "step_average", "step_last"]
+AdvMode = Literal["token", "step_average", "step_last", "naive"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -117,6 +117,46 @@ def gae_token_level(
     advantages[mask] = adv_c[valid]
     returns[mask] = (adv_c + v_c)[valid]
     return advantages, returns
+
+
+def response_span(action_mask: Tensor) -> Tensor:
+    """[B, T] bool: every position from a row's first action token to its last, observations
+    between turns included (the prompt before and the padding after are not)."""
+    mask = action_mask.bool()
+    seen = mask.long().cumsum(dim=1) > 0
+    ahead = mask.flip(1).long().cumsum(dim=1).flip(1) > 0
+    return seen & ahead
+
+
+def critic_mask(action_mask: Tensor, mode: AdvMode) -> Tensor:
+    """Where the critic's targets live: the action tokens, or for "naive" the whole response span."""
+    return response_span(action_mask) if mode == "naive" else action_mask.bool()
+
+
+@torch.no_grad()
+def gae_naive(
+    rewards: Tensor,
+    values: Tensor,
+    action_mask: Tensor,
+    gamma: float,
+    lam: float | Tensor,
+) -> tuple[Tensor, Tensor]:
+    """The comparison point SAO argues against: token-level GAE that runs across observation
+    tokens as if the model had generated them, taking the critic's values there.
+
+    Over every position p_0 .. p_{m-1} of the response span (`response_span`):
+        delta_j = r(p_j) + gamma * V(p_{j+1}) - V(p_j),     V(p_m) = 0
+        A(p_j)  = delta_j + gamma * lam * A(p_{j+1})
+    so an observation of length L costs L+1 gamma*lam steps, not one, and its values enter the
+    deltas. Rewards at observation positions are 0. Advantages are returned on action tokens only
+    (an observation is never trained on); returns (A + V) on the whole span, for the critic.
+    Without observations this is exactly `gae_token_level`.
+    """
+    mask = action_mask.bool()
+    span = response_span(mask)
+    rewards = torch.where(mask, rewards, torch.zeros_like(rewards))
+    advantages, returns = gae_token_level(rewards, values, span, gamma, lam)
+    return advantages * mask, returns
 
 
 # ----------------------------------------------------------------------------------------------
@@ -218,19 +258,23 @@ def policy_and_critic_advantages(
     """Decoupled lambda (VAPO): the policy's advantages use lam_policy, the critic's targets
     (returns = A + V) use lam_critic (1.0: Monte-Carlo returns, unbiased by the critic).
 
-    mode: "token" (observation-skipping token-level GAE), "step_average" or "step_last".
+    mode: "token" (observation-skipping token-level GAE), "step_average", "step_last" or "naive"
+    (GAE across observation tokens; its critic returns cover the whole response span).
     Returns (policy_advantages [B, T], critic_returns [B, T]).
     """
     if mode == "token":
         def gae(lam):
             return gae_token_level(rewards, values, action_mask, gamma, lam)
+    elif mode == "naive":
+        def gae(lam):
+            return gae_naive(rewards, values, action_mask, gamma, lam)
     elif mode in ("step_average", "step_last"):
         step_mode: StepMode = "average" if mode == "step_average" else "last"
 
         def gae(lam):
             return gae_step_level(rewards, values, action_mask, gamma, lam, mode=step_mode)
     else:
-        raise ValueError(f"mode must be 'token', 'step_average' or 'step_last', got {mode!r}")
+        raise ValueError(f"mode must be 'token', 'step_average', 'step_last' or 'naive', got {mode!r}")
 
     advantages, _ = gae(lam_policy)
     _, returns = gae(lam_critic)

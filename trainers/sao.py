@@ -36,7 +36,7 @@ from testbed.models.critic import Critic, trainable_parameter_counts
 from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
 from trainers import data_parallel
-from trainers.advantages import length_adaptive_lambda, policy_and_critic_advantages
+from trainers.advantages import critic_mask, length_adaptive_lambda, policy_and_critic_advantages
 from trainers.batching import Batch, collate
 from trainers.diagnostics import expert_load, grad_norms_by_family
 from trainers.losses import dis_policy_loss, explained_variance, ppo_clip_loss, token_mean, value_loss
@@ -54,7 +54,8 @@ class SAOConfig(BaseModel):
     value_updates_per_policy_update: int = Field(2, ge=1, description="K; the 'w/o faster value' ablation is 1")
     critic_trainable: Literal["moe", "all"] = Field("moe", description="'moe' freezes the critic's attention")
     critic_train_embeddings_norms: bool = False
-    gae: Literal["token", "step_average", "step_last"] = "token"
+    gae: Literal["token", "step_average", "step_last", "naive"] = Field("token", description=(
+        "'token' skips observations; 'naive' runs GAE across them (values at observation tokens)"))
     gamma: float = Field(1.0, ge=0, le=1)
     lambda_policy: float | Literal["adaptive"] = Field("adaptive", description="'adaptive': 1 - 1/(alpha * l)")
     alpha: float = Field(1.5, gt=0)
@@ -125,7 +126,8 @@ class SAOTrainer:
         first_forward = self.critic(data.tokens, data.attention_mask, output_router_logits=True)
         values_before = first_forward[0].detach()
         _, returns = self._advantages(data, values_before)
-        metrics: dict[str, Any] = {"value_explained_variance": explained_variance(values_before, returns, data.action_mask)}
+        metrics: dict[str, Any] = {"value_explained_variance": explained_variance(values_before, returns,
+                                                                                  critic_mask(data.action_mask, self.cfg.gae))}
         skipped: list[str] = []  # the non-finite quantity of each skipped step, in order
 
         # 1. TTUR: K critic updates, so values are fresh before they shape the advantages.
@@ -181,7 +183,8 @@ class SAOTrainer:
         caller already has them (with their graph)."""
         self.critic.train()
         values, router = forward if forward is not None else self.critic(data.tokens, data.attention_mask, output_router_logits=True)
-        loss = value_loss(values, returns, data.action_mask, old_values=old_values if self.cfg.value_clip else None,
+        loss = value_loss(values, returns, critic_mask(data.action_mask, self.cfg.gae),
+                          old_values=old_values if self.cfg.value_clip else None,
                           clip=self.cfg.value_clip)
         stats = {"critic_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
         loss = with_router_aux(loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask,
@@ -248,7 +251,7 @@ class SAOTrainer:
                 _, returns = policy_and_critic_advantages(
                     data.rewards, before, data.action_mask, self.cfg.gamma, 1.0, 1.0, self.cfg.gae
                 )
-                evs.append(explained_variance(before, returns, data.action_mask))
+                evs.append(explained_variance(before, returns, critic_mask(data.action_mask, self.cfg.gae)))
                 step_metrics, nonfinite = self._critic_step(data, returns, before)
                 losses.append(step_metrics["critic_loss"])
                 skipped += nonfinite is not None
