@@ -148,4 +148,4 @@ class RubricJudge:
         raw = (f"style={style} [{sc}] words={n_words} fluency={flu:.2f} topic={topic} "
                f"fail={'+'.join(failed) or 'none'}{noise}")
         return Verdict(quality=quality, style_match=style_match, style=style, raw=raw,
-                       latency_s=time.perf_counter() - t0)
+                       latency_s=time.perf_counter() - t0, reasons=tuple(failed))

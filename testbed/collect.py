@@ -108,18 +108,27 @@ def episode_rows(trajs: list[Trajectory], learner_version: int) -> list[dict[str
             "staleness": learner_version - traj.policy_version,
             "generation_target": traj.generation_target, "generation_t": traj.generation_t,
             "response_tokens": len(traj.response_tokens), "response": traj.response_text,
+            # multi-turn episodes: drafts written, the editor's reads, each earlier draft's reward, its notes
+            "turns": traj.turns, "editor_calls": len(traj.turn_verdicts),
+            "turn_rewards": ";".join("x" if t.error else f"{t.reward:g}" for t in traj.turn_verdicts),
+            "notes": " | ".join(traj.notes),
         })
     return rows
 
 
-def evaluate_heldout(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], t: int) -> tuple[list[dict], list[str]]:
-    """Held-out style shares at clock t (one sample per held-out prompt, rendered with the
-    candidates offered at t; the clock does not move) and the errors of the failed verdicts. An
-    evaluation with no verdict at all is a gap: shares and rewards are missing, never 0."""
+def evaluate_heldout(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec],
+                     t: int) -> tuple[list[dict], list[str], int]:
+    """Held-out style shares at clock t (one episode per held-out prompt, rendered with the
+    candidates offered at t; the clock does not move), the errors of the failed verdicts and the
+    judge calls made. An evaluation with no verdict at all is a gap: shares and rewards are
+    missing, never 0. A multi-turn episode is scored on its last draft."""
     starts = env.eval_starts(specs, t)
-    trajs = engine.generate([s.prompt_text for s in starts])
+    trajs = env.rollout(engine, starts)
     verdicts = env.evaluate_batch(starts, [tr.response_text for tr in trajs])
-    return heldout_rows(verdicts, t, starts[0].target.style), [v.error for v in verdicts if v.error is not None]
+    errors = [v.error for v in verdicts if v.error is not None]
+    errors += [v.error for tr in trajs for v in tr.turn_verdicts if v.error is not None]
+    calls = sum(tr.judge_calls() for tr in trajs)
+    return heldout_rows(verdicts, t, starts[0].target.style), errors, calls
 
 
 def heldout_rows(verdicts: list, t: int, target_style: str) -> list[dict]:
@@ -140,7 +149,7 @@ def judged_samples(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], 
     out: list[Trajectory] = []
     for i in range(0, n, chunk):
         starts = env.eval_starts([rng.choice(specs) for _ in range(min(chunk, n - i))], 0)
-        trajs = engine.generate([s.prompt_text for s in starts])
+        trajs = env.rollout(engine, starts)
         for traj, start, verdict in zip(trajs, starts, env.evaluate_batch(starts, [t.response_text for t in trajs])):
             if verdict.error is None:
                 traj.verdict, traj.t, traj.target_style, traj.prompt_id = verdict, 0, start.target.style, start.prompt_id

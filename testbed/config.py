@@ -94,6 +94,31 @@ class EngineConfig(Strict):
         return self
 
 
+class EnvConfig(Strict):
+    """The environment: a registered name (`style_shift`, `revision`) or an import path to a
+    StyleShiftEnv subclass; `args` go to its constructor and are checked by its `Config`."""
+
+    name: str = "style_shift"
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    _shorthand = model_validator(mode="before")(_plugin_shorthand)
+
+    @model_validator(mode="after")
+    def _known_env(self) -> EnvConfig:
+        cls = registry.load("env", self.name)
+        config = getattr(cls, "Config", None)
+        if config is not None:
+            config.model_validate(self.args)
+        elif self.args:
+            raise ValueError(f"env {self.name} takes no args, got {sorted(self.args)}")
+        return self
+
+    def settings(self) -> Any:
+        """The validated args (the env's Config), or None for an env without one."""
+        config = getattr(registry.load("env", self.name), "Config", None)
+        return config.model_validate(self.args) if config is not None else None
+
+
 class WorldConfig(Strict):
     styles: list[str] = Field(default_factory=lambda: list(STYLES), min_length=1)
     archetypes: list[str] = Field(
@@ -218,6 +243,7 @@ class Scenario(Strict):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     arms: list[ArmConfig] = Field(min_length=1)
     seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)

@@ -61,7 +61,8 @@ class LoopState:
     def record(self, trajs: list[Trajectory]) -> list[Trajectory]:
         """Count a judged round; returns the episodes to train on (those without a judge error).
         Consecutive failures make one outage, reported as a gap at the clock where it began."""
-        self.judge_calls += len(trajs)
+        self.judge_calls += sum(traj.judge_calls() for traj in trajs)  # a multi-turn editor's reads too
+        self.failures += sum(v.error is not None for traj in trajs for v in traj.turn_verdicts)
         judged = []
         for traj in trajs:
             assert traj.verdict is not None
@@ -162,7 +163,9 @@ def warm_up(trainer: Any, samples: Callable[[int], list[Trajectory]], cache_key:
     who = type(getattr(trainer, "shadow", trainer)).__name__  # a remote learner's local shadow names the trainer
     log(f"{who} warm-up on {n} judged samples from the starting policy (cached as {path})")
     started = time.perf_counter()
-    report = {**trainer.warmup(samples(n)), "judge_calls": n, "seconds": round(time.perf_counter() - started, 1)}
+    trajs = samples(n)
+    report = {**trainer.warmup(trajs), "judge_calls": n + sum(len(t.turn_verdicts) for t in trajs),
+              "seconds": round(time.perf_counter() - started, 1)}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     torch.save({"state": trainer.warmup_state(), "report": report}, tmp)

@@ -1,7 +1,7 @@
 """The online loop for one arm x seed, and the synchronous runtime (the reference).
 
     round     <- collector.issue(...)            (the env owns the drift clock and the prompts)
-    responses <- engine.generate(round)          (behaviour log-probs recorded)
+    responses <- env.rollout(engine, round)      (behaviour log-probs recorded; a multi-turn env's turns)
     episodes  <- collector.judge(round, ...)     (the judge sees the target at each clock)
     metrics   <- trainer.update(batch)           (once a full batch of judged episodes is in)
     store.append(episodes, updates, evals)       (every row, as it happens)
@@ -49,6 +49,11 @@ def make_engine(scenario: Scenario, policy: torch.nn.Module, tokenizer: WordToke
     return registry.load("engine", scenario.engine.name)(policy, tokenizer, scenario.sampling, **scenario.engine.args)
 
 
+def make_env(scenario: Scenario, judge: Judge, schedule: DriftSchedule, seed: int) -> StyleShiftEnv:
+    """The scenario's environment over the training prompts, looked up by name like every plugin."""
+    return registry.load("env", scenario.env.name)(judge, schedule, prompts("train"), seed=seed, **scenario.env.args)
+
+
 def make_trainer(arm: ArmConfig, policy: torch.nn.Module, tokenizer: WordTokenizer, scenario: Scenario, seed: int) -> Any:
     return arm.trainer_class()(policy, arm.args, pad_id=tokenizer.pad_id, temperature=scenario.sampling.temperature, seed=seed)
 
@@ -83,7 +88,7 @@ class ArmRunner:
         self.scenario, self.arm, self.seed, self.judge, self.schedule = scenario, arm, seed, judge, schedule
         self.store, self.progress, self.log, self.completed = store, progress, log, completed or {}
         self.budget = scenario.budget.episodes
-        self.env = StyleShiftEnv(judge, schedule, prompts("train"), seed=seed)
+        self.env = make_env(scenario, judge, schedule, seed)
         self.env.reset(seed=seed)  # seeds the env's prompt sampler
         self.env.clock = 0
         self.heldout = prompts("heldout")[: scenario.eval.prompts]
@@ -101,6 +106,8 @@ class ArmRunner:
         elif getattr(self.trainer, "warmup_samples", 0) > 0:  # an optional trainer hook (SAO: value pretraining)
             key = {"policy": policy_key, "trainer": self.trainer.warmup_key(), "judge": self.scenario.judge.model_dump(by_alias=True),
                    "target": self.schedule.target(0), "sampling": self.scenario.sampling.model_dump()}
+            if self.scenario.env.name != "style_shift":  # only then: existing caches keep their keys
+                key["env"] = self.scenario.env.model_dump()
             samples = lambda n: judged_samples(self.env, starting_engine, prompts("train"), n, seed=0)  # noqa: E731
             self.state.pretrain = warm_up(self.trainer, samples, key, self.log)
         if resume is None:
@@ -158,8 +165,8 @@ class ArmRunner:
             return
         clock = self.env.clock if t is None else t
         with self.timer.part("eval"):
-            rows, errors = evaluate_heldout(self.env, self.eval_engine, self.heldout, clock)
-        self.state.record_eval(len(self.heldout), len(errors))
+            rows, errors, calls = evaluate_heldout(self.env, self.eval_engine, self.heldout, clock)
+        self.state.record_eval(calls, len(errors))
         with self.timer.part("bookkeeping"):
             self.store.append("evals", [{"arm": self.arm.name, "seed": self.seed, **r} for r in rows])
         if t is None:
@@ -244,7 +251,7 @@ class SyncRunner(ArmRunner):
             with self.timer.part("bookkeeping"):
                 round_ = self.collector.issue(per_round, state.groups)
             with self.timer.part("generation"):
-                trajs = self.engine.generate(round_.prompts)
+                trajs = self.env.rollout(self.engine, round_.starts)
             with self.timer.part("judging"):
                 trajs = self.collector.judge(round_, trajs)
             self.record_round(trajs)

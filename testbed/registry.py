@@ -31,6 +31,10 @@ BUILTINS: dict[str, dict[str, str]] = {
     "engine": {
         "hf": "testbed.rollout.hf_engine:HFEngine",
     },
+    "env": {
+        "style_shift": "testbed.envs.style_shift:StyleShiftEnv",
+        "revision": "testbed.envs.revision:RevisionEnv",
+    },
 }
 
 

@@ -324,8 +324,8 @@ def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStor
     torch.set_num_threads(scenario.runtime.torch_threads)
     try:
         base_policy, tokenizer, sft_report = load_or_train_policy(
-            scenario.policy, scenario.world.archetypes, evaluate=sft_evaluator(scenario), log=console.print
-        )
+            scenario.policy, scenario.world.archetypes, evaluate=sft_evaluator(scenario), log=console.print,
+            env=scenario.env)
         manifest["sft"] = sft_report
         store.write_manifest(manifest)
         started = time.time()

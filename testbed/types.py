@@ -4,7 +4,7 @@ the Trajectory that carries one episode from the engine through the env to the t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ class Verdict:
     raw: str = ""  # the judge's own output (an LLM's text, or the rubric's feature summary)
     error: str | None = None
     latency_s: float = 0.0
+    reasons: tuple[str, ...] = ()  # the quality checks that failed, where the judge names them (the editor reads them)
 
     @property
     def reward(self) -> float:
@@ -86,10 +87,37 @@ class Trajectory:
     candidates: tuple[str, ...] = ()  # the candidate styles of the target it was judged against
     generation_target: str = ""  # the target style when it was generated (async: may be an older one)
     generation_t: int = -1  # the clock it was issued for
+    # Multi-turn episodes (RevisionEnv): the verdict on each draft before the last, at the
+    # generation-time target (the last draft's verdict is `verdict`), and the editor's notes.
+    turn_verdicts: list[Verdict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    turn_rewards: bool = False  # put each earlier draft's reward on its last token too
 
     @property
     def reward(self) -> float:
         return 0.0 if self.verdict is None else self.verdict.reward
+
+    @property
+    def turns(self) -> int:
+        """Drafts written (action segments)."""
+        return sum(seg.kind == "action" for seg in self.segments)
+
+    def judge_calls(self) -> int:
+        """Judge calls this episode cost: one per draft the editor read, plus the final one."""
+        return len(self.turn_verdicts) + 1
+
+    def token_rewards(self) -> list[tuple[int, float]]:
+        """(offset in the response, reward) pairs: the episode reward on the last action token,
+        and with `turn_rewards` each earlier draft's reward on that draft's last token."""
+        ends, offset = [], 0
+        for seg in self.segments:
+            offset += len(seg.tokens)
+            if seg.kind == "action" and seg.tokens:
+                ends.append(offset - 1)
+        if not ends:
+            return []
+        earlier = [(end, v.reward) for end, v in zip(ends[:-1], self.turn_verdicts) if v.error is None] if self.turn_rewards else []
+        return [*earlier, (ends[-1], self.reward)]
 
     @property
     def response_tokens(self) -> list[int]:

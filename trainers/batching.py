@@ -15,7 +15,8 @@ class Batch:
     attention_mask: torch.Tensor  # [B, T] long
     action_mask: torch.Tensor  # [B, T] bool: model-generated tokens
     behaviour_logprobs: torch.Tensor  # [B, T] float, 0 off actions
-    rewards: torch.Tensor  # [B, T] float: the episode reward on its last action token
+    rewards: torch.Tensor  # [B, T] float: the episode reward on its last action token (multi-turn with
+    #                         turn rewards: each draft's reward on its own last token)
     episode_rewards: torch.Tensor  # [B]
     action_lengths: torch.Tensor  # [B]
 
@@ -35,8 +36,8 @@ def collate(trajectories: list[Trajectory], pad_id: int) -> Batch:
         attention[row, :length] = 1
         action[row, :length] = mask
         behaviour[row, :length] = lps
-        action_positions = mask.nonzero()
-        if len(action_positions):
-            rewards[row, action_positions[-1, 0]] = traj.reward
+        start = len(traj.prompt_tokens)
+        for offset, reward in traj.token_rewards():  # the final reward on the last action token
+            rewards[row, start + offset] = reward
     episode_rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float)
     return Batch(tokens, attention, action, behaviour, rewards, episode_rewards, action.sum(1))

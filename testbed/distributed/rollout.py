@@ -1,5 +1,6 @@
-"""Rollout actors: each holds an engine with its own copy of the policy and generates single
-rollouts for the prompts the driver sends, with the newest weights the learner has published.
+"""Rollout actors: each holds an engine with its own copy of the policy and runs the episodes the
+driver issues (the env's episode runner: one response, or every turn of a multi-turn episode
+but its final judge call), with the newest weights the learner has published.
 
 Weights travel by version through Ray's object store: the driver passes the reference of the
 newest policy state (wrapped in a list, so Ray does not fetch it for every call) and its version;
@@ -27,10 +28,33 @@ def build_policy(config: Any, state: dict[str, torch.Tensor]) -> torch.nn.Module
     return model.eval()
 
 
+class LazyReview:
+    """A multi-turn editor's reads inside an actor: the scenario's judge, built on the first read
+    (a single-turn env never reads, so never builds one), on one event loop for the actor's life.
+    Like the env's `evaluate_batch`: each draft judged at its start's own target, no clock."""
+
+    def __init__(self, scenario_data: dict):
+        self.scenario_data, self.judge, self.runner = scenario_data, None, None
+
+    def __call__(self, starts: list, drafts: list[str]) -> list:
+        import asyncio
+
+        if self.judge is None:
+            from testbed.config import parse_scenario
+            from testbed.run import build_judge
+
+            self.judge = build_judge(parse_scenario(self.scenario_data, "<scenario>"))
+            self.runner = asyncio.Runner()
+        verdicts = list(self.runner.run(self.judge.judge([s.request(d) for s, d in zip(starts, drafts)])))
+        if len(verdicts) != len(starts):
+            raise RuntimeError(f"the judge returned {len(verdicts)} verdicts for {len(starts)} drafts")
+        return verdicts
+
+
 @ray.remote
 class RolloutActor:
     def __init__(self, policy_config: Any, policy_state: dict, tokenizer: Any, engine: tuple[str, dict], sampling: Any,
-                 seed: int, threads: int):
+                 seed: int, threads: int, episodes: Any = None, scenario_data: dict | None = None):
         from testbed import registry
         from testbed.loop import seed_everything
 
@@ -38,17 +62,32 @@ class RolloutActor:
         policy = build_policy(policy_config, policy_state)
         name, args = engine
         self.engine = registry.load("engine", name)(policy, tokenizer, sampling, **args)
+        self.episodes = episodes  # the env's episode runner (testbed.envs: SingleTurn, Revision)
+        self.review = LazyReview(scenario_data or {})
         self.version = 0
         seed_everything(seed)  # after building: the policy's random init must not shift the sampling stream
 
-    def generate(self, prompts: list[str], weights: list[ray.ObjectRef], version: int) -> tuple[list[Trajectory], float]:
-        """Sample one response per prompt with policy `version` (loaded first if newer);
-        returns the trajectories and the seconds spent generating."""
+    def rollout(self, starts: list, weights: list[ray.ObjectRef], version: int) -> tuple[list[Trajectory], float]:
+        """The episodes of `starts` with policy `version` (loaded first if newer); returns the
+        trajectories (last responses not judged yet) and the seconds spent."""
         started = time.perf_counter()
+        self.use(weights, version)
+        return self.episodes(self.engine, starts, self.review), time.perf_counter() - started
+
+    def generate(self, prompts: list[str], weights: list[ray.ObjectRef], version: int) -> list[Trajectory]:
+        self.use(weights, version)
+        return self.engine.generate(prompts)
+
+    def extend(self, trajs: list[Trajectory], observations: list[str], weights: list[ray.ObjectRef],
+               version: int) -> list[Trajectory]:
+        self.use(weights, version)
+        self.engine.extend(trajs, observations)
+        return trajs
+
+    def use(self, weights: list[ray.ObjectRef], version: int) -> None:
         if version != self.version:
             self.engine.load_weights(ray.get(weights[0]), version)
             self.version = version
-        return self.engine.generate(prompts), time.perf_counter() - started
 
     def ping(self) -> int:
         return self.version
@@ -56,13 +95,17 @@ class RolloutActor:
 
 class ActorEngine:
     """An Engine facade over a rollout actor, for held-out evaluation from the driver: it
-    generates with the newest published weights."""
+    generates (and continues multi-turn trajectories) with the newest published weights."""
 
     def __init__(self, runner: Any, index: int):
         self.runner, self.index = runner, index
 
     def generate(self, prompts: list[str], n: int = 1) -> list[Trajectory]:
-        return self.runner.generate_now(self.index, [p for p in prompts for _ in range(n)])
+        return self.runner.call_now(self.index, "generate", [p for p in prompts for _ in range(n)])
+
+    def extend(self, trajs: list[Trajectory], observations: list[str]) -> None:
+        for traj, done in zip(trajs, self.runner.call_now(self.index, "extend", trajs, observations)):
+            traj.segments, traj.response_text, traj.policy_version = done.segments, done.response_text, done.policy_version
 
     def load_weights(self, state_dict: dict | None, version: int) -> None:  # the runner publishes weights
         pass

@@ -106,9 +106,11 @@ class RayRunner(ArmRunner):
         self.trainer = LearnerProxy(make_trainer(arm, policy, tokenizer, scenario, seed), self.learner)
         self.weights = [ray.put(state)]
         spec = (scenario.engine.name, scenario.engine.args)
+        scenario_data = scenario.model_dump(mode="json", by_alias=True)  # an actor builds its editor's judge from it
         self.new_actor = lambda i: RolloutActor.options(  # noqa: E731
             num_cpus=rt.actor_cpus, name=f"{self.name}-rollout{i}-r{self.restarts}").remote(
-            policy.config, state, tokenizer, spec, scenario.sampling, seed + 1000 * i, threads)
+            policy.config, state, tokenizer, spec, scenario.sampling, seed + 1000 * i, threads, self.env.episode_runner(),
+            scenario_data)
         self.restarts = 0
         self.actors = [self.new_actor(i) for i in range(rt.rollout_workers)]
         self.eval_engine = ActorEngine(self, 0)
@@ -135,8 +137,8 @@ class RayRunner(ArmRunner):
     def publish(self, policy_state: dict, version: int) -> None:
         self.weights, self.trainer.version = [ray.put(policy_state)], version
 
-    def submit_generation(self, index: int, prompts: list[str]) -> ray.ObjectRef:
-        return self.actors[index].generate.remote(prompts, self.weights, self.trainer.version)
+    def submit_generation(self, index: int, starts: list) -> ray.ObjectRef:
+        return self.actors[index].rollout.remote(starts, self.weights, self.trainer.version)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -181,7 +183,7 @@ class RayRunner(ArmRunner):
             with self.timer.part("bookkeeping"):
                 round_ = self.collector.issue(max(1, epu // group), self.next_group, pending)
             self.next_group += max(1, epu // group)
-            self.inflight[self.submit_generation(i, round_.prompts)] = (i, round_, self.actors[i])
+            self.inflight[self.submit_generation(i, round_.starts)] = (i, round_, self.actors[i])
 
     def finish_generation(self, ref: ray.ObjectRef) -> None:
         index, round_, actor = self.inflight.pop(ref)
@@ -203,14 +205,15 @@ class RayRunner(ArmRunner):
             self.log(f"{self.arm.name} seed {self.seed}: rollout actor {index} died ({type(exc).__name__}); restarting it")
             self.actors[index] = self.new_actor(index)
         if round_ is not None:
-            self.inflight[self.submit_generation(index, round_.prompts)] = (index, round_, self.actors[index])
+            self.inflight[self.submit_generation(index, round_.starts)] = (index, round_, self.actors[index])
 
-    def generate_now(self, index: int, prompts: list[str]) -> list[Trajectory]:
-        """A blocking generation (held-out evaluation) that survives the actor's death."""
+    def call_now(self, index: int, method: str, *args: Any) -> Any:
+        """A blocking call on a rollout actor (held-out evaluation: `generate`, `extend`) with the
+        newest weights, that survives the actor's death."""
         while True:
             actor = self.actors[index]
             try:
-                return ray.get(self.submit_generation(index, prompts))[0]
+                return ray.get(getattr(actor, method).remote(*args, self.weights, self.trainer.version))
             except ACTOR_DIED as exc:
                 self.restart_actor(index, None, exc, actor)
 

@@ -10,11 +10,15 @@ cute -> chuunibyou -> classical switching at episodes 2400 and 4200, the trainin
 
 This package never imports ``judges`` statically: the default judge is loaded through the
 registry when the entry point runs.
+
+``RevisionEnv`` (multi-turn: drafts, editor notes, revisions; ``testbed.envs.revision``) is
+registered as ``"testbed/Revision-v0"`` with the same defaults and its own settings
+(``max_turns``, ``feedback``, ``hints``, ``turn_rewards``) as keyword arguments.
 """
 
 import gymnasium
 
-from testbed.envs.defaults import default_schedule, make_style_shift_env
+from testbed.envs.defaults import default_schedule, make_revision_env, make_style_shift_env
 from testbed.envs.schedules import (
     GradualSchedule,
     PeriodicSchedule,
@@ -26,11 +30,15 @@ from testbed.envs.schedules import (
 from testbed.envs.style_shift import EpisodeStart, StyleShiftEnv, episode_info
 
 STYLE_SHIFT_ENV_ID = "testbed/StyleShift-v0"
+REVISION_ENV_ID = "testbed/Revision-v0"
 
 if STYLE_SHIFT_ENV_ID not in gymnasium.registry:
     gymnasium.register(id=STYLE_SHIFT_ENV_ID, entry_point="testbed.envs.defaults:make_style_shift_env")
+if REVISION_ENV_ID not in gymnasium.registry:
+    gymnasium.register(id=REVISION_ENV_ID, entry_point="testbed.envs.defaults:make_revision_env")
 
 __all__ = [
+    "REVISION_ENV_ID",
     "STYLE_SHIFT_ENV_ID",
     "EpisodeStart",
     "GradualSchedule",
@@ -42,5 +50,6 @@ __all__ = [
     "build_schedule",
     "default_schedule",
     "episode_info",
+    "make_revision_env",
     "make_style_shift_env",
 ]

@@ -53,3 +53,16 @@ def make_style_shift_env(judge: Judge | None = None, schedule: DriftSchedule | N
         prompt_specs = prompts("train")
     return StyleShiftEnv(judge if judge is not None else default_judge(),
                          schedule if schedule is not None else default_schedule(), prompt_specs, **kwargs)
+
+
+def make_revision_env(judge: Judge | None = None, schedule: DriftSchedule | None = None,
+                      prompt_specs: Sequence[PromptSpec] | None = None, **kwargs: Any) -> Any:
+    """The entry point registered as ``testbed/Revision-v0``: the same defaults, in the revision env."""
+    from testbed.envs.revision import RevisionEnv
+
+    if prompt_specs is None:
+        from testbed.world import prompts
+
+        prompt_specs = prompts("train")
+    return RevisionEnv(judge if judge is not None else default_judge(),
+                       schedule if schedule is not None else default_schedule(), prompt_specs, **kwargs)

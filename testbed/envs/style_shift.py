@@ -54,7 +54,7 @@ from testbed.types import JudgeRequest, Target, Verdict
 if TYPE_CHECKING:
     from testbed.world import PromptSpec
 
-__all__ = ["EpisodeStart", "StyleShiftEnv", "episode_info"]
+__all__ = ["EpisodeStart", "SingleTurn", "StyleShiftEnv", "episode_info"]
 
 _T = TypeVar("_T")
 _PRINTABLE = frozenset(string.printable)
@@ -113,6 +113,13 @@ def _run_sync(runner: asyncio.Runner, coro: Coroutine[Any, Any, _T]) -> _T:
         return runner.run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(runner.run, coro).result()
+
+
+class SingleTurn:
+    """One response per start (an episode is a prompt and a response)."""
+
+    def __call__(self, engine: Any, starts: Sequence[EpisodeStart], review: Any = None) -> list:
+        return engine.generate([s.prompt_text for s in starts])
 
 
 class StyleShiftEnv(gymnasium.Env[str, str]):
@@ -285,6 +292,17 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
     def step_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
         """Sync ``astep_batch`` (see the module docstring about running event loops)."""
         return self._sync(self.astep_batch(starts, responses))
+
+    # ---- episodes: what the policy writes for a round of starts ------------------------------
+    def episode_runner(self) -> SingleTurn:
+        """How an episode unfolds between its start and its final judge call, as a picklable
+        callable `(engine, starts, review) -> trajectories` (a rollout actor runs it)."""
+        return SingleTurn()
+
+    def rollout(self, engine: Any, starts: Sequence[EpisodeStart]) -> list:
+        """The trajectories of a round of starts, their last responses not yet judged; any
+        judge call on the way (a multi-turn env's editor) is `evaluate_batch`: the clock stays."""
+        return self.episode_runner()(engine, starts, self.evaluate_batch)
 
     # ---- evaluation (never moves the clock) ------------------------------------------------
     def eval_starts(self, specs: Sequence[PromptSpec], t: int) -> list[EpisodeStart]:

@@ -17,12 +17,14 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import AutoModelForCausalLM
 
+from testbed import registry
 from testbed.config import PolicyConfig
 from testbed.models.policy import build_policy, count_parameters
 from testbed.models.tokenizer import WordTokenizer
@@ -37,7 +39,9 @@ def cache_root() -> Path:
     return cache_dir()
 
 
-def policy_key(cfg: PolicyConfig, archetypes: list[str]) -> str:
+def policy_key(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> str:
+    """The cache key: everything that determines the SFT policy. `env` (an EnvConfig) counts only
+    for an env that brings its own corpus (multi-turn), so the single-turn keys never move."""
     spec = {
         "format": CACHE_FORMAT,
         "policy": cfg.model_dump(mode="json", exclude={"checkpoint"}),
@@ -45,6 +49,9 @@ def policy_key(cfg: PolicyConfig, archetypes: list[str]) -> str:
         "vocabulary": hashlib.sha256("\n".join(vocabulary()).encode()).hexdigest(),
         "torch": torch.__version__.split("+")[0],
     }
+    env_cls = registry.load("env", env.name) if env is not None else None
+    if getattr(env_cls, "sft_examples", None) is not None:
+        spec["env"] = {"name": env.name, "corpus": env_cls.sft_key(env.settings())}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -60,6 +67,33 @@ def sft_corpus(size: int, archetypes: list[str], seed: int) -> list[tuple[str, s
         style = rng.choice(candidates)
         corpus.append((render_prompt(spec, candidates), generate(style, spec.topic, rng), style))
     return corpus
+
+
+Example = tuple[str, list[tuple[str, str, bool]]]  # prompt, [(kind "action" | "observation", text, trained on)]
+
+
+def encode_examples(examples: list[Example], tok: WordTokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Multi-segment examples (an env's own corpus): right-padded ids, attention mask and labels.
+    An action is its text and <eos>, an observation its text and <sep> (as the engine lays them
+    out); labels only on the actions marked as trained on."""
+    rows = []
+    for prompt, segments in examples:
+        ids, labels = tok.prompt_ids(prompt), None
+        labels = [-100] * len(ids)
+        for kind, text, train in segments:
+            part = tok.encode(text) + [tok.eos_id] if kind == "action" else tok.observation_ids(text)
+            ids += part
+            labels += part if (kind == "action" and train) else [-100] * len(part)
+        rows.append((ids, labels))
+    width = max(len(i) for i, _ in rows)
+    ids_t = torch.full((len(rows), width), tok.pad_id, dtype=torch.long)
+    labels_t = torch.full_like(ids_t, -100)
+    mask = torch.zeros_like(ids_t)
+    for row, (ids, labels) in enumerate(rows):
+        ids_t[row, : len(ids)] = torch.tensor(ids)
+        labels_t[row, : len(ids)] = torch.tensor(labels)
+        mask[row, : len(ids)] = 1
+    return ids_t, mask, labels_t
 
 
 def encode_corpus(corpus: list[tuple[str, str, str]], tok: WordTokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -142,13 +176,16 @@ def sft_passes(report: dict, cfg: PolicyConfig, archetypes: list[str]) -> bool:
 
 
 def load_or_train_policy(
-    cfg: PolicyConfig, archetypes: list[str], evaluate: Evaluate | None = None, log: Callable[[str], None] = print
+    cfg: PolicyConfig, archetypes: list[str], evaluate: Evaluate | None = None, log: Callable[[str], None] = print,
+    env: Any = None,
 ) -> tuple[torch.nn.Module, WordTokenizer, dict]:
     """The SFT policy for this config: from the cache if it is there, else trained (in rounds of
-    `sft.steps` until `evaluate` says every archetype is written well) and cached."""
+    `sft.steps` until `evaluate` says every archetype is written well) and cached. An env (its
+    EnvConfig) that brings words and a corpus of its own (`extra_words`, `sft_examples`: a
+    multi-turn env teaching revision) has them used."""
     if cfg.checkpoint:
         return load_checkpoint(cfg.checkpoint)
-    key = policy_key(cfg, archetypes)
+    key = policy_key(cfg, archetypes, env)
     directory = cache_root() / f"policy-{key}"
     if (directory / "sft_report.json").exists():
         tok = WordTokenizer.load(directory / "tokenizer.json")
@@ -158,12 +195,16 @@ def load_or_train_policy(
         log(f"SFT policy from cache {directory} (quality {report['eval'].get('quality', float('nan')):.2f})")
         return model, tok, report
 
-    tok = WordTokenizer.build()
+    env_cls = registry.load("env", env.name) if env is not None else None
+    examples = getattr(env_cls, "sft_examples", None)
+    tok = WordTokenizer.build(env_cls.extra_words() if examples is not None else ())
     model = build_policy(cfg, tok, seed=cfg.sft.seed)
     log(f"Training the SFT policy ({count_parameters(model):,} parameters, {cfg.num_experts} experts, top-{cfg.top_k}); cached as {directory}")
     start = time.time()
-    corpus = sft_corpus(cfg.sft.corpus_size, archetypes, cfg.sft.seed)
-    data = encode_corpus(corpus, tok)
+    if examples is not None:
+        data = encode_examples(examples(cfg.sft.corpus_size, archetypes, cfg.sft.seed, env.settings()), tok)
+    else:
+        data = encode_corpus(sft_corpus(cfg.sft.corpus_size, archetypes, cfg.sft.seed), tok)
     losses: list[float] = []
     report: dict = {}
     checked: dict = {}  # the report of a passing early check (training stopped there), not rerun

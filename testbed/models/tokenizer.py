@@ -8,6 +8,7 @@ usable on its own.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
@@ -30,8 +31,12 @@ class WordTokenizer:
         self._special_ids = set(ids.values())
 
     @classmethod
-    def build(cls) -> WordTokenizer:
+    def build(cls, extra_words: Iterable[str] = ()) -> WordTokenizer:
+        """Over the world's vocabulary, and `extra_words` after it (an environment's own text,
+        such as the editor's notes; the world's ids stay where they are)."""
         words = [w for w in vocabulary() if w not in SPECIALS and w not in EMOTICONS]
+        known = set(words) | set(SPECIALS) | set(EMOTICONS)
+        words += sorted(w for w in set(extra_words) if w not in known)
         vocab = {tok: i for i, tok in enumerate([*SPECIALS, *words])}
         tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
         tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -63,3 +68,7 @@ class WordTokenizer:
     def prompt_ids(self, prompt: str) -> list[int]:
         """The policy's input for a prompt: <bos> prompt <sep>; the response follows, ending in <eos>."""
         return [self.bos_id, *self.encode(prompt), self.sep_id]
+
+    def observation_ids(self, text: str) -> list[int]:
+        """What the environment says between two drafts: text <sep>; the next draft follows."""
+        return [*self.encode(text), self.sep_id]

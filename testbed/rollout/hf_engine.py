@@ -65,9 +65,34 @@ class HFEngine:
             out += self._generate_batch(expanded[i : i + self.max_batch])
         return out
 
+    @torch.no_grad()
+    def extend(self, trajectories: list[Trajectory], observations: list[str]) -> None:
+        """Continue each trajectory in place (multi-turn episodes): the environment's text as an
+        observation segment, then a new draft as an action segment, sampled with the whole
+        trajectory so far as context (re-encoded, not a kept KV cache). `response_text` becomes
+        the new draft."""
+        if len(trajectories) != len(observations):
+            raise ValueError(f"got {len(trajectories)} trajectories but {len(observations)} observations")
+        tok = self.tokenizer
+        seen = [tok.observation_ids(o) for o in observations]
+        contexts = [[*t.prompt_tokens, *t.response_tokens, *o] for t, o in zip(trajectories, seen)]
+        for i in range(0, len(contexts), self.max_batch):
+            for j, (ids, lps) in enumerate(self._sample(contexts[i : i + self.max_batch]), start=i):
+                traj = trajectories[j]
+                traj.segments += [Segment("observation", seen[j]), Segment("action", ids, lps)]
+                traj.response_text = tok.decode(ids)
+                traj.policy_version = self.version
+
     def _generate_batch(self, prompts: list[str]) -> list[Trajectory]:
+        encoded = [self.tokenizer.prompt_ids(p) for p in prompts]
+        return [Trajectory(prompt_tokens=ids, segments=[Segment("action", new, lps)], prompt_text=prompt,
+                           response_text=self.tokenizer.decode(new), policy_version=self.version)
+                for prompt, ids, (new, lps) in zip(prompts, encoded, self._sample(encoded))]
+
+    def _sample(self, encoded: list[list[int]]) -> list[tuple[list[int], list[float]]]:
+        """One continuation per context, up to and including its first <eos> (or max_new_tokens),
+        with the behaviour log-prob of every sampled token."""
         tok, temperature = self.tokenizer, self.sampling.temperature
-        encoded = [tok.prompt_ids(p) for p in prompts]
         batch, width = len(encoded), max(len(e) for e in encoded)
         input_ids = torch.full((batch, width), tok.pad_id, dtype=torch.long)
         attention = torch.zeros((batch, width), dtype=torch.long)
@@ -104,22 +129,13 @@ class HFEngine:
         if bad.any():
             step = int(bad.any(0).nonzero()[0, 0])
             raise FloatingPointError(f"the policy (version {self.version}) gives NaN/inf logits at decoding step {step}")
-        trajectories = []
-        for row, prompt in enumerate(prompts):
+        out = []
+        for row in range(batch):
             ids = generated[row].tolist()
             # keep tokens up to and including the first <eos>; the policy learns when to stop
             length = ids.index(tok.eos_id) + 1 if tok.eos_id in ids else len(ids)
-            action = Segment("action", ids[:length], logprob_table[row, :length].tolist())
-            trajectories.append(
-                Trajectory(
-                    prompt_tokens=encoded[row],
-                    segments=[action],
-                    prompt_text=prompt,
-                    response_text=tok.decode(ids[:length]),
-                    policy_version=self.version,
-                )
-            )
-        return trajectories
+            out.append((ids[:length], logprob_table[row, :length].tolist()))
+        return out
 
     def _hf_decoder(self, input_ids: torch.Tensor, attention: torch.Tensor):
         """The general path (any causal LM, e.g. a real checkpoint): transformers' forward with a
