@@ -108,7 +108,12 @@ class EnvConfig(Strict):
         cls = registry.load("env", self.name)
         config = getattr(cls, "Config", None)
         if config is not None:
-            config.model_validate(self.args)
+            try:
+                config.model_validate(self.args)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                raise ValueError(f"env {self.name}: args.{where}: {first['msg']} (got {clip(repr(first.get('input')), 80)})") from None
         elif self.args:
             raise ValueError(f"env {self.name} takes no args, got {sorted(self.args)}")
         return self
@@ -184,6 +189,7 @@ class ArmConfig(Strict):
     trainer: str
     args: dict[str, Any] = Field(default_factory=dict)
     runtime: dict[str, Any] = Field(default_factory=dict, description="this arm's overrides of the scenario's runtime")
+    env: dict[str, Any] = Field(default_factory=dict, description="this arm's overrides of the scenario's env.args")
 
     @field_validator("trainer")
     @classmethod
@@ -256,6 +262,10 @@ class Scenario(Strict):
         """The scenario's runtime with the arm's own overrides (e.g. a max_staleness per arm)."""
         return RuntimeConfig.model_validate({**self.runtime.model_dump(), **arm.runtime})
 
+    def env_for(self, arm: ArmConfig) -> EnvConfig:
+        """The scenario's env with the arm's own overrides of its args (e.g. the feedback setting)."""
+        return EnvConfig(name=self.env.name, args={**self.env.args, **arm.env}) if arm.env else self.env
+
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
         for i, arm in enumerate(self.arms):
@@ -263,6 +273,19 @@ class Scenario(Strict):
                 self.runtime_for(arm)
             except ValidationError as exc:
                 raise ValueError(f"arms.{i}.runtime: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}") from None
+            try:
+                env = self.env_for(arm)
+            except (ValidationError, ValueError) as exc:
+                raise ValueError(f"arms.{i}.env: {exc.errors()[0]['msg'] if isinstance(exc, ValidationError) else exc}") from None
+            sft_key = getattr(registry.load("env", env.name), "sft_key", None)
+            if arm.env and sft_key is not None and sft_key(env.settings()) != sft_key(self.env.settings()):
+                raise ValueError(f"arms.{i}.env: {sorted(arm.env)} would change what the shared SFT policy learns "
+                                 f"({sft_key(self.env.settings())}); set it in the scenario's env.args instead")
+        context = getattr(registry.load("env", self.env.name), "context_tokens", None)
+        if context is not None and context(self.env.settings(), self.sampling.max_new_tokens) > self.policy.max_positions:
+            raise ValueError(f"env {self.env.name}: an episode may reach {context(self.env.settings(), self.sampling.max_new_tokens)} "
+                             f"tokens (its turns of sampling.max_new_tokens={self.sampling.max_new_tokens} and its notes), over "
+                             f"policy.max_positions={self.policy.max_positions}: raise policy.max_positions")
         names = [a.name for a in self.arms]
         if len(set(names)) != len(names):
             raise ValueError(f"arm names must be unique, got {names}")

@@ -49,9 +49,10 @@ def make_engine(scenario: Scenario, policy: torch.nn.Module, tokenizer: WordToke
     return registry.load("engine", scenario.engine.name)(policy, tokenizer, scenario.sampling, **scenario.engine.args)
 
 
-def make_env(scenario: Scenario, judge: Judge, schedule: DriftSchedule, seed: int) -> StyleShiftEnv:
-    """The scenario's environment over the training prompts, looked up by name like every plugin."""
-    return registry.load("env", scenario.env.name)(judge, schedule, prompts("train"), seed=seed, **scenario.env.args)
+def make_env(scenario: Scenario, arm: ArmConfig, judge: Judge, schedule: DriftSchedule, seed: int) -> StyleShiftEnv:
+    """The arm's environment over the training prompts, looked up by name like every plugin."""
+    env = scenario.env_for(arm)
+    return registry.load("env", env.name)(judge, schedule, prompts("train"), seed=seed, **env.args)
 
 
 def make_trainer(arm: ArmConfig, policy: torch.nn.Module, tokenizer: WordTokenizer, scenario: Scenario, seed: int) -> Any:
@@ -88,7 +89,7 @@ class ArmRunner:
         self.scenario, self.arm, self.seed, self.judge, self.schedule = scenario, arm, seed, judge, schedule
         self.store, self.progress, self.log, self.completed = store, progress, log, completed or {}
         self.budget = scenario.budget.episodes
-        self.env = make_env(scenario, judge, schedule, seed)
+        self.env = make_env(scenario, arm, judge, schedule, seed)
         self.env.reset(seed=seed)  # seeds the env's prompt sampler
         self.env.clock = 0
         self.heldout = prompts("heldout")[: scenario.eval.prompts]
@@ -107,7 +108,7 @@ class ArmRunner:
             key = {"policy": policy_key, "trainer": self.trainer.warmup_key(), "judge": self.scenario.judge.model_dump(by_alias=True),
                    "target": self.schedule.target(0), "sampling": self.scenario.sampling.model_dump()}
             if self.scenario.env.name != "style_shift":  # only then: existing caches keep their keys
-                key["env"] = self.scenario.env.model_dump()
+                key["env"] = self.scenario.env_for(self.arm).model_dump()
             samples = lambda n: judged_samples(self.env, starting_engine, prompts("train"), n, seed=0)  # noqa: E731
             self.state.pretrain = warm_up(self.trainer, samples, key, self.log)
         if resume is None:

@@ -181,3 +181,27 @@ def test_the_ray_runtime_runs_the_same_revision_episodes(tmp_path, monkeypatch, 
     cols = ["arm", "t", "turns", "editor_calls", "turn_rewards", "notes", "response", "reward"]
     a, b = (read_table(d, "episodes")[cols].sort_values(["arm", "t"]).reset_index(drop=True) for d in (sync, on_ray))
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_env_settings_are_validated_and_arms_may_override_only_what_keeps_the_sft_policy():
+    import yaml
+
+    from testbed.config import ScenarioError, parse_scenario
+
+    data = yaml.safe_load(open(TINY))
+    data["arms"][0]["env"] = {"feedback": "boilerplate"}
+    scenario = parse_scenario(data, "tiny")
+    assert scenario.env_for(scenario.arms[0]).settings().feedback == "boilerplate"
+    assert scenario.env_for(scenario.arms[1]).settings().feedback == "informative"
+    for bad, says in [({"arms": {"env": {"max_turns": 3}}}, "would change what the shared SFT policy learns"),
+                      ({"arms": {"env": {"feedbak": 1}}}, "args.feedbak"),
+                      ({"env": {"name": "revision", "args": {"feedback": "loud"}}}, "args.feedback"),
+                      ({"env": {"name": "style_shift", "args": {"max_turns": 2}}}, "takes no args"),
+                      ({"env": {"name": "nowhere"}}, "unknown env 'nowhere'")]:
+        broken = yaml.safe_load(open(TINY))
+        if "arms" in bad:
+            broken["arms"][0]["env"] = bad["arms"]["env"]
+        else:
+            broken["env"] = bad["env"]
+        with pytest.raises(ScenarioError, match=says):
+            parse_scenario(broken, "tiny")

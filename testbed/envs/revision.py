@@ -106,6 +106,9 @@ class Revision:
         self.config = config
 
     def __call__(self, engine: Engine, starts: Sequence[EpisodeStart], review: Any) -> list[Trajectory]:
+        if self.config.max_turns > 1 and not callable(getattr(engine, "extend", None)):
+            raise TypeError(f"the revision env continues trajectories: engine {type(engine).__name__} needs "
+                            "extend(trajectories, observations)")
         trajs = engine.generate([s.prompt_text for s in starts])
         for traj in trajs:
             traj.turn_rewards = self.config.turn_rewards
@@ -151,6 +154,12 @@ class RevisionEnv(StyleShiftEnv):
         self.observation_space = spaces.Text(max_length=max(self.max_prompt_chars, 256), min_length=0, charset=string.printable)
         self.editor_calls = 0  # the editor's reads (judge calls that do not move the clock)
         self._turn = 0
+
+    @staticmethod
+    def context_tokens(config: RevisionConfig, max_new_tokens: int) -> int:
+        """The longest episode in tokens, bounded: a prompt (<= 32), every draft at full length,
+        a note (<= 48) between two drafts. The scenario checks it against policy.max_positions."""
+        return 32 + config.max_turns * max_new_tokens + (config.max_turns - 1) * 48
 
     # ---- what the SFT policy learns from (testbed.models.sft) --------------------------------
     @staticmethod
