@@ -364,3 +364,41 @@ def offpolicy_overview(episodes: pd.DataFrame, updates: pd.DataFrame | None = No
             "clip_frac": float(u["clip_frac"].mean()) if "clip_frac" in u and u["clip_frac"].notna().any() else float("nan"),
         })
     return pd.DataFrame(rows, columns=cols)
+
+
+def _first_draft_reward(row: pd.Series) -> float:
+    """The first draft's reward: its editor's read for a revised episode, else the episode's."""
+    earlier = row["turn_rewards"]
+    if isinstance(earlier, str) and earlier:
+        first = earlier.split(";")[0]
+        return float("nan") if first == "x" else float(first)
+    return float(row["reward"])
+
+
+def turns_overview(episodes: pd.DataFrame, window: int = DEFAULT_WINDOW) -> pd.DataFrame:
+    """One row per arm of a multi-turn run (RevisionEnv): what revising bought.
+
+    turns             mean drafts per judged episode
+    accepted_early    share of episodes whose editor accepted a draft before the last allowed one
+    first_reward      mean reward of the first drafts (the editor's read; the episode's for one draft)
+    final_reward      mean reward of the last drafts (the episode reward)
+    gain              final_reward - first_reward: what the notes and revisions added
+    *_end             the same over each seed's last `window` judged episodes (mean over seeds)
+    """
+    cols = ["arm", "turns", "accepted_early", "first_reward", "final_reward", "gain", "turns_end", "first_reward_end",
+            "final_reward_end", "gain_end"]
+    if episodes.empty or "turns" not in episodes or episodes["turns"].max() <= 1:
+        return pd.DataFrame(columns=cols)
+    ok = judged(episodes).copy()
+    ok["first"] = ok.apply(_first_draft_reward, axis=1)
+    ok["early"] = ok["editor_calls"] == ok["turns"]
+    rows = []
+    for arm, g in ok.groupby("arm", sort=True):
+        tail = pd.concat([s.sort_values("t").tail(window) for _, s in g.groupby("seed")])
+        ends = tail.groupby("seed")[["turns", "first", "reward"]].mean().mean()
+        rows.append({"arm": arm, "turns": float(g["turns"].mean()), "accepted_early": float(g["early"].mean()),
+                     "first_reward": float(g["first"].mean()), "final_reward": float(g["reward"].mean()),
+                     "gain": float(g["reward"].mean() - g["first"].mean()), "turns_end": float(ends["turns"]),
+                     "first_reward_end": float(ends["first"]), "final_reward_end": float(ends["reward"]),
+                     "gain_end": float(ends["reward"] - ends["first"])})
+    return pd.DataFrame(rows, columns=cols)

@@ -14,6 +14,8 @@ What it writes:
   summary.csv             one row per run, arm and switch (arm-level columns repeated; a run
                           without switches has one row per arm): means and 95% intervals;
   switches_by_seed.csv    the per-seed metrics behind it;
+  turns.csv               multi-turn runs only: per arm, drafts per episode, early acceptances,
+                          first- and last-draft rewards and the gain between them;
   offpolicy.csv           asynchronous runs only: per arm, the staleness shares, dropped episodes,
                           episodes judged under another target than they were generated for, and
                           the DIS-masked and PPO-clipped token shares;
@@ -131,6 +133,7 @@ class Analysis:
     horizon: int | None
     labelled: bool              # arms are labelled "run:arm" (several runs)
     offpolicy: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run and arm: staleness, DIS, clip
+    turns: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run and arm of a multi-turn run
 
     @property
     def asynchronous(self) -> bool:
@@ -147,7 +150,7 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
     for i, run in enumerate(runs):  # two runs with the same directory name get distinct labels
         if names.count(run.name) > 1:
             run.name = f"{run.name}#{i + 1}"
-    per_seed, switches, arms, offpolicy, windows = [], [], [], [], {}
+    per_seed, switches, arms, offpolicy, turns, windows = [], [], [], [], [], {}
     for run in runs:
         w = realign.auto_window(run.switch_points, run.budget, window)
         windows[run.name] = w
@@ -168,6 +171,11 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
         if labelled:
             off["arm"] = run.name + ":" + off["arm"].astype(str)
         offpolicy.append(off)
+        tr = realign.turns_overview(run.episodes, window=w)
+        tr.insert(0, "run", run.name)
+        if labelled:
+            tr["arm"] = run.name + ":" + tr["arm"].astype(str)
+        turns.append(tr)
     per_seed_df = pd.concat(per_seed, ignore_index=True) if per_seed else pd.DataFrame()
     switches_df = pd.concat(switches, ignore_index=True) if switches else pd.DataFrame()
     arms_df = pd.concat(arms, ignore_index=True) if arms else pd.DataFrame()
@@ -178,7 +186,9 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
     else:
         summary = pd.DataFrame()
     offpolicy_df = pd.concat(offpolicy, ignore_index=True) if offpolicy else pd.DataFrame()
-    return Analysis(runs, per_seed_df, switches_df, arms_df, summary, windows, fraction, horizon, labelled, offpolicy_df)
+    turns_df = pd.concat(turns, ignore_index=True) if turns else pd.DataFrame()
+    return Analysis(runs, per_seed_df, switches_df, arms_df, summary, windows, fraction, horizon, labelled, offpolicy_df,
+                    turns_df)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -278,6 +288,8 @@ def report(run_dirs: str | Path | list[str | Path], out_dir: str | Path | None =
     a.per_seed.to_csv(out / "switches_by_seed.csv", index=False)
     if a.asynchronous:
         a.offpolicy.to_csv(out / "offpolicy.csv", index=False)
+    if not a.turns.empty:
+        a.turns.to_csv(out / "turns.csv", index=False)
     written = make_figures(a, out / "figures", log=console.print) if figures else []
     (out / "summary.md").write_text(summary_markdown(a, written, out))
     print_tables(a, console)

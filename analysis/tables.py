@@ -67,6 +67,15 @@ def offpolicy_rows(offpolicy: pd.DataFrame) -> list[list[str]]:
              pct(r["clip_frac"])] for _, r in offpolicy.iterrows()]
 
 
+TURNS_HEADER = ["arm", "drafts per episode", "accepted early", "first-draft reward", "last-draft reward", "gain",
+                "gain, last window"]
+
+
+def turns_rows(turns: pd.DataFrame) -> list[list[str]]:
+    return [[str(r["arm"]), _num(r["turns"], 2), f"{100 * r['accepted_early']:.0f}%", _num(r["first_reward"], 3),
+             _num(r["final_reward"], 3), _num(r["gain"], 3), _num(r["gain_end"], 3)] for _, r in turns.iterrows()]
+
+
 def arm_rows(arms: pd.DataFrame) -> list[list[str]]:
     return [[str(r["arm"]), str(r["seeds"]), str(r["episodes"]), f"{r['judge_calls']} ({r['judge_failures']})",
              _num(r["mean_reward"], 3), _num(r["final_reward"], 3), _num(r["final_target_share"], 2)]
@@ -108,6 +117,10 @@ def summary_markdown(a: Analysis, figures: list[Path], out_dir: Path) -> str:
         parts.append(f"- `{run.name}` ({run.path}): scenario {run.manifest.get('scenario', '?')}, "
                      f"budget {run.budget} episodes, seeds {run.seeds}, switches at {sw}{note}")
     parts += ["", "## Arms", "", md_table(ARM_HEADER, arm_rows(a.arms)) if not a.arms.empty else "_no episodes_", ""]
+    if not a.turns.empty:
+        parts += ["## Multi-turn episodes", "", md_table(TURNS_HEADER, turns_rows(a.turns)), "",
+                  "First-draft reward: the editor's read of the first draft (the episode reward for a one-draft "
+                  "episode); gain: last-draft minus first-draft reward, what the notes and revisions added.", ""]
     if a.asynchronous:
         parts += ["## Off-policy data (asynchronous runtime)", "", md_table(OFFPOLICY_HEADER, offpolicy_rows(a.offpolicy)),
                   "", "Token shares are means over updates; staleness counts policy versions between generation and "
@@ -141,6 +154,13 @@ def print_tables(a: Analysis, console=None) -> None:
     for row in arm_rows(a.arms):
         table.add_row(*row)
     console.print(table)
+    if not a.turns.empty:
+        tt = Table(title="Multi-turn episodes", box=box.SIMPLE_HEAD)
+        for col in TURNS_HEADER:
+            tt.add_column(col, justify="left" if col == "arm" else "right")
+        for row in turns_rows(a.turns):
+            tt.add_row(*row)
+        console.print(tt)
     if a.asynchronous:
         off = Table(title="Off-policy data (asynchronous runtime)", box=box.SIMPLE_HEAD)
         for col in OFFPOLICY_HEADER:

@@ -307,3 +307,17 @@ def test_report_shows_offpolicy_data_only_for_asynchronous_runs(tmp_path):
     text = (stale / "summary.md").read_text()
     assert "Off-policy data" in text and "34% / 33% / 33% / 0% / 0%" in text
     assert pd.read_csv(stale / "offpolicy.csv")["staleness_mean"].iloc[0] == pytest.approx(0.99)
+
+
+def test_turns_overview_measures_what_revising_added():
+    ep = episodes(np.array([1.0, 1.0, 0.0, 1.0]), switch_points=(100,))
+    ep["turns"] = [1, 2, 3, 2]
+    ep["editor_calls"] = [1, 2, 2, 1]  # accepted at draft 1 and 2; the third ran out; the fourth ran out at 2 turns
+    ep["turn_rewards"] = ["", "0", "0;0", "1"]  # the first draft of the last one was accepted... and scored again
+    (row,) = realign.turns_overview(ep, window=2).to_dict("records")
+    assert row["turns"] == 2.0 and row["accepted_early"] == 0.5
+    assert row["first_reward"] == pytest.approx((1 + 0 + 0 + 1) / 4) and row["final_reward"] == 0.75
+    assert row["gain"] == pytest.approx(0.25)
+    assert row["final_reward_end"] == 0.5 and row["first_reward_end"] == 0.5 and row["gain_end"] == 0.0
+    single = episodes(np.ones(4)).assign(turns=1, editor_calls=0, turn_rewards="")
+    assert realign.turns_overview(single).empty
