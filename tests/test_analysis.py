@@ -312,12 +312,14 @@ def test_report_shows_offpolicy_data_only_for_asynchronous_runs(tmp_path):
 def test_turns_overview_measures_what_revising_added():
     ep = episodes(np.array([1.0, 1.0, 0.0, 1.0]), switch_points=(100,))
     ep["turns"] = [1, 2, 3, 2]
-    ep["editor_calls"] = [1, 2, 2, 1]  # accepted at draft 1 and 2; the third ran out; the fourth ran out at 2 turns
-    ep["turn_rewards"] = ["", "0", "0;0", "1"]  # the first draft of the last one was accepted... and scored again
+    # accepted at draft 1 (read once, scored again); revised once, then accepted; three drafts, ran
+    # out; two drafts with max_turns 2, ran out (read once)
+    ep["editor_calls"] = [1, 2, 2, 1]
+    ep["turn_rewards"] = ["1", "0;1", "0;0", "0"]
     (row,) = realign.turns_overview(ep, window=2).to_dict("records")
     assert row["turns"] == 2.0 and row["accepted_early"] == 0.5
-    assert row["first_reward"] == pytest.approx((1 + 0 + 0 + 1) / 4) and row["final_reward"] == 0.75
-    assert row["gain"] == pytest.approx(0.25)
-    assert row["final_reward_end"] == 0.5 and row["first_reward_end"] == 0.5 and row["gain_end"] == 0.0
+    assert row["first_reward"] == pytest.approx((1 + 0 + 0 + 0) / 4) and row["final_reward"] == 0.75
+    assert row["gain"] == pytest.approx(0.5)
+    assert row["final_reward_end"] == 0.5 and row["first_reward_end"] == 0.0 and row["gain_end"] == 0.5
     single = episodes(np.ones(4)).assign(turns=1, editor_calls=0, turn_rewards="")
     assert realign.turns_overview(single).empty
