@@ -213,7 +213,7 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def argument_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the arguments themselves, before any file is read."""
-    if args.resume and (args.scenario or args.overrides or args.out or args.run_name is not None):
+    if args.resume and (args.scenario or args.overrides or args.out or args.run_name is not None or args.runtime):
         return "--resume takes only the run directory: the run continues with the scenario saved in it"
     if not args.resume and not args.scenario:
         return "give a scenario file (python -m testbed.run SCENARIO.yaml) or --resume RUN_DIR"

@@ -42,6 +42,15 @@ def test_resuming_a_finished_run_says_so_and_leaves_it_alone(tmp_path, capsys, n
     assert not (run / "discarded").exists()
 
 
+@pytest.mark.parametrize("extra", [["--runtime", "ray"], ["--set", "budget.episodes=10"]])
+def test_resume_refuses_what_would_change_the_saved_scenario(tmp_path, capsys, no_training, extra):
+    run = make_run(tmp_path, "stopped")
+    before = (run / "manifest.json").read_bytes()
+    assert cli.main(["--resume", str(run), *extra]) == 2
+    assert "--resume takes only the run directory" in " ".join(capsys.readouterr().err.split())
+    assert (run / "manifest.json").read_bytes() == before
+
+
 def test_a_second_resume_of_a_run_in_use_is_refused(tmp_path, capsys, no_training):
     run = make_run(tmp_path, "stopped")
     before = (run / "manifest.json").read_bytes()
