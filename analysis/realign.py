@@ -335,8 +335,9 @@ def offpolicy_overview(episodes: pd.DataFrame, updates: pd.DataFrame | None = No
                        dropped: pd.DataFrame | None = None, max_bin: int = 4) -> pd.DataFrame:
     """One row per arm: how off-policy its training data was (the asynchronous runtime).
 
-    staleness_shares  share of judged episodes trained at staleness 0, 1, ..., `max_bin`+ (policy
-                      versions between the one that generated an episode and the one trained on it)
+    staleness_shares  share of the trained episodes trained at staleness 0, 1, ..., `max_bin`+
+                      (policy versions between the one that generated an episode and the one
+                      trained on it)
     staleness_mean    over those episodes
     dropped           episodes older than max_staleness at dequeue: stored, never trained on
     crossed_switch    share of judged episodes whose target changed between generation and judging
@@ -350,14 +351,16 @@ def offpolicy_overview(episodes: pd.DataFrame, updates: pd.DataFrame | None = No
     ok = judged(episodes)
     rows = []
     for arm, g in ok.groupby("arm", sort=True):
-        stale = g["staleness"].dropna().astype(int).clip(upper=max_bin)
+        trained = g[g["trained"].astype(bool)] if "trained" in g else g  # dropped and left-over ones were not
+        stale = trained["staleness"].dropna().astype(int).clip(upper=max_bin)
         counts = stale.value_counts(normalize=True).reindex(range(max_bin + 1), fill_value=0.0)
+        stale = trained["staleness"].dropna().astype(float)
         crossed = (g["generation_target"] != g["target_style"]).mean() if "generation_target" in g else float("nan")
         u = updates[updates["arm"] == arm] if updates is not None and not updates.empty else pd.DataFrame()
         rows.append({
             "arm": arm, "episodes": int(len(g)),
             "staleness_shares": {(f"{k}+" if k == max_bin else str(k)): float(v) for k, v in counts.items()},
-            "staleness_mean": float(g["staleness"].mean()),
+            "staleness_mean": float(stale.mean()) if len(stale) else float("nan"),
             "dropped": int((dropped["arm"] == arm).sum()) if dropped is not None and not dropped.empty else 0,
             "crossed_switch": float(crossed),
             "dis_masked_frac": float(u["dis_masked_frac"].mean()) if "dis_masked_frac" in u and u["dis_masked_frac"].notna().any() else float("nan"),

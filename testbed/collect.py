@@ -92,9 +92,11 @@ class Collector:
         return trajs
 
 
-def episode_rows(trajs: list[Trajectory], learner_version: int) -> list[dict[str, Any]]:
-    """One row per judged (or failed) episode, with the run directory's column names;
-    `staleness` is how many policy versions the learner was ahead when the episode was judged."""
+def episode_rows(trajs: list[Trajectory], learner_version: int | None, trained: bool = False) -> list[dict[str, Any]]:
+    """One row per episode, with the run directory's column names. `staleness` is how many policy
+    versions the learner was ahead when the episode was trained (`trained`) or dropped as too
+    stale; None (with `learner_version` None) for one never trained (a failed verdict, or left
+    over at the end of the run)."""
     rows = []
     for traj in trajs:
         v = traj.verdict
@@ -105,7 +107,8 @@ def episode_rows(trajs: list[Trajectory], learner_version: int) -> list[dict[str
             "judged_style": v.style, "r_quality": int(v.quality), "r_style": int(v.style_match),
             "reward": v.reward if v.error is None else None, "judge_error": v.error, "judge_latency_s": v.latency_s,
             "group_id": traj.group_id, "policy_version": traj.policy_version,
-            "staleness": learner_version - traj.policy_version,
+            "staleness": None if learner_version is None else learner_version - traj.policy_version,
+            "trained": trained,
             "generation_target": traj.generation_target, "generation_t": traj.generation_t,
             "response_tokens": len(traj.response_tokens), "response": traj.response_text,
             # multi-turn episodes: drafts written, the editor's reads, each earlier draft's reward, its notes

@@ -156,9 +156,12 @@ class ArmRunner:
         }, final=final)
 
     def stop(self, reason: str | None) -> None:
-        """Past a failure budget: checkpoint, then stop the run."""
+        """Past a failure budget: checkpoint, then stop the run. The episodes judged but not yet
+        trained are in the checkpoint (a resume trains them); their rows are written after it, so
+        the run directory holds every judged episode and a resume discards those rows."""
         if reason is not None:
             self.save_checkpoint()
+            self.record_untrained(self.state.buffer)
             raise RunStopped(reason)
 
     def evaluate_if_due(self, t: int | None = None) -> None:
@@ -175,13 +178,27 @@ class ArmRunner:
         self.stop(self.guard.judge(self.state, clock, f"held-out evaluation: {errors[-1]}" if errors else None))
 
     def record_round(self, trajs: list[Trajectory]) -> None:
-        """Store a judged round, queue its judged episodes for training, apply the judge budget."""
+        """Queue a judged round's episodes for training (their rows are written when they are
+        trained, with their staleness then), store the failed ones, apply the judge budget."""
         with self.timer.part("bookkeeping"):
             self.state.buffer += self.state.record(trajs)
             self.state.groups = max([self.state.groups, *(t.group_id + 1 for t in trajs)])
-            self.store.append("episodes", episode_rows(trajs, self.trainer.version))
+            failed = [t for t in trajs if t.verdict is not None and t.verdict.error is not None]
+            if failed:
+                self.store.append("episodes", episode_rows(failed, None))
         last_error = trajs[-1].verdict.error if trajs else None
         self.stop(self.guard.judge(self.state, self.env.clock, last_error))
+
+    def record_trained(self, batch: list[Trajectory]) -> None:
+        """The rows of a batch the trainer is about to train on, with each episode's staleness."""
+        with self.timer.part("bookkeeping"):
+            self.store.append("episodes", episode_rows(batch, self.trainer.version, trained=True))
+
+    def record_untrained(self, trajs: list[Trajectory], learner_version: int | None = None) -> None:
+        """The rows of judged episodes never trained on: dropped as too stale (at `learner_version`)
+        or left over when the run ended."""
+        if trajs:
+            self.store.append("episodes", episode_rows(trajs, learner_version))
 
     def record_update(self, metrics: dict[str, Any]) -> None:
         """Store one update's row, apply the NaN/inf budget, checkpoint when due."""
@@ -207,6 +224,8 @@ class ArmRunner:
         try:
             self.loop()
             self.evaluate_if_due(self.budget)
+            self.record_untrained(self.state.buffer)  # fewer than a batch left: judged, never trained
+            self.state.buffer = []
         except FloatingPointError as exc:  # the policy itself is broken: no checkpoint of this state
             raise RunStopped(f"arm {self.arm.name} seed {self.seed} update {self.state.updates}: {exc}. The last good state "
                              f"is the checkpoint at update {self.state.last_checkpoint} in {self.store.root / 'checkpoints'}.") from None
@@ -258,6 +277,7 @@ class SyncRunner(ArmRunner):
             self.record_round(trajs)
             while len(state.buffer) >= trainer.episodes_per_update:
                 batch, state.buffer = state.buffer[: trainer.episodes_per_update], state.buffer[trainer.episodes_per_update :]
+                self.record_trained(batch)
                 with self.timer.part("training"):
                     metrics = trainer.update(batch)
                 self.engine.load_weights(None, trainer.version)  # shared module: only the version moves

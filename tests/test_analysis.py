@@ -284,16 +284,18 @@ def test_offpolicy_overview_counts_staleness_drops_and_switch_crossings():
     ep = episodes(np.ones(8), switch_points=(4,))
     ep["staleness"] = [0, 0, 1, 1, 2, 5, 6, 0]  # 5 and 6 land in the 4+ bin
     ep["generation_target"] = ["cute", "cute", "cute", "cute", "cute", "cute", "chuunibyou", "chuunibyou"]
-    failed = ep.iloc[[0]].assign(t=99, judge_error="timeout", staleness=3)  # not judged: not counted
-    ep = pd.concat([ep, failed], ignore_index=True)
+    ep["trained"] = True
+    failed = ep.iloc[[0]].assign(t=99, judge_error="timeout", staleness=None, trained=False)  # not judged: not counted
+    dropped_row = ep.iloc[[1]].assign(t=98, staleness=7, trained=False)  # judged, dropped: no staleness share
+    ep = pd.concat([ep, failed, dropped_row], ignore_index=True)
     updates = pd.DataFrame({"arm": "rm", "seed": 0, "dis_masked_frac": [0.1, 0.3], "clip_frac": [np.nan, np.nan]})
     dropped = pd.DataFrame({"arm": ["rm", "rm", "other"], "t": [1, 2, 3]})
     (row,) = realign.offpolicy_overview(ep, updates, dropped).to_dict("records")
-    assert row["episodes"] == 8
+    assert row["episodes"] == 9
     assert row["staleness_shares"] == {"0": 3 / 8, "1": 2 / 8, "2": 1 / 8, "3": 0.0, "4+": 2 / 8}
     assert row["staleness_mean"] == pytest.approx(15 / 8)
     assert row["dropped"] == 2
-    assert row["crossed_switch"] == pytest.approx(2 / 8)  # t=4, 5 generated for cute, judged for chuunibyou
+    assert row["crossed_switch"] == pytest.approx(2 / 9)  # t=4, 5 generated for cute, judged for chuunibyou
     assert row["dis_masked_frac"] == pytest.approx(0.2) and math.isnan(row["clip_frac"])
 
 

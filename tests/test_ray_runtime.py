@@ -78,6 +78,11 @@ def test_async_run_with_two_actors_trains_on_stale_rollouts(tmp_path, local_ray,
 
     runtime = json.loads((run_dir / "manifest.json").read_text())["arms"]["sao"]["0"]["runtime"]
     assert runtime["rollout_workers"] == 2 and sum(runtime["staleness_histogram"].values()) == len(updates[updates.arm == "sao"]) * 16
+    # Each episode's row carries the staleness it was trained at (not the lag when judged).
+    trained = episodes[(episodes.arm == "sao") & episodes.trained.astype(bool)]
+    assert {str(k): v for k, v in trained["staleness"].astype(int).value_counts().items()} == runtime["staleness_histogram"]
+    untrained = episodes[~episodes.trained.astype(bool)]  # dropped as too stale (staleness known) or left over
+    assert untrained["staleness"].notna().sum() == len(read_table(run_dir, "dropped"))
 
 
 def test_a_killed_rollout_actor_is_restarted_and_nothing_is_lost(tmp_path, local_ray, monkeypatch, shared_cache):

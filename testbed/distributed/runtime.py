@@ -233,11 +233,13 @@ class RayRunner(ArmRunner):
             return
         self.staleness.update(self.trainer.version - t.policy_version for t in batch)
         self.batch_staleness = [self.trainer.version - t.policy_version for t in batch]
+        self.record_trained(batch)
         self.update_started = time.perf_counter()
         self.update_ref = self.learner.update(batch)
 
     def drop(self, traj: Trajectory) -> None:
         self.state.dropped_stale += 1
+        self.record_untrained([traj], self.trainer.version)
         self.store.append("dropped", [{"arm": self.arm.name, "seed": self.seed, "t": traj.t, "policy_version": traj.policy_version,
                                        "learner_version": self.trainer.version, "staleness": self.trainer.version - traj.policy_version}])
 
