@@ -158,7 +158,7 @@ def warm_up(trainer: Any, samples: Callable[[int], list[Trajectory]], cache_key:
     if path.exists():
         saved = torch.load(path, weights_only=False)
         trainer.load_warmup_state(saved["state"])
-        return {**saved["report"], "cached": str(path)}
+        return {**saved["report"], "cached": str(path), "cache_file": path.name}
     n = trainer.warmup_samples
     who = type(getattr(trainer, "shadow", trainer)).__name__  # a remote learner's local shadow names the trainer
     log(f"{who} warm-up on {n} judged samples from the starting policy (cached as {path})")
@@ -170,4 +170,4 @@ def warm_up(trainer: Any, samples: Callable[[int], list[Trajectory]], cache_key:
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     torch.save({"state": trainer.warmup_state(), "report": report}, tmp)
     os.replace(tmp, path)
-    return report
+    return {**report, "cache_file": path.name}

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import copy
 import random
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -104,13 +106,8 @@ class ArmRunner:
         clocks, write the first checkpoint and the progress bar."""
         if resume is not None:
             self.restore(resume)
-        elif getattr(self.trainer, "warmup_samples", 0) > 0:  # an optional trainer hook (SAO: value pretraining)
-            key = {"policy": policy_key, "trainer": self.trainer.warmup_key(), "judge": self.scenario.judge.model_dump(by_alias=True),
-                   "target": self.schedule.target(0), "sampling": self.scenario.sampling.model_dump()}
-            if self.scenario.env.name != "style_shift":  # only then: existing caches keep their keys
-                key["env"] = self.scenario.env_for(self.arm).model_dump()
-            samples = lambda n: judged_samples(self.env, starting_engine, prompts("train"), n, seed=0)  # noqa: E731
-            self.state.pretrain = warm_up(self.trainer, samples, key, self.log)
+        else:
+            self.warm_up(policy_key, starting_engine)
         if resume is None:
             seed_everything(self.seed)  # the warm-up (or its cache) must not change what RL samples
         self.collector = Collector(self.env, self.arm.name, self.seed, self.trainer.group_size, self.budget)
@@ -122,6 +119,19 @@ class ArmRunner:
         if self.progress is not None:
             self.task = self.progress.add_task("", total=self.budget, completed=self.env.clock, arm=self.arm.name,
                                                seed=self.seed, target=self.target_now(), reward="  -  ")
+
+    def warm_up(self, policy_key: str, starting_engine: Engine) -> None:
+        """The trainer's optional warm-up (SAO: value pretraining) on samples of the starting
+        policy, or its cached result: the first arm x seed with a given key computes it, the
+        others load it."""
+        if getattr(self.trainer, "warmup_samples", 0) <= 0:
+            return
+        key = {"policy": policy_key, "trainer": self.trainer.warmup_key(), "judge": self.scenario.judge.model_dump(by_alias=True),
+               "target": self.schedule.target(0), "sampling": self.scenario.sampling.model_dump()}
+        if self.scenario.env.name != "style_shift":  # only then: existing caches keep their keys
+            key["env"] = self.scenario.env_for(self.arm).model_dump()
+        samples = lambda n: judged_samples(self.env, starting_engine, prompts("train"), n, seed=0)  # noqa: E731
+        self.state.pretrain = warm_up(self.trainer, samples, key, self.log)
 
     def restore(self, resume: dict[str, Any]) -> None:
         if (resume["arm"], resume["seed"]) != (self.arm.name, self.seed):
@@ -283,6 +293,35 @@ class SyncRunner(ArmRunner):
                 self.engine.load_weights(None, trainer.version)  # shared module: only the version moves
                 self.record_update(metrics)
             self.show_progress()
+
+
+def warm_up_first(scenario: Scenario, jobs: list[tuple[ArmConfig, int]], *, base_policy: torch.nn.Module,
+                  tokenizer: WordTokenizer, judge: Judge, schedule: DriftSchedule, policy_key: str,
+                  log: Callable[[str], None] = print) -> dict[str, bytes]:
+    """Before arms x seeds run side by side: each synchronous arm's warm-up computed (or found in
+    the cache) by its first job exactly as the one-after-another order computes it, so every job
+    then loads the same cached result and the rows are those of running them in turn. (Raced by
+    parallel tasks, each seed would pretrain its own critic from its own random stream.) Returns
+    the cache files, name -> bytes, for tasks on machines that do not share this cache."""
+    from testbed.models.sft import cache_root
+
+    seen: set[str] = set()
+    files: dict[str, bytes] = {}
+    for arm, seed in jobs:
+        if arm.name in seen or scenario.runtime_for(arm).kind != "sync":
+            continue
+        seen.add(arm.name)
+        with tempfile.TemporaryDirectory(prefix="testbed-warmup-") as scratch:
+            runner = SyncRunner(scenario, arm, seed, base_policy=base_policy, tokenizer=tokenizer, judge=judge,
+                                schedule=schedule, store=RunStore(Path(scratch)), progress=None, log=log, completed=None)
+            try:
+                runner.warm_up(policy_key, runner.engine)
+            finally:
+                runner.env.close()
+        name = runner.state.pretrain.get("cache_file")
+        if name:
+            files[name] = (cache_root() / name).read_bytes()
+    return files
 
 
 def run_arm(scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module, tokenizer: WordTokenizer,

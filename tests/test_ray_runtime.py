@@ -128,6 +128,32 @@ def test_parallel_arms_write_the_rows_of_running_them_one_after_another(tmp_path
         assert len(read_table(par_dir, table)) == len(read_table(seq_dir, table))
 
 
+def test_parallel_arms_pretrain_each_critic_once_as_one_after_another_does(tmp_path, local_ray, monkeypatch, shared_cache):
+    # Two cold critic caches (the SFT policy copied in): one after another, seed 0 pretrains the
+    # critic and seed 1 loads it; side by side must do the same, not pretrain one per seed.
+    import shutil
+
+    caches = []
+    for name in ("cold_seq", "cold_par"):
+        cache = tmp_path / name
+        cache.mkdir()
+        for policy in shared_cache.glob("policy-*"):
+            if not policy.name.count(".tmp"):
+                shutil.copytree(policy, cache / policy.name)
+        caches.append(cache)
+    sao = ("arms=[{name: sao, trainer: sao, args: {batch_size: 16, value_pretrain_samples: 48, value_pretrain_epochs: 1, "
+           "value_warmup_updates: 1}}]")
+    monkeypatch.setenv("TESTBED_CACHE", str(caches[0]))
+    code_seq, seq_dir = run(tmp_path, "sao_seq", "--set", sao, "--set", "seeds=[0, 1]")
+    monkeypatch.setenv("TESTBED_CACHE", str(caches[1]))
+    code_par, par_dir = run(tmp_path, "sao_par", "--set", sao, "--set", "seeds=[0, 1]", "--set", "runtime.parallel_arms=true")
+    assert code_seq == code_par == 0
+    assert len(list(caches[1].glob("critic-*.pt"))) == 1
+    key = ["arm", "seed", "t"]
+    seq, par = (judged(d).sort_values(key).reset_index(drop=True)[ROWS] for d in (seq_dir, par_dir))
+    pd.testing.assert_frame_equal(par, seq)
+
+
 def test_parallel_tasks_progress_reaches_the_drivers_bars(local_ray):
     from testbed.distributed.parallel import ProgressBoard, RemoteProgress, draw
     from testbed.loop import make_progress

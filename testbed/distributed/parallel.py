@@ -65,12 +65,13 @@ class RemoteProgress:
 
 @ray.remote
 def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, tokenizer: Any, policy_key: str,
-                 threads: int, board: Any) -> tuple[dict, dict[str, list[dict]]]:
+                 threads: int, board: Any, warmed: dict[str, bytes]) -> tuple[dict, dict[str, list[dict]]]:
     from testbed.config import parse_scenario
     from testbed.distributed.rollout import build_policy
     from testbed.run import arm_runner, build_judge
 
     torch.set_num_threads(threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
+    install_cache_files(warmed)
     scenario = parse_scenario(scenario_data, "<scenario>")
     arm = next(a for a in scenario.arms if a.name == arm_name)
     judge = build_judge(scenario)
@@ -91,20 +92,40 @@ def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
     return totals, tables
 
 
+def install_cache_files(files: dict[str, bytes]) -> None:
+    """The driver's warm-up results, into this node's cache (atomically). They replace a file of the
+    same name: what a first job computes depends on its random stream, and this run's first jobs
+    are the driver's."""
+    import os
+
+    from testbed.models.sft import cache_root
+
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        target = root / name
+        if not target.exists() or target.read_bytes() != data:
+            tmp = target.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+
+
 def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, base_policy: torch.nn.Module, tokenizer: Any,
                          policy_key: str, store: RunStore, on_done: Callable[[str, int, dict], None],
-                         log: Callable[[str], None], progress: Any = None) -> None:
+                         log: Callable[[str], None], progress: Any = None, warmed: dict[str, bytes] | None = None) -> None:
     """Run every (arm, seed) of `jobs` as a Ray task; as each finishes, append its rows to the
     run directory and call `on_done(arm, seed, totals)`. With a `rich.progress.Progress`, each
-    task's bar is drawn there as it runs."""
+    task's bar is drawn there as it runs. `warmed`: warm-up cache files (`loop.warm_up_first`),
+    sent through the object store to each task's cache."""
     from testbed.run import resolved_dict
 
     data = resolved_dict(scenario)
     policy = ray.put((base_policy.config, {k: v.detach().clone() for k, v in base_policy.state_dict().items()}))
     threads = scenario.runtime.torch_threads
     board = ProgressBoard.remote()
+    warmed_ref = ray.put(warmed or {})
     pending = {run_arm_task.options(num_cpus=scenario.runtime.task_cpus).remote(
-        data, arm.name, seed, policy, tokenizer, policy_key, threads, board): (arm.name, seed) for arm, seed in jobs}
+        data, arm.name, seed, policy, tokenizer, policy_key, threads, board, warmed_ref): (arm.name, seed) for arm, seed in jobs}
     log(f"running {len(pending)} arm x seed tasks side by side on Ray")
     bars: dict[tuple[str, int], Any] = {}
     while pending:
