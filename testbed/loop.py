@@ -295,33 +295,37 @@ class SyncRunner(ArmRunner):
             self.show_progress()
 
 
-def warm_up_first(scenario: Scenario, jobs: list[tuple[ArmConfig, int]], *, base_policy: torch.nn.Module,
-                  tokenizer: WordTokenizer, judge: Judge, schedule: DriftSchedule, policy_key: str,
-                  log: Callable[[str], None] = print) -> dict[str, bytes]:
-    """Before arms x seeds run side by side: each synchronous arm's warm-up computed (or found in
-    the cache) by its first job exactly as the one-after-another order computes it, so every job
-    then loads the same cached result and the rows are those of running them in turn. (Raced by
-    parallel tasks, each seed would pretrain its own critic from its own random stream.) Returns
-    the cache files, name -> bytes, for tasks on machines that do not share this cache."""
+def warm_up_job(scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module, tokenizer: WordTokenizer,
+                judge: Judge, schedule: DriftSchedule, policy_key: str, log: Callable[[str], None] = print) -> dict[str, bytes]:
+    """What job (arm, seed) computes before RL when it runs first: its trainer's warm-up, exactly
+    as `run_arm` computes it (or finds it in the cache). Returns the cache file, name -> bytes
+    (empty for a trainer without a warm-up)."""
     from testbed.models.sft import cache_root
 
+    with tempfile.TemporaryDirectory(prefix="testbed-warmup-") as scratch:
+        runner = SyncRunner(scenario, arm, seed, base_policy=base_policy, tokenizer=tokenizer, judge=judge,
+                            schedule=schedule, store=RunStore(Path(scratch)), progress=None, log=log, completed=None)
+        try:
+            runner.warm_up(policy_key, runner.engine)
+        finally:
+            runner.env.close()
+    name = runner.state.pretrain.get("cache_file")
+    return {name: (cache_root() / name).read_bytes()} if name else {}
+
+
+def first_jobs(scenario: Scenario, jobs: list[tuple[ArmConfig, int]]) -> list[tuple[ArmConfig, int]]:
+    """Each synchronous arm's first job whose trainer has a warm-up: the one that computes it when
+    the jobs run one after another. (Raced by parallel tasks instead, each seed would pretrain its
+    own critic from its own random stream.)"""
     seen: set[str] = set()
-    files: dict[str, bytes] = {}
+    out = []
     for arm, seed in jobs:
         if arm.name in seen or scenario.runtime_for(arm).kind != "sync":
             continue
         seen.add(arm.name)
-        with tempfile.TemporaryDirectory(prefix="testbed-warmup-") as scratch:
-            runner = SyncRunner(scenario, arm, seed, base_policy=base_policy, tokenizer=tokenizer, judge=judge,
-                                schedule=schedule, store=RunStore(Path(scratch)), progress=None, log=log, completed=None)
-            try:
-                runner.warm_up(policy_key, runner.engine)
-            finally:
-                runner.env.close()
-        name = runner.state.pretrain.get("cache_file")
-        if name:
-            files[name] = (cache_root() / name).read_bytes()
-    return files
+        if hasattr(arm.trainer_class(), "warmup_samples"):  # the optional trainer hook
+            out.append((arm, seed))
+    return out
 
 
 def run_arm(scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module, tokenizer: WordTokenizer,

@@ -117,11 +117,8 @@ def run_arms(scenario: Scenario, store: RunStore, manifest: dict[str, Any], resu
     with make_progress() as progress, runtime_session(scenario):
         if scenario.runtime.parallel_arms and len(jobs) > 1:
             from testbed.distributed.parallel import run_arms_in_parallel
-            from testbed.loop import warm_up_first
 
-            warmed = warm_up_first(scenario, jobs, base_policy=kw["base_policy"], tokenizer=kw["tokenizer"], judge=kw["judge"],
-                                   schedule=kw["schedule"], policy_key=kw["policy_key"], log=progress.console.print)
-            return run_arms_in_parallel(scenario, jobs, warmed=warmed, base_policy=kw["base_policy"], tokenizer=kw["tokenizer"],
+            return run_arms_in_parallel(scenario, jobs, base_policy=kw["base_policy"], tokenizer=kw["tokenizer"],
                                         policy_key=kw["policy_key"], store=store, on_done=done, log=progress.console.print,
                                         progress=progress)
         for arm, seed in jobs:

@@ -92,6 +92,28 @@ def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
     return totals, tables
 
 
+@ray.remote
+def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, tokenizer: Any, policy_key: str,
+                 threads: int) -> dict[str, bytes]:
+    """`loop.warm_up_job` in a task: an arm's warm-up as its first job computes it."""
+    from testbed.config import parse_scenario
+    from testbed.distributed.rollout import build_policy
+    from testbed.loop import warm_up_job
+    from testbed.run import build_judge
+
+    torch.set_num_threads(threads)
+    scenario = parse_scenario(scenario_data, "<scenario>")
+    arm = next(a for a in scenario.arms if a.name == arm_name)
+    judge = build_judge(scenario)
+    try:
+        return warm_up_job(scenario, arm, seed, base_policy=build_policy(*policy), tokenizer=tokenizer, judge=judge,
+                           schedule=scenario.schedule_object(), policy_key=policy_key, log=lambda message: None)
+    finally:
+        close = getattr(judge, "close", None)
+        if callable(close):
+            close()
+
+
 def install_cache_files(files: dict[str, bytes]) -> None:
     """The driver's warm-up results, into this node's cache (atomically). They replace a file of the
     same name: what a first job computes depends on its random stream, and this run's first jobs
@@ -112,18 +134,29 @@ def install_cache_files(files: dict[str, bytes]) -> None:
 
 def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, base_policy: torch.nn.Module, tokenizer: Any,
                          policy_key: str, store: RunStore, on_done: Callable[[str, int, dict], None],
-                         log: Callable[[str], None], progress: Any = None, warmed: dict[str, bytes] | None = None) -> None:
+                         log: Callable[[str], None], progress: Any = None) -> None:
     """Run every (arm, seed) of `jobs` as a Ray task; as each finishes, append its rows to the
     run directory and call `on_done(arm, seed, totals)`. With a `rich.progress.Progress`, each
-    task's bar is drawn there as it runs. `warmed`: warm-up cache files (`loop.warm_up_first`),
-    sent through the object store to each task's cache."""
+    task's bar is drawn there as it runs.
+
+    First, each arm's trainer warm-up (SAO's value pretraining) is computed by a task of its own,
+    as the arm's first job computes it when the jobs run one after another (`loop.first_jobs`);
+    the results reach every task's cache through the object store, and the driver's."""
+    from testbed.loop import first_jobs
     from testbed.run import resolved_dict
 
     data = resolved_dict(scenario)
     policy = ray.put((base_policy.config, {k: v.detach().clone() for k, v in base_policy.state_dict().items()}))
     threads = scenario.runtime.torch_threads
+    warming = [warm_up_task.options(num_cpus=scenario.runtime.task_cpus).remote(data, arm.name, seed, policy, tokenizer,
+                                                                                 policy_key, threads)
+               for arm, seed in first_jobs(scenario, jobs)]
+    if warming:
+        log(f"warming up {len(warming)} trainer(s) side by side (as each arm's first job would)")
+    warmed = {name: blob for files in ray.get(warming) for name, blob in files.items()}
+    install_cache_files(warmed)
     board = ProgressBoard.remote()
-    warmed_ref = ray.put(warmed or {})
+    warmed_ref = ray.put(warmed)
     pending = {run_arm_task.options(num_cpus=scenario.runtime.task_cpus).remote(
         data, arm.name, seed, policy, tokenizer, policy_key, threads, board, warmed_ref): (arm.name, seed) for arm, seed in jobs}
     log(f"running {len(pending)} arm x seed tasks side by side on Ray")
