@@ -111,9 +111,11 @@ def episode_rows(trajs: list[Trajectory], learner_version: int | None, trained: 
             "trained": trained,
             "generation_target": traj.generation_target, "generation_t": traj.generation_t,
             "response_tokens": len(traj.response_tokens), "response": traj.response_text,
-            # multi-turn episodes: drafts written, the editor's reads, each earlier draft's reward, its notes
+            # multi-turn episodes: drafts written, the editor's reads, each earlier draft's reward and
+            # judged style (the editor's verdicts), the notes
             "turns": traj.turns, "editor_calls": len(traj.turn_verdicts),
             "turn_rewards": ";".join("x" if t.error else f"{t.reward:g}" for t in traj.turn_verdicts),
+            "turn_styles": ";".join("x" if t.error else str(t.style) for t in traj.turn_verdicts),
             "notes": " | ".join(traj.notes),
         })
     return rows

@@ -165,6 +165,7 @@ def test_a_tiny_revision_scenario_end_to_end(tmp_path, monkeypatch, shared_cache
     assert ((episodes["editor_calls"] == episodes["turns"] - 1) | (episodes["editor_calls"] == episodes["turns"])).all()
     revised = episodes[episodes["turns"] == 2]
     assert revised["notes"].str.startswith("editor:").all()
+    assert (revised["turn_styles"].str.split(";").str.len() == revised["editor_calls"]).all()
     calls = updates.groupby("arm")["judge_calls"].max()
     assert (calls == (episodes["editor_calls"] + 1).groupby(episodes["arm"]).sum()).all()
 
