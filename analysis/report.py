@@ -39,7 +39,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import realign
+from analysis import realign, training_data
 from analysis.tables import (  # noqa: F401  (the tables were first found here: kept importable)
     ARM_HEADER,
     SWITCH_HEADER,
@@ -166,12 +166,12 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
         per_seed.append(ps)
         switches.append(realign.aggregate(ps))
         arms.append(ov.assign(window=w))
-        off = realign.offpolicy_overview(run.episodes, run.updates, run.dropped)
+        off = training_data.offpolicy_overview(run.episodes, run.updates, run.dropped)
         off.insert(0, "run", run.name)
         if labelled:
             off["arm"] = run.name + ":" + off["arm"].astype(str)
         offpolicy.append(off)
-        tr = realign.turns_overview(run.episodes, window=w)
+        tr = training_data.turns_overview(run.episodes, window=w)
         tr.insert(0, "run", run.name)
         if labelled:
             tr["arm"] = run.name + ":" + tr["arm"].astype(str)

@@ -138,6 +138,19 @@ def summary_markdown(a: Analysis, figures: list[Path], out_dir: Path) -> str:
     return "\n".join(parts)
 
 
+def rich_table(title: str, header: list[str], rows: list[list[str]]):
+    """A console table: the arm column left, the numbers right."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    for col in header:
+        table.add_column(col, justify="left" if col == "arm" else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def print_tables(a: Analysis, console=None) -> None:
     from rich import box
     from rich.console import Console
@@ -148,26 +161,11 @@ def print_tables(a: Analysis, console=None) -> None:
         console.print("no episodes recorded")
         return
     title = a.runs[0].name if len(a.runs) == 1 else f"{len(a.runs)} runs"
-    table = Table(title=f"Arms - {title}", box=box.SIMPLE_HEAD)
-    for col in ARM_HEADER:
-        table.add_column(col, justify="left" if col == "arm" else "right")
-    for row in arm_rows(a.arms):
-        table.add_row(*row)
-    console.print(table)
+    console.print(rich_table(f"Arms - {title}", ARM_HEADER, arm_rows(a.arms)))
     if not a.turns.empty:
-        tt = Table(title="Multi-turn episodes", box=box.SIMPLE_HEAD)
-        for col in TURNS_HEADER:
-            tt.add_column(col, justify="left" if col == "arm" else "right")
-        for row in turns_rows(a.turns):
-            tt.add_row(*row)
-        console.print(tt)
+        console.print(rich_table("Multi-turn episodes", TURNS_HEADER, turns_rows(a.turns)))
     if a.asynchronous:
-        off = Table(title="Off-policy data (asynchronous runtime)", box=box.SIMPLE_HEAD)
-        for col in OFFPOLICY_HEADER:
-            off.add_column(col, justify="left" if col == "arm" else "right")
-        for row in offpolicy_rows(a.offpolicy):
-            off.add_row(*row)
-        console.print(off)
+        console.print(rich_table("Off-policy data (asynchronous runtime)", OFFPOLICY_HEADER, offpolicy_rows(a.offpolicy)))
     if a.switches.empty:
         console.print("no switches in this run" if len(a.runs) == 1 else "no switches in these runs")
         return

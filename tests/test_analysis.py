@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import curves, realign
+from analysis import curves, realign, training_data
 from analysis.plots import arm_palette, style_palette
 from analysis.report import load_run, print_switch_table, report
 from testbed.store import RunStore
@@ -290,7 +290,7 @@ def test_offpolicy_overview_counts_staleness_drops_and_switch_crossings():
     ep = pd.concat([ep, failed, dropped_row], ignore_index=True)
     updates = pd.DataFrame({"arm": "rm", "seed": 0, "dis_masked_frac": [0.1, 0.3], "clip_frac": [np.nan, np.nan]})
     dropped = pd.DataFrame({"arm": ["rm", "rm", "other"], "t": [1, 2, 3]})
-    (row,) = realign.offpolicy_overview(ep, updates, dropped).to_dict("records")
+    (row,) = training_data.offpolicy_overview(ep, updates, dropped).to_dict("records")
     assert row["episodes"] == 9
     assert row["staleness_shares"] == {"0": 3 / 8, "1": 2 / 8, "2": 1 / 8, "3": 0.0, "4+": 2 / 8}
     assert row["staleness_mean"] == pytest.approx(15 / 8)
@@ -318,10 +318,10 @@ def test_turns_overview_measures_what_revising_added():
     # out; two drafts with max_turns 2, ran out (read once)
     ep["editor_calls"] = [1, 2, 2, 1]
     ep["turn_rewards"] = ["1", "0;1", "0;0", "0"]
-    (row,) = realign.turns_overview(ep, window=2).to_dict("records")
+    (row,) = training_data.turns_overview(ep, window=2).to_dict("records")
     assert row["turns"] == 2.0 and row["accepted_early"] == 0.5
     assert row["first_reward"] == pytest.approx((1 + 0 + 0 + 0) / 4) and row["final_reward"] == 0.75
     assert row["gain"] == pytest.approx(0.5)
     assert row["final_reward_end"] == 0.5 and row["first_reward_end"] == 0.0 and row["gain_end"] == 0.5
     single = episodes(np.ones(4)).assign(turns=1, editor_calls=0, turn_rewards="")
-    assert realign.turns_overview(single).empty
+    assert training_data.turns_overview(single).empty

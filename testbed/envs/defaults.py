@@ -47,22 +47,22 @@ def default_judge() -> Judge:
 def make_style_shift_env(judge: Judge | None = None, schedule: DriftSchedule | None = None,
                          prompt_specs: Sequence[PromptSpec] | None = None, **kwargs: Any) -> StyleShiftEnv:
     """The entry point registered as ``testbed/StyleShift-v0``: defaults for what is not given."""
+    return _with_defaults(StyleShiftEnv, judge, schedule, prompt_specs, **kwargs)
+
+
+def make_revision_env(judge: Judge | None = None, schedule: DriftSchedule | None = None,
+                      prompt_specs: Sequence[PromptSpec] | None = None, **kwargs: Any) -> StyleShiftEnv:
+    """The entry point registered as ``testbed/Revision-v0``: the same defaults, in the revision env."""
+    from testbed.envs.revision import RevisionEnv
+
+    return _with_defaults(RevisionEnv, judge, schedule, prompt_specs, **kwargs)
+
+
+def _with_defaults(cls: type, judge: Judge | None, schedule: DriftSchedule | None,
+                   prompt_specs: Sequence[PromptSpec] | None, **kwargs: Any) -> StyleShiftEnv:
     if prompt_specs is None:
         from testbed.world import prompts  # the env module itself loads without the world
 
         prompt_specs = prompts("train")
-    return StyleShiftEnv(judge if judge is not None else default_judge(),
-                         schedule if schedule is not None else default_schedule(), prompt_specs, **kwargs)
-
-
-def make_revision_env(judge: Judge | None = None, schedule: DriftSchedule | None = None,
-                      prompt_specs: Sequence[PromptSpec] | None = None, **kwargs: Any) -> Any:
-    """The entry point registered as ``testbed/Revision-v0``: the same defaults, in the revision env."""
-    from testbed.envs.revision import RevisionEnv
-
-    if prompt_specs is None:
-        from testbed.world import prompts
-
-        prompt_specs = prompts("train")
-    return RevisionEnv(judge if judge is not None else default_judge(),
-                       schedule if schedule is not None else default_schedule(), prompt_specs, **kwargs)
+    return cls(judge if judge is not None else default_judge(),
+               schedule if schedule is not None else default_schedule(), prompt_specs, **kwargs)

@@ -175,6 +175,17 @@ def sft_passes(report: dict, cfg: PolicyConfig, archetypes: list[str]) -> bool:
     return report["quality"] >= cfg.sft.min_quality and all(shares.get(s, 0.0) >= cfg.sft.min_style_share for s in archetypes)
 
 
+def tokenizer_and_corpus(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> tuple[WordTokenizer, Callable]:
+    """The tokenizer, and a function encoding the SFT corpus with it: the world's single-turn
+    pieces, or the corpus of an env that brings its own (`extra_words`, `sft_examples`)."""
+    env_cls = registry.load("env", env.name) if env is not None else None
+    examples = getattr(env_cls, "sft_examples", None)
+    if examples is None:
+        return WordTokenizer.build(), lambda tok: encode_corpus(sft_corpus(cfg.sft.corpus_size, archetypes, cfg.sft.seed), tok)
+    tok = WordTokenizer.build(env_cls.extra_words())
+    return tok, lambda tok: encode_examples(examples(cfg.sft.corpus_size, archetypes, cfg.sft.seed, env.settings()), tok)
+
+
 def load_or_train_policy(
     cfg: PolicyConfig, archetypes: list[str], evaluate: Evaluate | None = None, log: Callable[[str], None] = print,
     env: Any = None,
@@ -195,16 +206,11 @@ def load_or_train_policy(
         log(f"SFT policy from cache {directory} (quality {report['eval'].get('quality', float('nan')):.2f})")
         return model, tok, report
 
-    env_cls = registry.load("env", env.name) if env is not None else None
-    examples = getattr(env_cls, "sft_examples", None)
-    tok = WordTokenizer.build(env_cls.extra_words() if examples is not None else ())
+    tok, corpus = tokenizer_and_corpus(cfg, archetypes, env)
     model = build_policy(cfg, tok, seed=cfg.sft.seed)
     log(f"Training the SFT policy ({count_parameters(model):,} parameters, {cfg.num_experts} experts, top-{cfg.top_k}); cached as {directory}")
     start = time.time()
-    if examples is not None:
-        data = encode_examples(examples(cfg.sft.corpus_size, archetypes, cfg.sft.seed, env.settings()), tok)
-    else:
-        data = encode_corpus(sft_corpus(cfg.sft.corpus_size, archetypes, cfg.sft.seed), tok)
+    data = corpus(tok)
     losses: list[float] = []
     report: dict = {}
     checked: dict = {}  # the report of a passing early check (training stopped there), not rerun
