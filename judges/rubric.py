@@ -10,6 +10,11 @@ templates) and topicality (one of the topic's keywords appears; skipped for unkn
 
 Deterministic for a seed; optional label noise flips quality and style_match independently,
 decided by a hash of (seed, prompt, response).
+
+A lenient judge (the training judge of the Goodhart-gap scenario) is this one with fewer checks
+(`checks: [length, ending]`) and a top style that needs no dominance (`dominance: 0`): fluency,
+repetition and topicality go unchecked and a style is read from whichever markers weigh most, so
+word salad or marker stuffing can pass it that the strict rubric fails.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ _MARKERS: dict[str, int] = {w: i for i, s in enumerate(MARKED_STYLES) for w in S
 _CUTE, _CHUUNI, _CLASSICAL = (MARKED_STYLES.index(s) for s in ("cute", "chuunibyou", "classical"))
 _KEYWORDS = {t: topic_keywords(t) for t in TOPICS}
 _SHORT = {"academic": "aca", "cute": "cute", "chuunibyou": "chuu", "classical": "cla"}
+QUALITY_CHECKS: tuple[str, ...] = ("length", "ending", "repetition", "fluency", "topic")
 
 
 def style_scores(tokens: list[str]) -> list[float]:
@@ -67,12 +73,12 @@ def style_scores(tokens: list[str]) -> list[float]:
     return scores
 
 
-def judged_style(scores: list[float]) -> str:
+def judged_style(scores: list[float], dominance: float = DOMINANCE) -> str:
     total = sum(scores)
     if total < MIN_MARKER_MASS:
         return "plain"
     top = max(range(len(scores)), key=scores.__getitem__)
-    return MARKED_STYLES[top] if scores[top] >= DOMINANCE * total else "mixed"
+    return MARKED_STYLES[top] if scores[top] >= dominance * total else "mixed"
 
 
 def fluency(tokens: list[str]) -> float:
@@ -93,11 +99,19 @@ def _noise(seed: int, prompt: str, response: str) -> tuple[float, float]:
 class RubricJudge:
     """Rule-based judge (see module doc). `label_noise` in [0, 1] models an imperfect judge."""
 
-    def __init__(self, seed: int = 0, label_noise: float = 0.0) -> None:
+    def __init__(self, seed: int = 0, label_noise: float = 0.0, checks: list[str] | tuple[str, ...] = QUALITY_CHECKS,
+                 dominance: float = DOMINANCE) -> None:
         if not 0.0 <= label_noise <= 1.0:
             raise ValueError("label_noise must be in [0, 1]")
+        unknown = [c for c in checks if c not in QUALITY_CHECKS]
+        if unknown or isinstance(checks, str):
+            raise ValueError(f"checks: unknown quality check(s) {unknown or checks!r} (the rubric has: {', '.join(QUALITY_CHECKS)})")
+        if not 0.0 <= dominance <= 1.0:
+            raise ValueError(f"dominance must be in [0, 1], got {dominance!r}")
         self.seed = seed
         self.label_noise = label_noise
+        self.checks = frozenset(checks)
+        self.dominance = dominance
 
     async def judge(self, requests: list[JudgeRequest]) -> list[Verdict]:
         return [self.score(r) for r in requests]
@@ -116,23 +130,24 @@ class RubricJudge:
         tokens = [t.lower() for t in split_words(text[:MAX_CHARS] if too_long else text)]
 
         scores = style_scores(tokens)
-        style = judged_style(scores)
+        style = judged_style(scores, self.dominance)
         style_match = int(style == req.target_style)
 
         failed: list[str] = []
+        checks = self.checks
         n_words = count_words(tokens)
-        if too_long or not JUDGE_MIN_WORDS <= n_words <= JUDGE_MAX_WORDS:
-            failed.append("length")
-        if not proper_ending(tokens):
+        if too_long or ("length" in checks and not JUDGE_MIN_WORDS <= n_words <= JUDGE_MAX_WORDS):
+            failed.append("length")  # too long for the analysed prefix fails even a lenient judge
+        if "ending" in checks and not proper_ending(tokens):
             failed.append("ending")
-        rep = repetition_problem(tokens)
+        rep = repetition_problem(tokens) if "repetition" in checks else None
         if rep:
             failed.append(f"repeat_{rep}")
         flu = fluency(tokens)
-        if flu < FLUENCY_MIN:
+        if "fluency" in checks and flu < FLUENCY_MIN:
             failed.append("fluency")
         topic = req.topic if req.topic in _KEYWORDS else topic_of_prompt(prompt)
-        if topic is not None and not _KEYWORDS[topic].intersection(tokens):
+        if "topic" in checks and topic is not None and not _KEYWORDS[topic].intersection(tokens):
             failed.append("topic")
         quality = int(not failed)
 

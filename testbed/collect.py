@@ -25,6 +25,7 @@ from testbed.envs.style_shift import EpisodeStart, StyleShiftEnv
 from testbed.protocols import Engine
 from testbed.types import Trajectory
 from testbed.world import STYLES, PromptSpec
+from testbed.world_rules import unit_hash
 
 
 @dataclass
@@ -65,8 +66,10 @@ class Round:
 class Collector:
     """Issues and judges training episodes for one arm x seed on one env."""
 
-    def __init__(self, env: StyleShiftEnv, arm: str, seed: int, group_size: int, budget: int):
+    def __init__(self, env: StyleShiftEnv, arm: str, seed: int, group_size: int, budget: int,
+                 gold: Any = None, gold_share: float = 1.0):
         self.env, self.arm, self.seed, self.group_size, self.budget = env, arm, seed, group_size, budget
+        self.gold, self.gold_share = gold, gold_share  # a gold judge scores (a share of) the episodes too
 
     def issue(self, n_prompts: int, first_group: int, pending: int = 0) -> Round:
         """`n_prompts` prompts (each `group_size` times) rendered with the targets in force now
@@ -83,12 +86,19 @@ class Collector:
         at_judge = [self.env.retarget(s, t0 + i) for i, s in enumerate(round_.starts)]
         verdicts = self.env.step_batch(at_judge, [tr.response_text for tr in trajs])
         clocks = self.env.episode_clocks(t0, verdicts)
+        scored = []  # what the gold judge sees: each judged episode as the training judge saw it
         for i, (traj, made, verdict, t) in enumerate(zip(trajs, round_.starts, verdicts, clocks)):
             judged = self.env.retarget(made, t)  # the target of the clock the episode really got
             traj.verdict, traj.t, traj.target_style = verdict, t, judged.target.style
             traj.candidates, traj.generation_target, traj.generation_t = judged.target.candidates, made.target.style, made.t
             traj.prompt_id, traj.topic, traj.arm, traj.seed = made.prompt_id, made.topic, self.arm, self.seed
             traj.group_id = round_.first_group + i // round_.group_size
+            if self.gold is not None and verdict.error is None and (self.gold_share >= 1 or unit_hash("gold", t) < self.gold_share):
+                scored.append((traj, EpisodeStart(made.prompt_text, made.prompt_id, made.topic, t, judged.target)))
+        if scored:  # sampled by a hash of the clock: the same episodes for every arm
+            gold = self.env.score_with(self.gold, [s for _, s in scored], [tr.response_text for tr, _ in scored])
+            for (traj, _), verdict in zip(scored, gold):
+                traj.gold_verdict = verdict
         return trajs
 
 
@@ -117,8 +127,16 @@ def episode_rows(trajs: list[Trajectory], learner_version: int | None, trained: 
             "turn_rewards": ";".join("x" if t.error else f"{t.reward:g}" for t in traj.turn_verdicts),
             "turn_styles": ";".join("x" if t.error else str(t.style) for t in traj.turn_verdicts),
             "notes": " | ".join(traj.notes),
+            # the gold judge's verdict (scenario.gold_judge), where it scored this episode
+            **gold_columns(traj.gold_verdict),
         })
     return rows
+
+
+def gold_columns(gold: Any) -> dict[str, Any]:
+    if gold is None or gold.error is not None:
+        return {"gold_reward": None, "gold_quality": None, "gold_style": None}
+    return {"gold_reward": gold.reward, "gold_quality": int(gold.quality), "gold_style": gold.style}
 
 
 def evaluate_heldout(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec],

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from testbed import registry
 from testbed.scenario_io import ScenarioError, apply_override, clip, read_scenario_file
 from testbed.world import STYLES
+from testbed.world_rules import HardTopics, NoisyTopics, WorldRules
 
 MAX_PROBLEMS = 20  # validation problems listed in one message
 
@@ -57,6 +58,13 @@ class JudgeConfig(Strict):
     @property
     def path(self) -> str:
         return self.class_ or registry.resolve("judge", self.name or "")
+
+
+class GoldJudgeConfig(JudgeConfig):
+    """A judge that scores training episodes beside the training judge and never trains: the gap
+    between the two rewards is what the policy learned that the gold judge does not reward."""
+
+    share: float = Field(1.0, gt=0, le=1, description="share of judged training episodes it scores (a hash of the clock picks them)")
 
 
 class ScheduleSpec(BaseModel):
@@ -130,6 +138,13 @@ class WorldConfig(Strict):
         default_factory=lambda: ["academic", "cute", "chuunibyou", "classical"], min_length=1,
         description="the styles a prompt may offer as candidates by default",
     )
+    # What a baseline can know (testbed/world_rules.py; all off by default)
+    hard_topics: HardTopics = Field(default_factory=HardTopics)
+    noisy_topics: NoisyTopics = Field(default_factory=NoisyTopics)
+    candidate_change_share: float = Field(1.0, ge=0, le=1, description="share of prompt forms whose candidate list follows the schedule")
+
+    def rules(self) -> WorldRules:
+        return WorldRules(hard_topics=self.hard_topics, noisy_topics=self.noisy_topics)
 
     @field_validator("styles", "archetypes")
     @classmethod
@@ -154,6 +169,7 @@ class SFTConfig(Strict):
     eval_samples: int = Field(256, ge=1)
     max_rounds: int = Field(3, ge=1)
     seed: Seed = 0
+    per_seed: bool = Field(False, description="each run seed its own SFT policy (SFT seed = seed + the run's seed), so intervals cover the starting policy")
 
 
 class PolicyConfig(Strict):
@@ -245,6 +261,7 @@ class Scenario(Strict):
     description: str = ""
     world: WorldConfig = Field(default_factory=WorldConfig)
     judge: JudgeConfig = Field(default_factory=lambda: JudgeConfig(name="rubric"))
+    gold_judge: GoldJudgeConfig | None = None
     schedule: ScheduleSpec
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)

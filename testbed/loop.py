@@ -34,7 +34,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from testbed import checkpoint, registry
 from testbed.collect import Collector, Timer, episode_rows, evaluate_heldout, judged_samples
-from testbed.config import ArmConfig, Scenario
+from testbed.config import ArmConfig, Scenario, WorldConfig
 from testbed.envs.style_shift import StyleShiftEnv
 from testbed.learn import Guard, LoopState, RunStopped, counter_delta, judge_counters, update_row, warm_up
 from testbed.models.tokenizer import WordTokenizer
@@ -54,7 +54,8 @@ def make_engine(scenario: Scenario, policy: torch.nn.Module, tokenizer: WordToke
 def make_env(scenario: Scenario, arm: ArmConfig, judge: Judge, schedule: DriftSchedule, seed: int) -> StyleShiftEnv:
     """The arm's environment over the training prompts, looked up by name like every plugin."""
     env = scenario.env_for(arm)
-    return registry.load("env", env.name)(judge, schedule, prompts("train"), seed=seed, **env.args)
+    world = {"candidate_change_share": scenario.world.candidate_change_share} if scenario.world.candidate_change_share < 1 else {}
+    return registry.load("env", env.name)(judge, schedule, prompts("train"), seed=seed, **world, **env.args)
 
 
 def make_trainer(arm: ArmConfig, policy: torch.nn.Module, tokenizer: WordTokenizer, scenario: Scenario, seed: int) -> Any:
@@ -110,7 +111,11 @@ class ArmRunner:
             self.warm_up(policy_key, starting_engine)
         if resume is None:
             seed_everything(self.seed)  # the warm-up (or its cache) must not change what RL samples
-        self.collector = Collector(self.env, self.arm.name, self.seed, self.trainer.group_size, self.budget)
+        from testbed.run import build_gold_judge
+
+        self.gold = build_gold_judge(self.scenario)
+        self.collector = Collector(self.env, self.arm.name, self.seed, self.trainer.group_size, self.budget, gold=self.gold,
+                                   gold_share=self.scenario.gold_judge.share if self.scenario.gold_judge else 1.0)
         self.judge_start, self.judge_offset = judge_counters(self.judge), dict(self.state.judge_used)
         self.timer = Timer(Counter(self.state.seconds))
         self.wall, self.wall_before = time.perf_counter(), self.state.wall_s
@@ -130,6 +135,9 @@ class ArmRunner:
                "target": self.schedule.target(0), "sampling": self.scenario.sampling.model_dump()}
         if self.scenario.env.name != "style_shift":  # only then: existing caches keep their keys
             key["env"] = self.scenario.env_for(self.arm).model_dump()
+        world = self.scenario.world.model_dump(include={"hard_topics", "noisy_topics", "candidate_change_share"})
+        if world != WorldConfig().model_dump(include=set(world)):  # the same: existing caches keep their keys
+            key["world"] = world
         samples = lambda n: judged_samples(self.env, starting_engine, prompts("train"), n, seed=0)  # noqa: E731
         self.state.pretrain = warm_up(self.trainer, samples, key, self.log)
 
@@ -241,6 +249,9 @@ class ArmRunner:
                              f"is the checkpoint at update {self.state.last_checkpoint} in {self.store.root / 'checkpoints'}.") from None
         finally:
             self.env.close()  # the env's event loop (the judge's async clients live on it)
+            close = getattr(self.gold, "close", None)
+            if callable(close):
+                close()
         totals = self.totals()
         self.save_checkpoint(final=True, totals=totals)
         return totals
@@ -313,16 +324,17 @@ def warm_up_job(scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: t
     return {name: (cache_root() / name).read_bytes()} if name else {}
 
 
-def first_jobs(scenario: Scenario, jobs: list[tuple[ArmConfig, int]]) -> list[tuple[ArmConfig, int]]:
-    """Each synchronous arm's first job whose trainer has a warm-up: the one that computes it when
-    the jobs run one after another. (Raced by parallel tasks instead, each seed would pretrain its
-    own critic from its own random stream.)"""
-    seen: set[str] = set()
+def first_jobs(scenario: Scenario, jobs: list[tuple[ArmConfig, int]],
+               key: Callable[[int], str] = lambda seed: "") -> list[tuple[ArmConfig, int]]:
+    """Each synchronous arm's first job (per starting policy, `key(seed)`) whose trainer has a
+    warm-up: the one that computes it when the jobs run one after another. (Raced by parallel
+    tasks instead, each seed would pretrain its own critic from its own random stream.)"""
+    seen: set[tuple[str, str]] = set()
     out = []
     for arm, seed in jobs:
-        if arm.name in seen or scenario.runtime_for(arm).kind != "sync":
+        if (arm.name, key(seed)) in seen or scenario.runtime_for(arm).kind != "sync":
             continue
-        seen.add(arm.name)
+        seen.add((arm.name, key(seed)))
         if hasattr(arm.trainer_class(), "warmup_samples"):  # the optional trainer hook
             out.append((arm, seed))
     return out

@@ -19,7 +19,7 @@ import sys
 import time
 import unicodedata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rich.console import Console
 from rich.markup import escape
@@ -50,19 +50,36 @@ def load_or_train_policy(*args: Any, **kwargs: Any) -> Any:
 
 
 def build_judge(scenario: Scenario) -> Judge:
-    """The scenario's judge, in any shape `as_judge` accepts (async or sync, batch or single)."""
+    """The scenario's judge, in any shape `as_judge` accepts (async or sync, batch or single),
+    with the world's hard and noisy topics applied (testbed/world_rules.py)."""
+    from testbed.world_rules import wrap
+
+    return wrap(judge_from_config(scenario.judge, "judge"), scenario.world.rules())
+
+
+def build_gold_judge(scenario: Scenario) -> Judge | None:
+    """The scenario's gold judge (scores episodes beside the training judge, never trains), with
+    the world's hard topics but not its judge noise: the gold reward is the world's truth."""
+    from testbed.world_rules import wrap
+
+    if scenario.gold_judge is None:
+        return None
+    return wrap(judge_from_config(scenario.gold_judge, "gold_judge"), scenario.world.rules(), noise=False)
+
+
+def judge_from_config(config: Any, field: str) -> Judge:
     from testbed import registry
     from testbed.config import ScenarioError
     from testbed.judge_adapter import as_judge
 
     try:
-        factory = registry.import_path(scenario.judge.path)
+        factory = registry.import_path(config.path)
     except registry.RegistryError as exc:
-        raise ScenarioError(f"judge.{'class' if scenario.judge.class_ else 'name'}: {exc}") from None
+        raise ScenarioError(f"{field}.{'class' if config.class_ else 'name'}: {exc}") from None
     try:
-        obj = factory(**scenario.judge.args) if isinstance(factory, type) else factory
+        obj = factory(**config.args) if isinstance(factory, type) else factory
     except (TypeError, ValueError) as exc:  # ValueError: a judge's pydantic config naming the field
-        raise ScenarioError(f"judge {scenario.judge.path}: bad judge.args {scenario.judge.args}: {exc}") from None
+        raise ScenarioError(f"{field} {config.path}: bad {field}.args {config.args}: {exc}") from None
     return as_judge(obj)
 
 
@@ -103,8 +120,37 @@ def sft_evaluator(scenario: Scenario):
     return evaluate
 
 
+class StartingPolicy(NamedTuple):
+    """The policy RL starts from (the SFT policy or a checkpoint), its tokenizer, cache key and report."""
+
+    policy: Any
+    tokenizer: Any
+    key: str
+    report: dict[str, Any]
+
+
+def starting_policies(scenario: Scenario) -> dict[int, StartingPolicy]:
+    """Each seed's starting policy: one SFT policy shared by every seed, or with
+    `policy.sft.per_seed` one per seed (SFT seed = sft.seed + the run's seed, cached by seed, so
+    the seeds' spread covers the starting policy too; seed 0's is the shared one)."""
+    sft = scenario.policy.sft
+    per_seed = sft.per_seed and not scenario.policy.checkpoint
+    out: dict[int, StartingPolicy] = {}
+    for seed in scenario.seeds:
+        cfg = scenario.policy.model_copy(update={"sft": sft.model_copy(update={"seed": sft.seed + seed})}) if per_seed else scenario.policy
+        if out and not per_seed:
+            out[seed] = next(iter(out.values()))
+            continue
+        if per_seed:
+            console.print(f"seed {seed}: its own SFT policy (sft.seed {cfg.sft.seed})")
+        policy, tokenizer, report = load_or_train_policy(cfg, scenario.world.archetypes, evaluate=sft_evaluator(scenario),
+                                                         log=console.print, env=scenario.env)
+        out[seed] = StartingPolicy(policy, tokenizer, report.get("key") or report.get("checkpoint", ""), report)
+    return out
+
+
 def run_arms(scenario: Scenario, store: RunStore, manifest: dict[str, Any], resume_state: dict[str, Any] | None,
-             **kw: Any) -> None:
+             *, starts: dict[int, StartingPolicy], **kw: Any) -> None:
     """Every arm x seed not finished yet: one after another, or side by side as Ray tasks."""
     from testbed.loop import make_progress
 
@@ -118,13 +164,14 @@ def run_arms(scenario: Scenario, store: RunStore, manifest: dict[str, Any], resu
         if scenario.runtime.parallel_arms and len(jobs) > 1:
             from testbed.distributed.parallel import run_arms_in_parallel
 
-            return run_arms_in_parallel(scenario, jobs, base_policy=kw["base_policy"], tokenizer=kw["tokenizer"],
-                                        policy_key=kw["policy_key"], store=store, on_done=done, log=progress.console.print,
+            return run_arms_in_parallel(scenario, jobs, starts=starts, store=store, on_done=done, log=progress.console.print,
                                         progress=progress)
         for arm, seed in jobs:
             resume = resume_state if resume_state and (resume_state["arm"], resume_state["seed"]) == (arm.name, seed) else None
+            start = starts[seed]
             totals = arm_runner(scenario, arm)(scenario, arm, seed, store=store, progress=progress, log=progress.console.print,
-                                               completed=manifest["arms"], resume=resume, **kw)
+                                               completed=manifest["arms"], resume=resume, base_policy=start.policy,
+                                               tokenizer=start.tokenizer, policy_key=start.key, **kw)
             done(arm.name, seed, totals)
 
 
@@ -323,14 +370,14 @@ def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStor
 
     torch.set_num_threads(scenario.runtime.torch_threads)
     try:
-        base_policy, tokenizer, sft_report = load_or_train_policy(
-            scenario.policy, scenario.world.archetypes, evaluate=sft_evaluator(scenario), log=console.print,
-            env=scenario.env)
-        manifest["sft"] = sft_report
+        starts = starting_policies(scenario)
+        reports = {seed: start.report for seed, start in starts.items()}
+        # one SFT policy for every seed (the default), or one per seed (policy.sft.per_seed)
+        manifest["sft"] = next(iter(reports.values())) if len({s.key for s in starts.values()}) == 1 else \
+            {"per_seed": {str(seed): r for seed, r in reports.items()}}
         store.write_manifest(manifest)
         started = time.time()
-        run_arms(scenario, store, manifest, resume_state, base_policy=base_policy, tokenizer=tokenizer, judge=judge,
-                 schedule=schedule, policy_key=sft_report.get("key") or sft_report.get("checkpoint", ""))
+        run_arms(scenario, store, manifest, resume_state, starts=starts, judge=judge, schedule=schedule)
     except KeyboardInterrupt:
         return interrupted(store, manifest)
     except RunStopped as exc:

@@ -92,6 +92,7 @@ class Trajectory:
     turn_verdicts: list[Verdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     turn_rewards: bool = False  # put each earlier draft's reward on its last token too
+    gold_verdict: Verdict | None = None  # the gold judge's verdict (scenario.gold_judge), where it scored this episode
 
     @property
     def reward(self) -> float:

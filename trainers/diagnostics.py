@@ -42,3 +42,26 @@ def expert_load(router_logits: tuple[torch.Tensor, ...] | None, token_mask: torc
     if not cvs:
         return {}
     return {f"{prefix}expert_load_cv": sum(cvs) / len(cvs), f"{prefix}expert_load_peak": max(peaks)}
+
+
+def first_action_values(values: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+    """Each row's value at its first response (action) token: the critic's guess of the reward
+    where the style is still to be chosen. A row without actions gives nan."""
+    mask = action_mask.bool()
+    first = mask.float().argmax(dim=1)
+    out = values.gather(1, first[:, None]).squeeze(1).to(torch.float32)
+    return torch.where(mask.any(dim=1), out, torch.full_like(out, float("nan")))
+
+
+def first_value_metrics(values: torch.Tensor, action_mask: torch.Tensor, rewards: torch.Tensor) -> dict[str, float]:
+    """The first-token values against the episodes' rewards: their mean and spread over the batch,
+    and how much of the rewards' variance they explain (1 - Var(r - V0) / Var(r)). A spread near 0
+    and an EV near 0 mean a state-independent baseline: what the running mean already is."""
+    v0 = first_action_values(values.detach(), action_mask)
+    ok = torch.isfinite(v0)
+    v0, r = v0[ok], rewards.detach().to(torch.float32)[ok]
+    if v0.numel() == 0:
+        return {"first_value_mean": float("nan"), "first_value_std": float("nan"), "first_value_ev": float("nan")}
+    var_r = r.var(unbiased=False)
+    ev = float(1.0 - (r - v0).var(unbiased=False) / var_r) if var_r > 0 else float("nan")
+    return {"first_value_mean": float(v0.mean()), "first_value_std": float(v0.std(unbiased=False)), "first_value_ev": ev}

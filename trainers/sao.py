@@ -38,7 +38,7 @@ from testbed.types import Trajectory
 from trainers import data_parallel
 from trainers.advantages import critic_mask, length_adaptive_lambda, policy_and_critic_advantages
 from trainers.batching import Batch, collate
-from trainers.diagnostics import expert_load, grad_norms_by_family
+from trainers.diagnostics import expert_load, first_value_metrics, grad_norms_by_family
 from trainers.losses import dis_policy_loss, explained_variance, ppo_clip_loss, token_mean, value_loss
 from trainers.numerics import guarded_step
 from trainers.reference import reference_for
@@ -127,7 +127,8 @@ class SAOTrainer:
         values_before = first_forward[0].detach()
         _, returns = self._advantages(data, values_before)
         metrics: dict[str, Any] = {"value_explained_variance": explained_variance(values_before, returns,
-                                                                                  critic_mask(data.action_mask, self.cfg.gae))}
+                                                                                  critic_mask(data.action_mask, self.cfg.gae)),
+                                   **first_value_metrics(values_before, data.action_mask, data.episode_rewards)}
         skipped: list[str] = []  # the non-finite quantity of each skipped step, in order
 
         # 1. TTUR: K critic updates, so values are fresh before they shape the advantages.

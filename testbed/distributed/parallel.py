@@ -132,9 +132,8 @@ def install_cache_files(files: dict[str, bytes]) -> None:
             os.replace(tmp, target)
 
 
-def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, base_policy: torch.nn.Module, tokenizer: Any,
-                         policy_key: str, store: RunStore, on_done: Callable[[str, int, dict], None],
-                         log: Callable[[str], None], progress: Any = None) -> None:
+def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: dict[int, Any], store: RunStore,
+                         on_done: Callable[[str, int, dict], None], log: Callable[[str], None], progress: Any = None) -> None:
     """Run every (arm, seed) of `jobs` as a Ray task; as each finishes, append its rows to the
     run directory and call `on_done(arm, seed, totals)`. With a `rich.progress.Progress`, each
     task's bar is drawn there as it runs.
@@ -146,11 +145,17 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, base_pol
     from testbed.run import resolved_dict
 
     data = resolved_dict(scenario)
-    policy = ray.put((base_policy.config, {k: v.detach().clone() for k, v in base_policy.state_dict().items()}))
+    refs: dict[str, Any] = {}  # one object per starting policy (one, or one per seed)
+    for start in starts.values():
+        if start.key not in refs:
+            refs[start.key] = ray.put((start.policy.config, {k: v.detach().clone() for k, v in start.policy.state_dict().items()}))
+
+    def args(seed: int) -> tuple:
+        return refs[starts[seed].key], starts[seed].tokenizer, starts[seed].key
+
     threads = scenario.runtime.torch_threads
-    warming = [warm_up_task.options(num_cpus=scenario.runtime.task_cpus).remote(data, arm.name, seed, policy, tokenizer,
-                                                                                 policy_key, threads)
-               for arm, seed in first_jobs(scenario, jobs)]
+    warming = [warm_up_task.options(num_cpus=scenario.runtime.task_cpus).remote(data, arm.name, seed, *args(seed), threads)
+               for arm, seed in first_jobs(scenario, jobs, key=lambda seed: starts[seed].key)]
     if warming:
         log(f"warming up {len(warming)} trainer(s) side by side (as each arm's first job would)")
     warmed = {name: blob for files in ray.get(warming) for name, blob in files.items()}
@@ -158,7 +163,7 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, base_pol
     board = ProgressBoard.remote()
     warmed_ref = ray.put(warmed)
     pending = {run_arm_task.options(num_cpus=scenario.runtime.task_cpus).remote(
-        data, arm.name, seed, policy, tokenizer, policy_key, threads, board, warmed_ref): (arm.name, seed) for arm, seed in jobs}
+        data, arm.name, seed, *args(seed), threads, board, warmed_ref): (arm.name, seed) for arm, seed in jobs}
     log(f"running {len(pending)} arm x seed tasks side by side on Ray")
     bars: dict[tuple[str, int], Any] = {}
     while pending:

@@ -144,6 +144,7 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         max_prompt_chars: int = 512,
         max_response_chars: int = 2048,
         render_mode: str | None = None,
+        candidate_change_share: float = 1.0,
     ) -> None:
         if not callable(getattr(judge, "judge", None)):
             raise TypeError(f"judge must implement `async judge(requests) -> list[Verdict]`, got {type(judge).__name__}")
@@ -161,6 +162,9 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         from testbed.world import render_prompt
 
         self._render_prompt = render_prompt
+        if not 0.0 <= candidate_change_share <= 1.0:
+            raise ValueError(f"candidate_change_share must be in [0, 1], got {candidate_change_share!r}")
+        self.candidate_change_share = float(candidate_change_share)
         self.judge = judge
         self.schedule = schedule
         self.max_prompt_chars = int(max_prompt_chars)
@@ -179,7 +183,7 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         self._runner = asyncio.Runner()
         self._finalizer = weakref.finalize(self, self._runner.close)
         # Fail at construction, not mid-run, if a prompt cannot fit the observation space.
-        first = self._target(0)
+        first = self._first = self._target(0)
         for spec in self.prompt_specs:
             self._render(spec, first)
 
@@ -215,8 +219,19 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
             raise ValueError(f"prompt {spec.prompt_id!r} has characters outside string.printable: {bad!r}")
         return text
 
+    def _shown(self, prompt_id: str, target: Target) -> Target:
+        """The target with the candidate list this prompt shows: the schedule's, or, for the prompt
+        forms that do not follow it (world.candidate_change_share < 1), the first target's (which
+        may not name the style now wanted: for them the prompt gives no sign of a switch)."""
+        if self.candidate_change_share >= 1.0:
+            return target
+        from testbed.world_rules import candidates_shown
+
+        shown = candidates_shown(prompt_id, target.candidates, self._first.candidates, self.candidate_change_share)
+        return target if shown == target.candidates else Target(style=target.style, candidates=shown)
+
     def _start(self, spec: PromptSpec, t: int) -> EpisodeStart:
-        target = self._target(t)
+        target = self._shown(spec.prompt_id, self._target(t))
         return EpisodeStart(
             prompt_text=self._render(spec, target), prompt_id=spec.prompt_id, topic=spec.topic, t=t, target=target
         )
@@ -278,7 +293,7 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         (which differs from the generation-time target when a switch fell in between)."""
         if t == start.t:
             return start
-        return EpisodeStart(start.prompt_text, start.prompt_id, start.topic, t, self._target(t))
+        return EpisodeStart(start.prompt_text, start.prompt_id, start.topic, t, self._shown(start.prompt_id, self._target(t)))
 
     async def astep_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
         """Judge ``responses[i]`` for ``starts[i]`` in ONE judge call; advance the clock by the
@@ -317,6 +332,11 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
     def evaluate_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
         """Sync ``aevaluate_batch``."""
         return self._sync(self.aevaluate_batch(starts, responses))
+
+    def score_with(self, judge: Judge, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
+        """Another judge's verdicts (a gold judge beside the training one), on the env's loop; the
+        clock and ``judge_errors`` are untouched."""
+        return self._sync(judge.judge([s.request(r) for s, r in zip(starts, responses)])) if starts else []
 
     # ---- Gymnasium API ---------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

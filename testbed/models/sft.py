@@ -44,7 +44,8 @@ def policy_key(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> str
     for an env that brings its own corpus (multi-turn), so the single-turn keys never move."""
     spec = {
         "format": CACHE_FORMAT,
-        "policy": cfg.model_dump(mode="json", exclude={"checkpoint"}),
+        # per_seed only picks sft.seed per run seed (testbed/run.py): the policy is the same
+        "policy": cfg.model_dump(mode="json", exclude={"checkpoint": True, "sft": {"per_seed"}}),
         "archetypes": archetypes,
         "vocabulary": hashlib.sha256("\n".join(vocabulary()).encode()).hexdigest(),
         "torch": torch.__version__.split("+")[0],

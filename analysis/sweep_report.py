@@ -1,0 +1,146 @@
+"""The report of a sweep directory (testbed/sweep.py): the grid points side by side.
+
+    python -m analysis.sweep_report SWEEP_DIR
+
+For each point, its arms' rows are gathered from the runs that computed them (`sweep.json`) and
+analysed exactly as one run is (`analysis.report.analyse`). Written into SWEEP_DIR/report/:
+
+  grid.csv          one row per point, arm and switch: the axis values, then the realignment
+                    metrics (means over seeds, 95% intervals, seeds recovered) and the arm's
+                    final and mean reward;
+  grid.md           the same as a markdown table per switch;
+  figures/grid_recovery.png   episodes to recover per point and arm, per switch (mean, interval).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.report import RunData, analyse, load_run
+from analysis.tables import fmt_ci, md_table, rich_table
+
+# the per-switch metrics shown side by side (name -> column header)
+SHOWN = {"episodes_to_recover": "episodes to recover", "dip": "dip", "horizon_reward": "reward over horizon"}
+
+
+def point_run(root: Path, point: dict[str, Any], loaded: dict[str, RunData]) -> RunData:
+    """One point's arms as one run: each arm's rows from the run that computed it."""
+    parts: dict[str, list[pd.DataFrame]] = {"episodes": [], "updates": [], "evals": [], "dropped": []}
+    manifest: dict[str, Any] = {}
+    for arm, owner in point["arms"].items():
+        if owner not in loaded:
+            loaded[owner] = load_run(root / "runs" / owner)
+        run = loaded[owner]
+        manifest = manifest or run.manifest
+        for name in parts:
+            df = getattr(run, name)
+            if not df.empty and "arm" in df:
+                parts[name].append(df[df["arm"] == arm])
+    tables = {name: pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame() for name, dfs in parts.items()}
+    return RunData(path=root / "runs" / point["label"], manifest=manifest, name=point["label"], **tables)
+
+
+def grid_table(root: Path) -> pd.DataFrame:
+    """One row per point, arm and switch (see the module docstring)."""
+    index = json.loads((root / "sweep.json").read_text())
+    loaded: dict[str, RunData] = {}
+    rows = []
+    for point in index["points"]:
+        missing = [o for o in set(point["arms"].values()) if not (root / "runs" / o / "manifest.json").exists()]
+        if missing:
+            continue  # not run yet (an interrupted sweep): left out, the table says which points it has
+        a = analyse([point_run(root, point, loaded)])
+        summary = a.summary.copy()
+        for axis in reversed(index["axes"]):
+            summary.insert(0, axis, point["values"][axis])
+        summary.insert(0, "point", point["label"])
+        rows.append(summary)
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def grid_markdown(grid: pd.DataFrame, axes: list[str]) -> str:
+    out = []
+    for switch, g in grid.groupby("switch", sort=True):
+        first = g.iloc[0]
+        out.append(f"### Switch {int(switch)} at t={int(first['t'])} ({first['from_style']} -> {first['to_style']})\n")
+        header = ["point", *axes, "arm", "recovered", *SHOWN.values(), "final reward"]
+        body = [[r["point"], *[str(r[a]) for a in axes], str(r["arm"]), f"{int(r['recovered'])}/{int(r['seeds_with_data'])}",
+                 *[fmt_ci(r, m, 0 if m == "episodes_to_recover" else 2) for m in SHOWN], f"{r['final_reward']:.3f}"]
+                for _, r in g.iterrows()]
+        out.append(md_table(header, body))
+        out.append("")
+    return "\n".join(out)
+
+
+def grid_figure(grid: pd.DataFrame, axes: list[str]):
+    """Episodes to recover per point (x) and arm (hue), one panel per switch: mean and 95% interval."""
+    from analysis.figure_style import arm_palette, new_figure
+
+    switches = sorted(grid["switch"].dropna().unique())
+    fig, panels = new_figure(len(switches), 1, max(6.0, 0.35 * grid["point"].nunique() * grid["arm"].nunique()),
+                             3.0 * len(switches) + 0.8)
+    arms = sorted(grid["arm"].unique())
+    colors = arm_palette(arms)
+    points = list(dict.fromkeys(grid["point"]))
+    width = 0.8 / max(1, len(arms))
+    for ax, switch in zip(panels[:, 0], switches):
+        g = grid[grid["switch"] == switch]
+        for j, arm in enumerate(arms):
+            r = g[g["arm"] == arm].set_index("point").reindex(points)
+            x = [i - 0.4 + width * (j + 0.5) for i in range(len(points))]
+            mean, lo, hi = r["episodes_to_recover"], r["episodes_to_recover_lo"], r["episodes_to_recover_hi"]
+            ax.errorbar(x, mean, yerr=[(mean - lo).clip(lower=0), (hi - mean).clip(lower=0)], fmt="o", capsize=3, label=arm,
+                        color=colors.get(arm))
+        ax.set_xticks(range(len(points)))
+        ax.set_xticklabels([p for p in points], rotation=0)
+        ax.set_ylabel("episodes to recover")
+        ax.set_title(f"switch {int(switch)}")
+    panels[0, 0].legend(title="arm", fontsize=8)
+    labels = grid.drop_duplicates("point").set_index("point")[axes]
+    fig.suptitle("; ".join(f"{p}: " + ", ".join(f"{a}={labels.loc[p, a]}" for a in axes) for p in points),
+                 fontsize=6, wrap=True)
+    return fig
+
+
+def sweep_report(root: str | Path, console: Any = None) -> Path:
+    """Write SWEEP_DIR/report/ (see the module docstring), print the grid; returns the folder."""
+    from rich.console import Console
+
+    console = console or Console()
+    root = Path(root)
+    out = root / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    axes = json.loads((root / "sweep.json").read_text())["axes"]
+    grid = grid_table(root)
+    if grid.empty:
+        console.print(f"{root}: no finished point yet")
+        return out
+    grid.to_csv(out / "grid.csv", index=False)
+    (out / "grid.md").write_text(f"# Sweep {root.name}\n\n" + grid_markdown(grid, axes))
+    if grid["switch"].notna().any():
+        (out / "figures").mkdir(exist_ok=True)
+        fig = grid_figure(grid[grid["switch"].notna()], axes)
+        fig.savefig(out / "figures" / "grid_recovery.png")
+    for switch, g in grid[grid["switch"].notna()].groupby("switch"):
+        rows = [[r["point"], *[str(r[a]) for a in axes], str(r["arm"]), f"{int(r['recovered'])}/{int(r['seeds_with_data'])}",
+                 *[fmt_ci(r, m, 0 if m == "episodes_to_recover" else 2) for m in SHOWN]] for _, r in g.iterrows()]
+        console.print(rich_table(f"switch {int(switch)}", ["point", *axes, "arm", "recovered", *SHOWN.values()], rows))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or not (Path(argv[0]) / "sweep.json").is_file():
+        print("usage: python -m analysis.sweep_report SWEEP_DIR (a directory with sweep.json)", file=sys.stderr)
+        return 2
+    print(sweep_report(argv[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
