@@ -16,6 +16,8 @@ What it writes:
   switches_by_seed.csv    the per-seed metrics behind it;
   turns.csv               multi-turn runs only: per arm, drafts per episode, early acceptances,
                           first- and last-draft rewards and the gain between them;
+  goodhart.csv            runs with a gold judge only: per arm and phase, training and gold reward
+                          and their gap, with intervals over seeds (analysis/goodhart.py);
   offpolicy.csv           asynchronous runs only: per arm, the staleness shares, dropped episodes,
                           episodes judged under another target than they were generated for, and
                           the DIS-masked and PPO-clipped token shares;
@@ -39,7 +41,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import realign, training_data
+from analysis import goodhart, realign, training_data
 from analysis.tables import (  # noqa: F401  (the tables were first found here: kept importable)
     ARM_HEADER,
     SWITCH_HEADER,
@@ -134,6 +136,7 @@ class Analysis:
     labelled: bool              # arms are labelled "run:arm" (several runs)
     offpolicy: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run and arm: staleness, DIS, clip
     turns: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run and arm of a multi-turn run
+    goodhart: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run, arm and phase: training vs gold reward
 
     @property
     def asynchronous(self) -> bool:
@@ -150,7 +153,7 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
     for i, run in enumerate(runs):  # two runs with the same directory name get distinct labels
         if names.count(run.name) > 1:
             run.name = f"{run.name}#{i + 1}"
-    per_seed, switches, arms, offpolicy, turns, windows = [], [], [], [], [], {}
+    per_seed, switches, arms, offpolicy, turns, gaps, windows = [], [], [], [], [], [], {}
     for run in runs:
         w = realign.auto_window(run.switch_points, run.budget, window)
         windows[run.name] = w
@@ -176,6 +179,13 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
         if labelled:
             tr["arm"] = run.name + ":" + tr["arm"].astype(str)
         turns.append(tr)
+        gap = goodhart.gap_overview(run.episodes, run.switch_points, run.budget)
+        if not gap.empty:
+            gap = gap.merge(goodhart.gap_rise(run.episodes, w), on="arm", how="left", suffixes=("", "_all"))
+            gap.insert(0, "run", run.name)
+            if labelled:
+                gap["arm"] = run.name + ":" + gap["arm"].astype(str)
+            gaps.append(gap)
     per_seed_df = pd.concat(per_seed, ignore_index=True) if per_seed else pd.DataFrame()
     switches_df = pd.concat(switches, ignore_index=True) if switches else pd.DataFrame()
     arms_df = pd.concat(arms, ignore_index=True) if arms else pd.DataFrame()
@@ -187,8 +197,9 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
         summary = pd.DataFrame()
     offpolicy_df = pd.concat(offpolicy, ignore_index=True) if offpolicy else pd.DataFrame()
     turns_df = pd.concat(turns, ignore_index=True) if turns else pd.DataFrame()
+    goodhart_df = pd.concat(gaps, ignore_index=True) if gaps else pd.DataFrame()
     return Analysis(runs, per_seed_df, switches_df, arms_df, summary, windows, fraction, horizon, labelled, offpolicy_df,
-                    turns_df)
+                    turns_df, goodhart_df)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -238,6 +249,8 @@ def make_figures(a: Analysis, fig_dir: Path, log=print) -> list[Path]:
                                                                        title=title)),
             ("training_diagnostics", lambda: plots.training_figure(up, sp, budget, palette=palette)),
             ("critic_diagnostics", lambda: plots.critic_figure(up, sp, budget, palette=palette)),
+            ("goodhart_gap", lambda: goodhart.gap_figure(ep, sp, budget, window, palette=palette,
+                                                         targets=realign.phase_targets(ep, ev, sp, budget))),
         ]
         for name, job in jobs:
             try:
@@ -290,6 +303,8 @@ def report(run_dirs: str | Path | list[str | Path], out_dir: str | Path | None =
         a.offpolicy.to_csv(out / "offpolicy.csv", index=False)
     if not a.turns.empty:
         a.turns.to_csv(out / "turns.csv", index=False)
+    if not a.goodhart.empty:
+        a.goodhart.to_csv(out / "goodhart.csv", index=False)
     written = make_figures(a, out / "figures", log=console.print) if figures else []
     (out / "summary.md").write_text(summary_markdown(a, written, out))
     print_tables(a, console)

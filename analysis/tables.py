@@ -82,6 +82,19 @@ def arm_rows(arms: pd.DataFrame) -> list[list[str]]:
             for _, r in arms.iterrows()]
 
 
+GOODHART_HEADER = ["arm", "phase", "seeds", "training reward", "gold reward", "gap", "gap: first -> last window"]
+
+
+def goodhart_rows(gaps: pd.DataFrame) -> list[list[str]]:
+    rows = []
+    for _, r in gaps.iterrows():
+        phase = "whole run" if r["phase"] == "all" else f"{r['phase']} [{int(r['start'])}, {int(r['end'])})"
+        rise = f"{_num(r['gap_start'], 3)} -> {_num(r['gap_end'], 3)}" if r["phase"] == "all" else ""
+        rows.append([str(r["arm"]), phase, str(int(r["seeds"])), fmt_ci(r, "reward", 3), fmt_ci(r, "gold_reward", 3),
+                     fmt_ci(r, "gap", 3), rise])
+    return rows
+
+
 def md_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
@@ -125,6 +138,10 @@ def summary_markdown(a: Analysis, figures: list[Path], out_dir: Path) -> str:
         parts += ["## Off-policy data (asynchronous runtime)", "", md_table(OFFPOLICY_HEADER, offpolicy_rows(a.offpolicy)),
                   "", "Token shares are means over updates; staleness counts policy versions between generation and "
                   "training.", ""]
+    if not a.goodhart.empty:
+        parts += ["## Goodhart gap (training judge vs gold judge)", "", md_table(GOODHART_HEADER, goodhart_rows(a.goodhart)), "",
+                  "On the episodes the gold judge scored: mean over seeds [95% interval]. Gap = training reward - gold "
+                  "reward; its first and last windows show whether it grew with training (analysis/goodhart.py).", ""]
     parts += ["## After each switch", ""]
     if a.switches.empty:
         parts.append("_no switches in these runs_" if all(not r.switch_points for r in a.runs) else "_no data_")
@@ -166,6 +183,8 @@ def print_tables(a: Analysis, console=None) -> None:
         console.print(rich_table("Multi-turn episodes", TURNS_HEADER, turns_rows(a.turns)))
     if a.asynchronous:
         console.print(rich_table("Off-policy data (asynchronous runtime)", OFFPOLICY_HEADER, offpolicy_rows(a.offpolicy)))
+    if not a.goodhart.empty:
+        console.print(rich_table("Goodhart gap (training judge vs gold judge)", GOODHART_HEADER, goodhart_rows(a.goodhart)))
     if a.switches.empty:
         console.print("no switches in this run" if len(a.runs) == 1 else "no switches in these runs")
         return
