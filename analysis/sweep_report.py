@@ -8,6 +8,9 @@ analysed exactly as one run is (`analysis.report.analyse`). Written into SWEEP_D
   grid.csv          one row per point, arm and switch: the axis values, then the realignment
                     metrics (means over seeds, 95% intervals, seeds recovered) and the arm's
                     final and mean reward;
+                    and, per phase, the medians over updates of what the arm's baseline knew
+                    (`analysis.training_data.BASELINE_STATS`: the critic's explained variance, its
+                    first-token value's EV and spread, the mean |advantage|), as `<stat>_phase<k>`;
   grid.md           the same as a markdown table per switch;
   figures/grid_recovery.png   episodes to recover per point and arm, per switch (mean, interval).
 """
@@ -23,6 +26,7 @@ import pandas as pd
 
 from analysis.report import RunData, analyse, load_run
 from analysis.tables import fmt_ci, md_table, rich_table
+from analysis.training_data import BASELINE_STATS, baseline_overview
 
 # the per-switch metrics shown side by side (name -> column header)
 SHOWN = {"episodes_to_recover": "episodes to recover", "dip": "dip", "horizon_reward": "reward over horizon"}
@@ -54,8 +58,15 @@ def grid_table(root: Path) -> pd.DataFrame:
         missing = [o for o in set(point["arms"].values()) if not (root / "runs" / o / "manifest.json").exists()]
         if missing:
             continue  # not run yet (an interrupted sweep): left out, the table says which points it has
-        a = analyse([point_run(root, point, loaded)])
+        run = point_run(root, point, loaded)
+        a = analyse([run])
         summary = a.summary.copy()
+        # what each arm's baseline knew, per phase: one column per statistic and phase
+        stats = baseline_overview(run.updates, run.switch_points, run.budget)
+        if not stats.empty:
+            wide = stats.pivot(index="arm", columns="phase", values=list(BASELINE_STATS))
+            wide.columns = [f"{stat}_phase{phase}" for stat, phase in wide.columns]
+            summary = summary.merge(wide.reset_index(), on="arm", how="left")
         for axis in reversed(index["axes"]):
             summary.insert(0, axis, point["values"][axis])
         summary.insert(0, "point", point["label"])

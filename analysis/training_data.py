@@ -84,3 +84,36 @@ def turns_overview(episodes: pd.DataFrame, window: int = DEFAULT_WINDOW) -> pd.D
                      "first_reward_end": float(ends["first"]), "final_reward_end": float(ends["reward"]),
                      "gain_end": float(ends["reward"] - ends["first"])})
     return pd.DataFrame(rows, columns=cols)
+
+
+# The update statistics that say what a baseline knew (name -> what it is); medians over updates,
+# because explained variance explodes negatively on a batch whose rewards are (almost) all equal.
+BASELINE_STATS = {
+    "value_explained_variance": "critic EV (all response tokens, before the batch's critic steps)",
+    "first_value_ev": "EV of the critic's value at the first response token for the episode reward",
+    "first_value_std": "spread of that first-token value over the batch's prompts",
+    "first_value_mean": "mean first-token value",
+    "reward_mean": "mean reward of the batch",
+    "advantage_abs_mean": "mean |advantage| over response tokens",
+}
+
+
+def baseline_overview(updates: pd.DataFrame, switch_points: list[int], budget: int) -> pd.DataFrame:
+    """Per arm and phase: the median over updates (all seeds) of each `BASELINE_STATS` column the
+    arm logs (SAO logs the critic's; every arm its reward and advantages), and `updates`."""
+    from analysis.realign import phase_bounds
+
+    cols = ["arm", "phase", "updates", *BASELINE_STATS]
+    if updates is None or updates.empty or "t" not in updates:
+        return pd.DataFrame(columns=cols)
+    bounds = phase_bounds(switch_points, budget)
+    rows = []
+    for arm, g in updates.groupby("arm", sort=True):
+        for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+            part = g[(g["t"] > a) & (g["t"] <= b)]  # an update at t trained on episodes before t
+            row = {"arm": arm, "phase": i + 1, "updates": int(len(part))}
+            for stat in BASELINE_STATS:
+                values = pd.to_numeric(part[stat], errors="coerce") if stat in part else pd.Series(dtype=float)
+                row[stat] = float(values.median()) if values.notna().any() else float("nan")
+            rows.append(row)
+    return pd.DataFrame(rows, columns=cols)

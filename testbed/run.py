@@ -132,21 +132,25 @@ class StartingPolicy(NamedTuple):
 def starting_policies(scenario: Scenario) -> dict[int, StartingPolicy]:
     """Each seed's starting policy: one SFT policy shared by every seed, or with
     `policy.sft.per_seed` one per seed (SFT seed = sft.seed + the run's seed, cached by seed, so
-    the seeds' spread covers the starting policy too; seed 0's is the shared one)."""
+    the seeds' spread covers the starting policy too; seed 0's is the shared one). With parallel
+    arms, the policies not yet in the cache are trained side by side as Ray tasks first."""
     sft = scenario.policy.sft
     per_seed = sft.per_seed and not scenario.policy.checkpoint
+    configs = {seed: scenario.policy.model_copy(update={"sft": sft.model_copy(update={"seed": sft.seed + seed})})
+               for seed in scenario.seeds} if per_seed else {scenario.seeds[0]: scenario.policy}
+    if per_seed and scenario.runtime.parallel_arms:
+        from testbed.distributed.parallel import train_policies_in_parallel
+
+        with runtime_session(scenario):
+            train_policies_in_parallel(scenario, list(configs.values()), log=console.print)
     out: dict[int, StartingPolicy] = {}
-    for seed in scenario.seeds:
-        cfg = scenario.policy.model_copy(update={"sft": sft.model_copy(update={"seed": sft.seed + seed})}) if per_seed else scenario.policy
-        if out and not per_seed:
-            out[seed] = next(iter(out.values()))
-            continue
+    for seed, cfg in configs.items():
         if per_seed:
             console.print(f"seed {seed}: its own SFT policy (sft.seed {cfg.sft.seed})")
         policy, tokenizer, report = load_or_train_policy(cfg, scenario.world.archetypes, evaluate=sft_evaluator(scenario),
                                                          log=console.print, env=scenario.env)
         out[seed] = StartingPolicy(policy, tokenizer, report.get("key") or report.get("checkpoint", ""), report)
-    return out
+    return {seed: out[seed] if seed in out else next(iter(out.values())) for seed in scenario.seeds}
 
 
 def run_arms(scenario: Scenario, store: RunStore, manifest: dict[str, Any], resume_state: dict[str, Any] | None,

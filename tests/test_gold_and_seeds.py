@@ -66,3 +66,18 @@ def test_per_seed_sft_trains_one_policy_per_seed_and_seed_0_is_the_shared_one(tm
     same0 = a[a.seed == 0].sort_values("t")[cols].reset_index(drop=True).equals(b[b.seed == 0].sort_values("t")[cols].reset_index(drop=True))
     same1 = a[a.seed == 1].sort_values("t")[cols].reset_index(drop=True).equals(b[b.seed == 1].sort_values("t")[cols].reset_index(drop=True))
     assert same0 and not same1  # seed 1 started from another policy
+
+
+def test_per_seed_policies_trained_side_by_side_are_the_ones_trained_in_turn(tmp_path):
+    small = [*QUICK, "--set", "policy.sft.steps=20", "--set", "policy.sft.eval_samples=8", "--set", "policy.sft.per_seed=true"]
+    side = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small, "--set", "runtime.parallel_arms=true"],
+                   tmp_path, cache=tmp_path / "side")
+    assert "training 2 SFT policies side by side" in side.stderr, side.stderr[-3000:]
+    turn = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small], tmp_path, cache=tmp_path / "turn")
+    a, b = read_table(run_dir_of(side), "episodes"), read_table(run_dir_of(turn), "episodes")
+    weights = sorted((tmp_path / "side").glob("policy-*/model.safetensors"))
+    assert len(weights) == 2
+    for w in weights:
+        assert w.read_bytes() == (tmp_path / "turn" / w.parent.name / w.name).read_bytes()
+    cols = ["seed", "t", "response", "reward"]
+    assert a.sort_values(["seed", "t"])[cols].reset_index(drop=True).equals(b.sort_values(["seed", "t"])[cols].reset_index(drop=True))

@@ -114,6 +114,49 @@ def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
             close()
 
 
+@ray.remote
+def sft_task(scenario_data: dict, policy_data: dict, threads: int) -> tuple[str, dict[str, bytes]]:
+    """`load_or_train_policy` in a task; returns the cache directory's name and files."""
+    from testbed.config import PolicyConfig, parse_scenario
+    from testbed.models.sft import cache_root, load_or_train_policy
+    from testbed.run import sft_evaluator
+
+    torch.set_num_threads(threads)
+    scenario = parse_scenario(scenario_data, "<scenario>")
+    cfg = PolicyConfig.model_validate(policy_data)
+    _, _, report = load_or_train_policy(cfg, scenario.world.archetypes, evaluate=sft_evaluator(scenario),
+                                        log=lambda message: None, env=scenario.env)
+    directory = cache_root() / f"policy-{report['key']}"
+    return directory.name, {str(f.relative_to(directory)): f.read_bytes() for f in directory.rglob("*") if f.is_file()}
+
+
+def train_policies_in_parallel(scenario: Any, configs: list[Any], log: Callable[[str], None]) -> None:
+    """Train the SFT policies of `configs` that the cache lacks, side by side, one task each, and
+    put them into this process's cache (nodes need no shared disk)."""
+    from testbed.models.sft import cache_root, policy_key
+    from testbed.run import resolved_dict
+
+    missing = [c for c in configs if not (cache_root() / f"policy-{policy_key(c, scenario.world.archetypes, scenario.env)}"
+                                          / "sft_report.json").exists()]
+    if len(missing) < 2:
+        return
+    log(f"training {len(missing)} SFT policies side by side (one per seed)")
+    data = resolved_dict(scenario)
+    tasks = [sft_task.options(num_cpus=scenario.runtime.task_cpus).remote(data, c.model_dump(mode="json"),
+                                                                         scenario.runtime.torch_threads) for c in missing]
+    for name, files in ray.get(tasks):
+        target = cache_root() / name
+        if (target / "sft_report.json").exists():
+            continue  # the same machine: the task wrote it here already
+        tmp = target.with_name(f"{name}.tmp-driver")
+        for rel, blob in files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_bytes(blob)
+        import os
+
+        os.replace(tmp, target)
+
+
 def install_cache_files(files: dict[str, bytes]) -> None:
     """The driver's warm-up results, into this node's cache (atomically). They replace a file of the
     same name: what a first job computes depends on its random stream, and this run's first jobs
