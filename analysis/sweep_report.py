@@ -118,6 +118,12 @@ def grid_figure(grid: pd.DataFrame, axes: list[str]):
     return fig
 
 
+def short_names(axes: list[str]) -> list[str]:
+    """Axis names for narrow tables: the last dotted part where that is unambiguous."""
+    last = [a.split(".")[-1] for a in axes]
+    return [short if last.count(short) == 1 else axis for axis, short in zip(axes, last)]
+
+
 def sweep_report(root: str | Path, console: Any = None) -> Path:
     """Write SWEEP_DIR/report/ (see the module docstring), print the grid; returns the folder."""
     from rich.console import Console
@@ -140,7 +146,8 @@ def sweep_report(root: str | Path, console: Any = None) -> Path:
     for switch, g in grid[grid["switch"].notna()].groupby("switch"):
         rows = [[r["point"], *[str(r[a]) for a in axes], str(r["arm"]), f"{int(r['recovered'])}/{int(r['seeds_with_data'])}",
                  *[fmt_ci(r, m, 0 if m == "episodes_to_recover" else 2) for m in SHOWN]] for _, r in g.iterrows()]
-        console.print(rich_table(f"switch {int(switch)}", ["point", *axes, "arm", "recovered", *SHOWN.values()], rows))
+        console.print(rich_table(f"switch {int(switch)}: {g.iloc[0]['from_style']} -> {g.iloc[0]['to_style']} (mean [95% CI] over seeds)",
+                                 ["point", *short_names(axes), "arm", "recovered", *SHOWN.values()], rows))
     return out
 
 
