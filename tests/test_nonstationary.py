@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from analysis import nonstationary as ns
-from tests.test_analysis import episodes, evals_table
+from analysis.report import report
+from tests.test_analysis import episodes, evals_table, write_run
 
 TARGETS = ("cute", "chuunibyou")
 
@@ -271,3 +272,36 @@ def test_two_or_three_seeds_raise_no_warnings():
         warnings.simplefilter("error")
         ns.interval_estimates(table, ["episodes_to_recover"], "switch", reps=100)
         ns.probability_of_improvement(table, ["episodes_to_recover"], "switch", reps=100)
+
+
+# ----------------------------------------------------------------------------------------------
+# the report
+
+
+def test_report_writes_the_nonstationary_tables_and_figures(tmp_path):
+    ep = two_segment_run()
+    ev = pd.concat([evals_table([(0, "cute", {"cute": 0.9, "chuunibyou": 0.1}),
+                                 (40, "chuunibyou", {"cute": 0.9, "chuunibyou": 0.1}),
+                                 (60, "chuunibyou", {"cute": 0.1, "chuunibyou": 0.9})], arm=arm, seed=s)
+                    for arm in "ab" for s in (0, 1)])
+    run = write_run(tmp_path, "two_arms", ep, {"switch_points": [40], "budget": 80, "seeds": [0, 1]}, evals=ev)
+    report([run])
+    seg = pd.read_csv(run / "segments_by_seed.csv")
+    assert len(seg) == 8 and set(seg["run"]) == {"two_arms"}
+    # the report's window is auto_window's 10, as above
+    assert seg.set_index(["arm", "seed", "segment"]).loc[("a", 0, 0), "dynamic_regret"] == -0.125
+    intervals = pd.read_csv(run / "intervals.csv")
+    assert set(intervals["metric"]) == {"auc", "dynamic_regret", "episodes_to_recover", "dip", "old_fall"}
+    falls = pd.read_csv(run / "switches_by_seed.csv")
+    assert falls["old_fall"].tolist() == [20.0] * 4 and set(falls["old_level"]) == {0.1}
+    improvement = pd.read_csv(run / "improvement.csv")
+    assert {(r.arm_x, r.arm_y) for r in improvement.itertuples()} == {("a", "b"), ("b", "a")}
+    assert set(improvement["metric"]) == {"episodes_to_recover", "dynamic_regret"}
+    text = (run / "summary.md").read_text()
+    for heading in ("### Per segment", "### Pooled over switches and segments (rliable)",
+                    "### Probability of improvement (rliable)", "**dynamic regret**"):
+        assert heading in text
+    assert "| b | 1: chuunibyou (t 40-80) | 2 |" in text
+    for name in ("segments", "probability_of_improvement"):
+        assert (run / "figures" / f"{name}.png").stat().st_size > 10_000, name
+    assert pd.read_csv(run / "summary.csv")["old_fall"].tolist() == [20.0, 20.0]
