@@ -25,7 +25,7 @@ What it writes:
   offpolicy.csv           asynchronous runs only: per arm, the staleness shares, dropped episodes,
                           episodes judged under another target than they were generated for, and
                           the DIS-masked and PPO-clipped token shares;
-  figures/*.png           see analysis/plots.py.
+  figures/*.png           see analysis/plots.py and analysis/nonstationary_plots.py.
 
 From code: `report(run_dirs, out_dir=None, console=None) -> Path` (the output folder). It never
 raises for a thin run (one arm, one seed, no switches, no evaluations, no updates): what cannot be
