@@ -30,7 +30,7 @@ What it writes:
 From code: `report(run_dirs, out_dir=None, console=None) -> Path` (the output folder). It never
 raises for a thin run (one arm, one seed, no switches, no evaluations, no updates): what cannot be
 computed is left empty, and a figure that fails is reported on the console and skipped.
-`print_switch_table(run_dir, console=None)` prints the switch table only (no files, no figures).
+`print_switch_table(run_dir, console=None)` prints the console tables only (no files, no figures).
 """
 
 from __future__ import annotations
@@ -376,7 +376,7 @@ def report(run_dirs: str | Path | list[str | Path], out_dir: str | Path | None =
 
 
 def print_switch_table(run_dir: str | Path, console=None) -> None:
-    """Print the arms and switch tables of one run (no files written)."""
+    """Print the console tables of one run (no files written)."""
     print_tables(analyse([load_run(run_dir)]), console)
 
 
