@@ -14,7 +14,8 @@
                        gradient norms by module family for policy and critic, expert load.
 
 Colours, the mean line with its band and the phase shading are shared through
-`analysis.figure_style`; the two diagnostics figures live in `analysis.diagnostic_plots`.
+`analysis.figure_style`; the two diagnostics figures live in `analysis.diagnostic_plots`, the
+non-stationary metrics' (segments, probability of improvement) in `analysis.nonstationary_plots`.
 """
 
 from __future__ import annotations

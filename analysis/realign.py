@@ -272,14 +272,15 @@ def switch_metrics(episodes: pd.DataFrame, switch_points: Sequence[int], budget:
 
 
 def aggregate(per_seed: pd.DataFrame, confidence: float = DEFAULT_CONFIDENCE, n_boot: int = DEFAULT_N_BOOT,
-              seed: int = 0) -> pd.DataFrame:
+              seed: int = 0, metrics: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per arm (and run, if there is a `run` column) and switch: for each metric in
-    `METRICS`, `<metric>` (mean over seeds), `<metric>_lo`, `<metric>_hi` (bootstrap interval)
-    and `<metric>_n` (seeds with a value); plus `seeds` (seeds in the table), `seeds_with_data`
-    and `recovered` (seeds that recovered)."""
+    `metrics` (default `METRICS`), `<metric>` (mean over seeds), `<metric>_lo`, `<metric>_hi`
+    (bootstrap interval) and `<metric>_n` (seeds with a value); plus `seeds` (seeds in the
+    table), `seeds_with_data` and `recovered` (seeds that recovered)."""
+    metrics = list(METRICS) if metrics is None else list(metrics)
     keys = [k for k in ("run", "arm", "switch", "t", "from_style", "to_style") if k in per_seed.columns]
     columns = [*keys, "seeds", "seeds_with_data", "recovered"]
-    for m in METRICS:
+    for m in metrics:
         columns += [m, f"{m}_lo", f"{m}_hi", f"{m}_n"]
     if per_seed.empty:
         return pd.DataFrame(columns=columns)
@@ -288,7 +289,7 @@ def aggregate(per_seed: pd.DataFrame, confidence: float = DEFAULT_CONFIDENCE, n_
         row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         row.update(seeds=int(g["seed"].nunique()), seeds_with_data=int(g["status"].isin(["recovered", "not recovered"]).sum()),
                    recovered=int(g["recovered"].astype(bool).sum()))
-        for m in METRICS:
+        for m in metrics:
             vals = g[m].to_numpy(float) if m in g else np.zeros(0)
             mean, lo, hi = bootstrap_ci(vals, confidence, n_boot, seed)
             row.update({m: mean, f"{m}_lo": lo, f"{m}_hi": hi, f"{m}_n": int(np.isfinite(vals).sum())})

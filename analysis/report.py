@@ -1,7 +1,7 @@
 """Report on one or more run directories: realignment metrics, figures and a summary table.
 
     python -m analysis.report RUN_DIR [RUN_DIR ...] [--out DIR] [--window W] [--fraction F]
-                              [--horizon H] [--no-figures]
+                              [--horizon H] [--old-level L] [--no-figures]
 
 Where it writes (`default_out_dir`):
   one run      into the run directory itself (RUN_DIR/summary.csv, figures/, beside the tables);
@@ -13,7 +13,13 @@ What it writes:
                           the metrics' definitions and the figures;
   summary.csv             one row per run, arm and switch (arm-level columns repeated; a run
                           without switches has one row per arm): means and 95% intervals;
-  switches_by_seed.csv    the per-seed metrics behind it;
+  switches_by_seed.csv    the per-seed metrics behind it (with `old_fall`, analysis/nonstationary.py);
+  segments_by_seed.csv    per run, arm, seed and segment between switches: reward area (auc), plateau,
+                          the best arm's plateau and the dynamic regret (analysis/nonstationary.py);
+  intervals.csv           per arm, metric and switch or segment, and pooled ("all"): mean and IQM over
+                          seeds with rliable's stratified-bootstrap 95% intervals;
+  improvement.csv         per ordered pair of arms: the probability that the first is better (episodes
+                          to recover per switch, dynamic regret per segment), with its interval;
   turns.csv               multi-turn runs only: per arm, drafts per episode, early acceptances,
                           first- and last-draft rewards and the gain between them;
   goodhart.csv            runs with a gold judge only: per arm and phase, training and gold reward
@@ -21,12 +27,12 @@ What it writes:
   offpolicy.csv           asynchronous runs only: per arm, the staleness shares, dropped episodes,
                           episodes judged under another target than they were generated for, and
                           the DIS-masked and PPO-clipped token shares;
-  figures/*.png           see analysis/plots.py.
+  figures/*.png           see analysis/plots.py and analysis/nonstationary_plots.py.
 
 From code: `report(run_dirs, out_dir=None, console=None) -> Path` (the output folder). It never
 raises for a thin run (one arm, one seed, no switches, no evaluations, no updates): what cannot be
 computed is left empty, and a figure that fails is reported on the console and skipped.
-`print_switch_table(run_dir, console=None)` prints the switch table only (no files, no figures).
+`print_switch_table(run_dir, console=None)` prints the console tables only (no files, no figures).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import goodhart, realign, training_data
+from analysis import goodhart, nonstationary, realign, training_data
 from analysis.tables import (  # noqa: F401  (the tables were first found here: kept importable)
     ARM_HEADER,
     SWITCH_HEADER,
@@ -136,6 +142,10 @@ class Analysis:
     labelled: bool              # arms are labelled "run:arm" (several runs)
     offpolicy: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run and arm: staleness, DIS, clip
     turns: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run and arm of a multi-turn run
+    segments: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run, arm, seed and segment
+    intervals: pd.DataFrame = field(default_factory=pd.DataFrame)  # rliable: per arm, metric and task
+    improvement: pd.DataFrame = field(default_factory=pd.DataFrame)  # rliable: per ordered pair of arms
+    old_level: float = nonstationary.DEFAULT_OLD_LEVEL
     goodhart: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run, arm and phase: training vs gold reward
 
     @property
@@ -145,9 +155,62 @@ class Analysis:
         return not o.empty and bool((o["staleness_mean"].fillna(0) > 0).any() or (o["dropped"] > 0).any())
 
 
+def schedule_groups(runs: list[RunData]) -> list[list[RunData]]:
+    """The runs grouped by schedule (switch points, budget, targets), in order: the arms of one
+    group share segments and switches, so they are compared with each other."""
+    groups: dict[tuple, list[RunData]] = {}
+    for run in runs:
+        groups.setdefault(run.schedule_key(), []).append(run)
+    return list(groups.values())
+
+
+def _with_old_fall(per_seed: pd.DataFrame, falls: pd.DataFrame, old_level: float) -> pd.DataFrame:
+    """The switch table with `old_level` and `old_fall` (NaN where a seed had no evaluations)."""
+    if falls.empty:
+        return per_seed.assign(old_level=old_level, old_fall=float("nan"))
+    keys = ["arm", "seed", "switch"]
+    return per_seed.merge(falls[[*keys, "old_level", "old_fall"]], on=keys, how="left").assign(old_level=old_level)
+
+
+def _nonstationary(runs: list[RunData], per_seed: pd.DataFrame, windows: dict[str, int], labelled: bool,
+                   reps: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Per schedule group: the segment table (the best plateau over all the group's arms), and
+    rliable's intervals and probabilities of improvement over its switches and segments."""
+    segments, intervals, improvement = [], [], []
+    for group in schedule_groups(runs):
+        head, names = group[0], [r.name for r in group]
+        parts = []
+        for run in group:
+            if not run.episodes.empty:
+                arm = run.episodes["arm"].astype(str)
+                parts.append(run.episodes.assign(arm=run.name + ":" + arm if labelled else run.episodes["arm"],
+                                                 run=run.name))
+        ep = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+        seg = nonstationary.segment_metrics(ep, head.switch_points, head.budget, windows[head.name])
+        if not seg.empty:
+            seg.insert(0, "run", seg["arm"].map(ep.groupby("arm")["run"].first()))
+            segments.append(seg)
+        sw = per_seed[per_seed["run"].isin(names)] if not per_seed.empty else per_seed
+        intervals += [nonstationary.interval_estimates(sw, list(nonstationary.SWITCH_METRICS), "switch", reps),
+                      nonstationary.interval_estimates(seg, list(nonstationary.SEGMENT_METRICS), "segment", reps)]
+        improvement += [
+            nonstationary.probability_of_improvement(sw, [nonstationary.IMPROVEMENT_METRICS["switch"]], "switch", reps),
+            nonstationary.probability_of_improvement(seg, [nonstationary.IMPROVEMENT_METRICS["segment"]], "segment",
+                                                     reps),
+        ]
+
+    def cat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
+        dfs = [d for d in dfs if not d.empty]
+        return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
+
+    return cat(segments), cat(intervals), cat(improvement)
+
+
 def analyse(runs: list[RunData], window: int | None = None, fraction: float = realign.DEFAULT_FRACTION,
-            horizon: int | None = realign.DEFAULT_HORIZON) -> Analysis:
-    """Metrics for each run; with several runs the arm column becomes 'run:arm'."""
+            horizon: int | None = realign.DEFAULT_HORIZON, old_level: float = nonstationary.DEFAULT_OLD_LEVEL,
+            reps: int = nonstationary.DEFAULT_REPS) -> Analysis:
+    """Metrics for each run; with several runs the arm column becomes 'run:arm'. `old_level` and
+    `reps` (bootstrap resamples) are the non-stationary metrics' (analysis/nonstationary.py)."""
     labelled = len(runs) > 1
     names = [r.name for r in runs]
     for i, run in enumerate(runs):  # two runs with the same directory name get distinct labels
@@ -160,6 +223,8 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
         ps = realign.switch_metrics(run.episodes, run.switch_points, run.budget, run.evals, run.updates,
                                     window=w, fraction=fraction, horizon=horizon,
                                     seeds=run.seeds if not run.episodes.empty else None)
+        falls = nonstationary.old_fall(run.evals, run.switch_points, run.budget, run.episodes, old_level)
+        ps = _with_old_fall(ps, falls, old_level)
         ov = realign.arm_overview(run.episodes, run.evals, run.updates, window=w)
         ps.insert(0, "run", run.name)
         ov.insert(0, "run", run.name)
@@ -167,7 +232,7 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
             ps["arm"] = run.name + ":" + ps["arm"].astype(str)
             ov["arm"] = run.name + ":" + ov["arm"].astype(str)
         per_seed.append(ps)
-        switches.append(realign.aggregate(ps))
+        switches.append(realign.aggregate(ps, metrics=[*realign.METRICS, "old_fall"]))
         arms.append(ov.assign(window=w))
         off = training_data.offpolicy_overview(run.episodes, run.updates, run.dropped)
         off.insert(0, "run", run.name)
@@ -197,9 +262,10 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
         summary = pd.DataFrame()
     offpolicy_df = pd.concat(offpolicy, ignore_index=True) if offpolicy else pd.DataFrame()
     turns_df = pd.concat(turns, ignore_index=True) if turns else pd.DataFrame()
+    segments_df, intervals_df, improvement_df = _nonstationary(runs, per_seed_df, windows, labelled, reps)
     goodhart_df = pd.concat(gaps, ignore_index=True) if gaps else pd.DataFrame()
     return Analysis(runs, per_seed_df, switches_df, arms_df, summary, windows, fraction, horizon, labelled, offpolicy_df,
-                    turns_df, goodhart_df)
+                    turns_df, segments_df, intervals_df, improvement_df, old_level, goodhart_df)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -208,7 +274,7 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
 
 def make_figures(a: Analysis, fig_dir: Path, log=print) -> list[Path]:
     """Draw every figure that the data allows into fig_dir; returns the files written."""
-    from analysis import plots
+    from analysis import nonstationary_plots, plots
 
     fig_dir.mkdir(parents=True, exist_ok=True)
     runs = a.runs
@@ -252,6 +318,14 @@ def make_figures(a: Analysis, fig_dir: Path, log=print) -> list[Path]:
             ("goodhart_gap", lambda: goodhart.gap_figure(ep, sp, budget, window, palette=palette,
                                                          targets=realign.phase_targets(ep, ev, sp, budget))),
         ]
+        # the non-stationary tables of this group's arms (the arm labels are unique across runs)
+        mine = set(a.arms.loc[a.arms["run"].isin([r.name for r in group]), "arm"]) if not a.arms.empty else set()
+        seg, iv, imp = (df[df[col].isin(mine)] if not df.empty else df
+                        for df, col in ((a.segments, "arm"), (a.intervals, "arm"), (a.improvement, "arm_x")))
+        jobs += [
+            ("segments", lambda: nonstationary_plots.segment_figure(seg, iv, palette=palette)),
+            ("probability_of_improvement", lambda: nonstationary_plots.improvement_figure(imp)),
+        ]
         for name, job in jobs:
             try:
                 save(job(), name + suffix)
@@ -280,8 +354,9 @@ def default_out_dir(run_dirs: list[Path]) -> Path:
 
 def report(run_dirs: str | Path | list[str | Path], out_dir: str | Path | None = None, console=None, *,
            window: int | None = None, fraction: float = realign.DEFAULT_FRACTION,
-           horizon: int | None = realign.DEFAULT_HORIZON, figures: bool = True) -> Path:
-    """Analyse the runs, write summary.md, summary.csv, switches_by_seed.csv and figures/*.png
+           horizon: int | None = realign.DEFAULT_HORIZON, old_level: float = nonstationary.DEFAULT_OLD_LEVEL,
+           figures: bool = True) -> Path:
+    """Analyse the runs, write summary.md, the CSVs and figures/*.png (see the module docstring)
     into out_dir (default: `default_out_dir`), print the tables on `console` (a rich Console;
     default: a new one), and return out_dir."""
     from rich.console import Console
@@ -296,9 +371,12 @@ def report(run_dirs: str | Path | list[str | Path], out_dir: str | Path | None =
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     runs = [load_run(p) for p in paths]
-    a = analyse(runs, window=window, fraction=fraction, horizon=horizon)
+    a = analyse(runs, window=window, fraction=fraction, horizon=horizon, old_level=old_level)
     a.summary.to_csv(out / "summary.csv", index=False)
     a.per_seed.to_csv(out / "switches_by_seed.csv", index=False)
+    a.segments.to_csv(out / "segments_by_seed.csv", index=False)
+    a.intervals.to_csv(out / "intervals.csv", index=False)
+    a.improvement.to_csv(out / "improvement.csv", index=False)
     if a.asynchronous:
         a.offpolicy.to_csv(out / "offpolicy.csv", index=False)
     if not a.turns.empty:
@@ -313,7 +391,7 @@ def report(run_dirs: str | Path | list[str | Path], out_dir: str | Path | None =
 
 
 def print_switch_table(run_dir: str | Path, console=None) -> None:
-    """Print the arms and switch tables of one run (no files written)."""
+    """Print the console tables of one run (no files written)."""
     print_tables(analyse([load_run(run_dir)]), console)
 
 
@@ -329,11 +407,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="recovered = rolling reward >= fraction x pre-switch plateau (default %(default)s)")
     parser.add_argument("--horizon", type=int, default=realign.DEFAULT_HORIZON,
                         help="episodes after a switch for the mean reward (default %(default)s; 0 = whole phase)")
+    parser.add_argument("--old-level", type=float, default=nonstationary.DEFAULT_OLD_LEVEL,
+                        help="old_fall: episodes until the old style's held-out share falls to this share "
+                             "(default %(default)s)")
     parser.add_argument("--no-figures", action="store_true", help="tables only")
     args = parser.parse_args(argv)
     try:
         out = report(args.run_dirs, args.out, window=args.window, fraction=args.fraction,
-                     horizon=args.horizon or None, figures=not args.no_figures)
+                     horizon=args.horizon or None, old_level=args.old_level, figures=not args.no_figures)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from analysis import realign
+from analysis import nonstationary, realign
 
 if TYPE_CHECKING:
     from analysis.report import Analysis
@@ -32,7 +32,7 @@ def fmt_ci(row: pd.Series, metric: str, digits: int = 2) -> str:
 
 
 SWITCH_HEADER = ["arm", "switch", "recovered", "episodes to recover", "judge calls to recover", "plateau -> dip",
-                 "horizon reward", "old half-life", "crossover", "new share at end"]
+                 "horizon reward", "old half-life", "crossover", "new share at end", "old share to level"]
 ARM_HEADER = ["arm", "seeds", "episodes", "judge calls (failed)", "mean reward", "final reward", "final target share"]
 
 
@@ -50,8 +50,66 @@ def switch_rows(switches: pd.DataFrame) -> list[list[str]]:
             fmt_ci(r, "old_half_life", 0),
             fmt_ci(r, "crossover", 0),
             fmt_ci(r, "new_share_end", 2),
+            fmt_ci(r, "old_fall", 0),
         ])
     return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# non-stationary metrics (analysis/nonstationary.py): rliable's intervals
+
+SEGMENT_HEADER = ["arm", "segment", "seeds", "reward area", "dynamic regret", "best plateau (arm)"]
+POOLED_HEADER = ["arm", "metric", "better", "over", "seeds", "mean", "IQM"]
+IMPROVEMENT_HEADER = ["metric", "better", "over", "X", "Y", "P(X better than Y)"]
+METRIC_LABELS = {**nonstationary.SWITCH_METRICS, **nonstationary.SEGMENT_METRICS}
+
+
+def pooled_view(table: pd.DataFrame) -> pd.DataFrame:
+    """Per metric, the rows pooled over its tasks ("all"), or its one task's rows where it has one."""
+    if table.empty:
+        return table
+    parts = []
+    for _, g in table.groupby("metric", sort=False):
+        pooled = g[g["task"].astype(str) == nonstationary.POOLED]
+        parts.append(pooled if not pooled.empty else g)
+    return pd.concat(parts)
+
+
+def _over(r: pd.Series) -> str:
+    return nonstationary.over_label(r["unit"], r["task"], r["tasks"])
+
+
+def segment_rows(intervals: pd.DataFrame, segments: pd.DataFrame) -> list[list[str]]:
+    """Per segment and arm: reward area and dynamic regret (mean [95% CI]) and the best plateau."""
+    if intervals.empty or segments.empty:
+        return []
+    iv = intervals[(intervals["unit"] == "segment") & (intervals["task"].astype(str) != nonstationary.POOLED)]
+    info = segments.drop_duplicates(["arm", "segment"]).set_index(["arm", "segment"])
+    rows = []
+    for (arm, task), g in iv.groupby(["arm", "task"], sort=False):
+        m, s = g.set_index("metric"), info.loc[(arm, task)]
+        rows.append([str(arm), f"{task}: {s['target_style']} (t {s['start']}-{s['end']})", str(m.loc["auc", "n"]),
+                     fmt_ci(m.loc["auc"], "mean", 3), fmt_ci(m.loc["dynamic_regret"], "mean", 3),
+                     f"{_num(s['best_plateau'], 3)} ({s['best_arm']})"])
+    return sorted(rows, key=lambda row: int(row[1].split(":")[0]))  # segment by segment, arms side by side
+
+
+def pooled_rows(intervals: pd.DataFrame) -> list[list[str]]:
+    """Per arm and metric, pooled over switches or segments: mean and IQM [95% CI]."""
+    view = pooled_view(intervals)
+    if view.empty:
+        return []
+    digits = lambda m: 0 if m in ("episodes_to_recover", "old_fall") else 3  # noqa: E731
+    return [[str(r["arm"]), METRIC_LABELS.get(r["metric"], r["metric"]), r["better"], _over(r), str(r["n"]),
+             fmt_ci(r, "mean", digits(r["metric"])), fmt_ci(r, "iqm", digits(r["metric"]))]
+            for _, r in view.sort_values("arm", key=lambda c: c.astype(str), kind="stable").iterrows()]
+
+
+def improvement_rows(improvement: pd.DataFrame) -> list[list[str]]:
+    """Per metric and ordered pair of arms, pooled over switches or segments."""
+    view = pooled_view(improvement)
+    return [[METRIC_LABELS.get(r["metric"], r["metric"]), r["better"], _over(r), str(r["arm_x"]), str(r["arm_y"]),
+             fmt_ci(r, "p_improvement", 2)] for _, r in view.iterrows()]
 
 
 OFFPOLICY_HEADER = ["arm", "trained at staleness 0/1/2/3/4+", "mean staleness", "dropped", "judged under a new target",
@@ -116,10 +174,46 @@ def definitions(a: Analysis) -> str:
         "- **horizon reward**: mean reward of the episodes in [T, T + horizon).",
         "- **old half-life**: episodes until the old target's held-out share falls to half its value at the switch. "
         "**crossover**: episodes until the new target's held-out share passes the old one's (both linear between "
-        "evaluations). **new share at end**: the new target's held-out share at the phase's last evaluation.",
+        "evaluations). **new share at end**: the new target's held-out share at the phase's last evaluation. "
+        f"**old share to level**: episodes until the old target's held-out share falls to {a.old_level} or below "
+        "(0 if it already is at the switch).",
         "- Brackets: 95% percentile-bootstrap interval over seeds (none with one seed); '-': no value "
         "(never happened within the phase, or no data).",
     ])
+
+
+def nonstationary_definitions(a: Analysis) -> str:
+    return "\n".join([
+        "- A **segment** is the stretch between two switches (or the run's start or end). **reward area**: the "
+        "mean reward of its judged episodes (the area under the reward curve over its length). **best plateau**: "
+        "the highest mean over seeds, among the arms compared here, of the mean reward of the last `window` "
+        "episodes of the segment. **dynamic regret**: best plateau - reward, summed over the segment's episodes "
+        "and divided by their number (negative for a seed that beat the best arm's mean plateau).",
+        "- **mean**, **IQM** (interquartile mean; equal to the mean under four values) over seeds, with rliable's "
+        "stratified-bootstrap 95% intervals. A pooled row averages over the switches or segments in which "
+        "every seed of every arm has a value (a seed that never recovered has none), listed under 'over'.",
+        "- **P(X better than Y)**: the probability that a random seed of X beats one of Y (ties count half), "
+        "averaged over the switches or segments, with a bootstrap 95% interval; 'better' says whether lower or "
+        "higher values are better. 0.5: no difference.",
+    ])
+
+
+def nonstationary_markdown(a: Analysis) -> list[str]:
+    """The summary.md section for analysis/nonstationary.py's metrics (empty without them)."""
+    if a.intervals.empty:
+        return []
+    parts = ["## Segments, pooled intervals and probability of improvement", ""]
+    seg = segment_rows(a.intervals, a.segments)
+    if seg:
+        parts += ["### Per segment", "", md_table(SEGMENT_HEADER, seg), ""]
+    parts += ["### Pooled over switches and segments (rliable)", "", md_table(POOLED_HEADER, pooled_rows(a.intervals)),
+              ""]
+    if not a.improvement.empty:
+        parts += ["### Probability of improvement (rliable)", "",
+                  md_table(IMPROVEMENT_HEADER, improvement_rows(a.improvement)), ""]
+    parts += ["Per switch and segment: intervals.csv, improvement.csv; per seed: segments_by_seed.csv.", "",
+              nonstationary_definitions(a), ""]
+    return parts
 
 
 def summary_markdown(a: Analysis, figures: list[Path], out_dir: Path) -> str:
@@ -148,6 +242,7 @@ def summary_markdown(a: Analysis, figures: list[Path], out_dir: Path) -> str:
     else:
         parts.append(md_table(SWITCH_HEADER, switch_rows(a.switches)))
     parts += ["", "### How to read it", "", definitions(a), ""]
+    parts += nonstationary_markdown(a)
     if figures:
         parts += ["## Figures", ""]
         parts += [f"![{f.stem}]({f.relative_to(out_dir).as_posix()})" for f in figures]
@@ -169,9 +264,7 @@ def rich_table(title: str, header: list[str], rows: list[list[str]]):
 
 
 def print_tables(a: Analysis, console=None) -> None:
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
 
     console = console or Console()
     if a.arms.empty:
@@ -187,7 +280,36 @@ def print_tables(a: Analysis, console=None) -> None:
         console.print(rich_table("Goodhart gap (training judge vs gold judge)", GOODHART_HEADER, goodhart_rows(a.goodhart)))
     if a.switches.empty:
         console.print("no switches in this run" if len(a.runs) == 1 else "no switches in these runs")
+    else:
+        _print_switches(a, console)
+    if not a.intervals.empty:
+        seg = segment_rows(a.intervals, a.segments)
+        if seg:
+            print_rows(console, "Segments: reward area and dynamic regret (mean [95% CI] over seeds)", SEGMENT_HEADER,
+                       seg)
+        print_rows(console, "Pooled over switches and segments (rliable: mean and IQM [95% CI])", POOLED_HEADER,
+                   pooled_rows(a.intervals))
+    if not a.improvement.empty:
+        print_rows(console, "Probability of improvement (rliable, [95% CI])", IMPROVEMENT_HEADER,
+                   improvement_rows(a.improvement), keys=3)
+
+
+def print_rows(console, title: str, header: list[str], rows: list[list[str]], keys: int = 2) -> None:
+    """A rich table, or on a console under 120 columns one line per row: the first `keys` cells,
+    then 'column value' for the others (a squeezed table wraps every cell)."""
+    if console.width >= 120:
+        console.print(rich_table(title, header, rows))
         return
+    console.print(f"{title}:", highlight=False)
+    for row in rows:
+        rest = ", ".join(f"{h} {v}" for h, v in zip(header[keys:], row[keys:]))
+        console.print(f"  {'  '.join(row[:keys])}: {rest}", highlight=False)
+
+
+def _print_switches(a: Analysis, console) -> None:
+    from rich import box
+    from rich.table import Table
+
     if console.width < 120:  # a narrow console: one line per arm and switch instead of a squeezed table
         console.print(f"Realignment after each switch (mean [95% CI] over seeds; window "
                       f"{', '.join(map(str, dict.fromkeys(a.windows.values())))}, fraction {a.fraction}):",
@@ -195,7 +317,8 @@ def print_tables(a: Analysis, console=None) -> None:
         for row in switch_rows(a.switches):
             console.print(f"  {row[0]}  switch {row[1]}: recovered {row[2]}, episodes {row[3]}, judge calls {row[4]}, "
                           f"plateau -> dip {row[5]}, horizon reward {row[6]}, old half-life {row[7]}, "
-                          f"crossover {row[8]}, new share {row[9]}", highlight=False)
+                          f"crossover {row[8]}, new share {row[9]}, old share to {a.old_level} {row[10]}",
+                          highlight=False)
         return
     table = Table(title=f"Realignment after each switch (mean [95% CI] over seeds; window "
                         f"{', '.join(map(str, dict.fromkeys(a.windows.values())))}, fraction {a.fraction}; "
