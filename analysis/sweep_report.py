@@ -11,6 +11,8 @@ analysed exactly as one run is (`analysis.report.analyse`). Written into SWEEP_D
                     and, per phase, the medians over updates of what the arm's baseline knew
                     (`analysis.training_data.BASELINE_STATS`: the critic's explained variance, its
                     first-token value's EV and spread, the mean |advantage|), as `<stat>_phase<k>`;
+                    and the segment after each switch: `auc_after`, `dynamic_regret_after`
+                    (analysis/nonstationary.py, rliable intervals);
   grid.md           the same as a markdown table per switch;
   figures/grid_recovery.png   episodes to recover per point and arm, per switch (mean, interval).
 """
@@ -29,7 +31,8 @@ from analysis.tables import fmt_ci, md_table, rich_table
 from analysis.training_data import BASELINE_STATS, baseline_overview
 
 # the per-switch metrics shown side by side (name -> column header)
-SHOWN = {"episodes_to_recover": "episodes to recover", "dip": "dip", "horizon_reward": "reward over horizon"}
+SHOWN = {"episodes_to_recover": "episodes to recover", "dip": "dip", "horizon_reward": "reward over horizon",
+         "dynamic_regret_after": "dynamic regret after"}
 
 
 def point_run(root: Path, point: dict[str, Any], loaded: dict[str, RunData]) -> RunData:
@@ -49,6 +52,20 @@ def point_run(root: Path, point: dict[str, Any], loaded: dict[str, RunData]) -> 
     return RunData(path=root / "runs" / point["label"], manifest=manifest, name=point["label"], **tables)
 
 
+def with_segments(summary: pd.DataFrame, intervals: pd.DataFrame) -> pd.DataFrame:
+    """Each switch row gains the segment after it: `auc_after` and `dynamic_regret_after` (mean
+    over seeds, rliable 95% interval as `_lo`, `_hi`)."""
+    if intervals.empty or "switch" not in summary:
+        return summary
+    seg = intervals[(intervals["unit"] == "segment") & (intervals["task"].astype(str) != "all")]
+    for metric in ("auc", "dynamic_regret"):
+        part = seg[seg["metric"] == metric].assign(switch=lambda d: d["task"].astype(int))
+        part = part[["arm", "switch", "mean", "mean_lo", "mean_hi"]].rename(
+            columns={"mean": f"{metric}_after", "mean_lo": f"{metric}_after_lo", "mean_hi": f"{metric}_after_hi"})
+        summary = summary.merge(part, on=["arm", "switch"], how="left")
+    return summary
+
+
 def grid_table(root: Path) -> pd.DataFrame:
     """One row per point, arm and switch (see the module docstring)."""
     index = json.loads((root / "sweep.json").read_text())
@@ -60,7 +77,7 @@ def grid_table(root: Path) -> pd.DataFrame:
             continue  # not run yet (an interrupted sweep): left out, the table says which points it has
         run = point_run(root, point, loaded)
         a = analyse([run])
-        summary = a.summary.copy()
+        summary = with_segments(a.summary.copy(), a.intervals)
         # what each arm's baseline knew, per phase: one column per statistic and phase
         stats = baseline_overview(run.updates, run.switch_points, run.budget)
         if not stats.empty:
@@ -81,7 +98,7 @@ def grid_markdown(grid: pd.DataFrame, axes: list[str]) -> str:
         out.append(f"### Switch {int(switch)} at t={int(first['t'])} ({first['from_style']} -> {first['to_style']})\n")
         header = ["point", *axes, "arm", "recovered", *SHOWN.values(), "final reward"]
         body = [[r["point"], *[str(r[a]) for a in axes], str(r["arm"]), f"{int(r['recovered'])}/{int(r['seeds_with_data'])}",
-                 *[fmt_ci(r, m, 0 if m == "episodes_to_recover" else 2) for m in SHOWN], f"{r['final_reward']:.3f}"]
+                 *[fmt_ci(r, m, 0 if m == "episodes_to_recover" else 3) for m in SHOWN], f"{r['final_reward']:.3f}"]
                 for _, r in g.iterrows()]
         out.append(md_table(header, body))
         out.append("")
@@ -145,7 +162,7 @@ def sweep_report(root: str | Path, console: Any = None) -> Path:
         fig.savefig(out / "figures" / "grid_recovery.png")
     for switch, g in grid[grid["switch"].notna()].groupby("switch"):
         rows = [[r["point"], *[str(r[a]) for a in axes], str(r["arm"]), f"{int(r['recovered'])}/{int(r['seeds_with_data'])}",
-                 *[fmt_ci(r, m, 0 if m == "episodes_to_recover" else 2) for m in SHOWN]] for _, r in g.iterrows()]
+                 *[fmt_ci(r, m, 0 if m == "episodes_to_recover" else 3) for m in SHOWN]] for _, r in g.iterrows()]
         console.print(rich_table(f"switch {int(switch)}: {g.iloc[0]['from_style']} -> {g.iloc[0]['to_style']} (mean [95% CI] over seeds)",
                                  ["point", *short_names(axes), "arm", "recovered", *SHOWN.values()], rows))
     return out
