@@ -40,8 +40,8 @@ def point_run(root: Path, point: dict[str, Any], loaded: dict[str, RunData]) -> 
     parts: dict[str, list[pd.DataFrame]] = {"episodes": [], "updates": [], "evals": [], "dropped": []}
     manifest: dict[str, Any] = {}
     for arm, owner in point["arms"].items():
-        if owner not in loaded:
-            loaded[owner] = load_run(root / "runs" / owner)
+        if owner not in loaded:  # a point of this sweep, or a run directory of an earlier one (--reuse)
+            loaded[owner] = load_run(Path(owner) if "/" in owner else root / "runs" / owner)
         run = loaded[owner]
         manifest = manifest or run.manifest
         for name in parts:
@@ -72,7 +72,8 @@ def grid_table(root: Path) -> pd.DataFrame:
     loaded: dict[str, RunData] = {}
     rows = []
     for point in index["points"]:
-        missing = [o for o in set(point["arms"].values()) if not (root / "runs" / o / "manifest.json").exists()]
+        missing = [o for o in set(point["arms"].values())
+                   if not ((Path(o) if "/" in o else root / "runs" / o) / "manifest.json").exists()]
         if missing:
             continue  # not run yet (an interrupted sweep): left out, the table says which points it has
         run = point_run(root, point, loaded)

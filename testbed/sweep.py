@@ -16,6 +16,9 @@ A sweep file names a base scenario, overrides for every point, and the grid:
         b32:  {arms.sao.args.batch_size: 32, arms.grpo.args.prompts_per_update: 4}
         b128: {arms.sao.args.batch_size: 128, arms.grpo.args.prompts_per_update: 16}
 
+`--reuse EARLIER_SWEEP_DIR` counts the finished arms of an earlier sweep with the same settings
+(the same job key) as done: they are read from there, not rerun.
+
 Every point (the product of the axes) is a plain scenario, written to `points/pNN.yaml`, and run
 with `python -m testbed.run` into `runs/pNN` (arms side by side where the scenario's runtime says
 so). An arm x seed whose settings are the same at two points (the running mean's window does not
@@ -67,6 +70,7 @@ class Sweep:
     base: dict[str, Any]
     axes: list[Axis]
     source: str
+    reuse: list[str] = field(default_factory=list)  # earlier sweep directories whose finished arms count
 
 
 def _label(value: Any) -> str:
@@ -191,18 +195,41 @@ def job_key(scenario: Any, arm_name: str) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def plan(points: list[Point]) -> dict[str, dict[str, str]]:
-    """Per point, arm -> the point whose run computes it (the first point with that job key)."""
-    first: dict[str, str] = {}
+def plan(points: list[Point], known: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
+    """Per point, arm -> the point whose run computes it (the first point with that job key), or
+    the run directory of an earlier sweep that already has it (`known`: job key -> run dir)."""
+    first: dict[str, str] = dict(known or {})
     out: dict[str, dict[str, str]] = {}
     for p in points:
         out[p.label] = {arm: first.setdefault(key, p.label) for arm, key in p.arm_keys.items()}
     return out
 
 
-def index_data(sweep: Sweep, points: list[Point]) -> dict[str, Any]:
-    return {"name": sweep.name, "source": sweep.source, "axes": [a.name for a in sweep.axes],
-            "points": [{"label": p.label, "values": p.values, "arms": plan(points)[p.label]} for p in points]}
+def finished_jobs(roots: list[str]) -> dict[str, str]:
+    """Job key -> run directory, for every arm of a finished run in the given sweep directories."""
+    out: dict[str, str] = {}
+    for root in map(Path, roots):
+        if not (root / "sweep.yaml").is_file():
+            raise ScenarioError(f"--reuse {root}: not a sweep directory (no sweep.yaml)")
+        _, points = reload(root)
+        for point, owners in plan(points, finished_jobs(load_saved(root).reuse)).items():
+            p = next(q for q in points if q.label == point)
+            for arm, owner in owners.items():
+                run_dir = owner_dir(root, owner)
+                manifest = run_dir / "manifest.json"
+                if manifest.exists() and json.loads(manifest.read_text()).get("status") == "done":
+                    out.setdefault(p.arm_keys[arm], str(run_dir.resolve()))
+    return out
+
+
+def owner_dir(root: Path, owner: str) -> Path:
+    """Where an arm's rows are: a point of this sweep (its label) or a run directory of another."""
+    return Path(owner) if "/" in owner else root / "runs" / owner
+
+
+def index_data(sweep: Sweep, points: list[Point], owners: dict[str, dict[str, str]]) -> dict[str, Any]:
+    return {"name": sweep.name, "source": sweep.source, "axes": [a.name for a in sweep.axes], "reuse": sweep.reuse,
+            "points": [{"label": p.label, "values": p.values, "arms": owners[p.label]} for p in points]}
 
 
 def run_point(root: Path, point: Point, arms: list[str]) -> int:
@@ -223,18 +250,17 @@ def run_point(root: Path, point: Point, arms: list[str]) -> int:
     return run.main([str(path), "--out", str(root / "runs"), "--run-name", point.label])
 
 
-def write_points(root: Path, sweep: Sweep, points: list[Point]) -> None:
+def write_points(root: Path, sweep: Sweep, points: list[Point], owners: dict[str, dict[str, str]]) -> None:
     (root / "points").mkdir(parents=True, exist_ok=True)
     for p in points:
         (root / "points" / f"{p.label}.yaml").write_text(yaml.safe_dump(p.data, sort_keys=False))
-    (root / "sweep.json").write_text(json.dumps(index_data(sweep, points), indent=1))
-    (root / "sweep.yaml").write_text(yaml.safe_dump({"name": sweep.name, "base": sweep.base,
+    (root / "sweep.json").write_text(json.dumps(index_data(sweep, points, owners), indent=1))
+    (root / "sweep.yaml").write_text(yaml.safe_dump({"name": sweep.name, "base": sweep.base, "reuse": sweep.reuse,
                                                      "grid": {a.name: {lbl: sets for lbl, sets in a.values} for a in sweep.axes}},
                                                     sort_keys=False))
 
 
-def run_sweep(root: Path, sweep: Sweep, points: list[Point], console: Any) -> int:
-    owners = plan(points)
+def run_sweep(root: Path, sweep: Sweep, points: list[Point], owners: dict[str, dict[str, str]], console: Any) -> int:
     for p in points:
         own = [arm for arm, owner in owners[p.label].items() if owner == p.label]
         if not own:
@@ -249,11 +275,16 @@ def run_sweep(root: Path, sweep: Sweep, points: list[Point], console: Any) -> in
     return 0
 
 
+def load_saved(root: Path) -> Sweep:
+    saved = yaml.safe_load((root / "sweep.yaml").read_text())
+    return Sweep(saved["name"], saved["base"], [Axis(n, [(lbl, sets) for lbl, sets in vals.items()])
+                                                for n, vals in saved["grid"].items()], str(root / "sweep.yaml"),
+                 saved.get("reuse") or [])
+
+
 def reload(root: Path) -> tuple[Sweep, list[Point]]:
     """The sweep of a sweep directory, as it was planned."""
-    saved = yaml.safe_load((root / "sweep.yaml").read_text())
-    sweep = Sweep(saved["name"], saved["base"], [Axis(n, [(lbl, sets) for lbl, sets in vals.items()])
-                                                  for n, vals in saved["grid"].items()], str(root / "sweep.yaml"))
+    sweep = load_saved(root)
     return sweep, expand(sweep)
 
 
@@ -266,6 +297,8 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seeds", help="comma-separated seeds for every point, e.g. 0,1,2,3,4")
     parser.add_argument("--out", default="runs", help="parent directory of the sweep directory (default: runs)")
     parser.add_argument("--name", help="the sweep directory's name (default: <sweep>-<timestamp>)")
+    parser.add_argument("--reuse", action="append", default=[], metavar="SWEEP_DIR",
+                        help="an earlier sweep whose finished arms with the same settings are used, not rerun (repeatable)")
     parser.add_argument("--dry-run", action="store_true", help="print the points and what would run, then exit")
     parser.add_argument("--resume", metavar="SWEEP_DIR", help="continue a sweep: finished points are kept")
     parser.add_argument("--report", metavar="SWEEP_DIR", help="write the grid report of a sweep directory again")
@@ -284,15 +317,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.file:
             sweep = load_sweep(Path(args.file), args.grid, args.overrides, args.seeds)
+            sweep.reuse = [str(Path(r).resolve()) for r in args.reuse]
             points = expand(sweep)
         else:
+            if args.reuse:
+                return error("--reuse goes with a new sweep; a resumed sweep keeps the ones it started with")
             root = Path(args.resume or args.report)
             if not (root / "sweep.yaml").is_file():
                 return error(f"{root}: not a sweep directory (no sweep.yaml)")
             sweep, points = reload(root)
+        owners = plan(points, finished_jobs(sweep.reuse))
     except ScenarioError as exc:
         return error(str(exc))
-    owners = plan(points)
     jobs = sum(owner == p.label for p in points for owner in owners[p.label].values())
     seeds = len(points[0].data.get("seeds") or [0])
     console.print(f"sweep {sweep.name}: {len(points)} points, {jobs} distinct arms x {seeds} seeds = {jobs * seeds} arm x seed runs")
@@ -316,9 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(args.out) / name
         if root.exists():
             return error(f"{root} already exists; continue it with --resume {root} or choose another --name")
-        write_points(root, sweep, points)
+        write_points(root, sweep, points, owners)
     if not args.report:
-        code = run_sweep(root, sweep, points, console)
+        code = run_sweep(root, sweep, points, owners, console)
         if code != 0:
             return code
     from analysis.sweep_report import sweep_report
