@@ -318,6 +318,13 @@ def _bootstrap(scores: list[np.ndarray], statistic, reps: int, confidence: float
     return ci["x"][0], ci["x"][1]
 
 
+def bootstrap_mean(values: np.ndarray, reps: int = DEFAULT_REPS, confidence: float = DEFAULT_CONFIDENCE,
+                   seed: int = DEFAULT_SEED) -> tuple[float, float]:
+    """rliable's bootstrap interval of the mean of one metric's values over seeds (one task)."""
+    low, high = _bootstrap([np.asarray(values, dtype=float)[:, None]], lambda s: np.array([s.mean()]), reps, confidence, seed)
+    return float(low[0]), float(high[0])
+
+
 def _mean_and_iqm(*scores: np.ndarray) -> np.ndarray:
     return np.array([v for s in scores for v in (s.mean(axis=0).mean(), iqm(s))])
 

@@ -37,7 +37,7 @@ Per arm, seed and switch at clock T from style O to style N (`switch_metrics`):
   new_share_end       N's held-out share at the last evaluation before the next switch.
 
 `aggregate` turns the per-seed table into one row per arm and switch: for each metric the mean
-over seeds with a percentile-bootstrap 95% confidence interval (`bootstrap_ci`), the number of
+over seeds with rliable's bootstrap 95% confidence interval (`bootstrap_ci`), the number of
 seeds with a value, `seeds_with_data` (seeds whose status is "recovered" or "not recovered")
 and `recovered` (how many of them recovered). A single seed gives no interval (NaN bounds).
 """
@@ -126,19 +126,21 @@ def phase_targets(episodes: pd.DataFrame, evals: pd.DataFrame | None, switch_poi
 
 def bootstrap_ci(values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE, n_boot: int = DEFAULT_N_BOOT,
                  seed: int = 0) -> tuple[float, float, float]:
-    """(mean, low, high): the mean of the finite values and a percentile-bootstrap interval
-    (resampling the values, i.e. seeds, with replacement). One value: (x, nan, nan); none:
-    all nan. Identical values give a zero-width interval; the interval always contains the mean."""
+    """(mean, low, high): the mean of the finite values and rliable's bootstrap interval of it
+    (one task: the seeds resampled with replacement; `analysis.nonstationary`). One value:
+    (x, nan, nan); none: all nan. Identical values give a zero-width interval; the interval always
+    contains the mean."""
+    from analysis.nonstationary import bootstrap_mean  # rliable's machinery lives there
+
     x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
     if x.size == 0:
         return float("nan"), float("nan"), float("nan")
     mean = float(x.mean())
     if x.size == 1:
         return mean, float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
+    if np.all(x == x[0]):
+        return mean, mean, mean
+    low, high = bootstrap_mean(x, n_boot, confidence, seed)
     return mean, float(min(low, mean)), float(max(high, mean))
 
 
