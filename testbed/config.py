@@ -391,6 +391,9 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel], source
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: a scenario must be a mapping of keys to values, got {type(data).__name__}")
+    if "grid" in data and "scenario" in data:
+        raise ScenarioError(f"{source} is a sweep file (a base scenario and a grid), not a scenario: run it with "
+                            f"python -m testbed.sweep {source}")
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:

@@ -103,6 +103,11 @@ def parse_grid_flag(flag: str) -> tuple[str, list[Any]]:
         raise ScenarioError(f"--grid {key}: a value is not valid YAML: {exc}") from None
 
 
+def is_sweep_file(path: Path) -> bool:
+    data = read_scenario_file(Path(path))
+    return isinstance(data, dict) and "grid" in data and "scenario" in data
+
+
 def load_sweep(path: Path, grid_flags: list[str], overrides: list[str], seeds: str | None) -> Sweep:
     """A sweep file, or a scenario file with --grid flags."""
     from testbed.config import Scenario

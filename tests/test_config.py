@@ -46,9 +46,23 @@ def mutate(path: str, value):
 
 
 def test_shipped_scenarios_load():
+    from testbed.sweep import expand, is_sweep_file, load_sweep
+
+    sweeps = 0
     for path in sorted((ROOT / "scenarios").glob("*.yaml")):
+        if is_sweep_file(path):  # a sweep: every point of its grid is validated as a scenario
+            points = expand(load_sweep(path, [], [], None))
+            assert len(points) > 1
+            sweeps += 1
+            continue
         scenario = load_scenario(path)
         assert scenario.arms and scenario.budget.episodes > 0
+    assert sweeps >= 2
+
+
+def test_a_sweep_file_given_to_the_run_command_says_what_it_is():
+    with pytest.raises(ScenarioError, match="is a sweep file.*python -m testbed.sweep"):
+        load_scenario(ROOT / "scenarios" / "regimes.yaml")
 
 
 def test_good_scenario_defaults(tmp_path):
