@@ -177,7 +177,7 @@ def definitions(a: Analysis) -> str:
         "evaluations). **new share at end**: the new target's held-out share at the phase's last evaluation. "
         f"**old share to level**: episodes until the old target's held-out share falls to {a.old_level} or below "
         "(0 if it already is at the switch).",
-        "- Brackets: 95% percentile-bootstrap interval over seeds (none with one seed); '-': no value "
+        "- Brackets: 95% bootstrap interval over seeds (rliable's, seeds resampled; none with one seed); '-': no value "
         "(never happened within the phase, or no data).",
     ])
 
