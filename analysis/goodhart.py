@@ -6,6 +6,9 @@ training episodes and never trains (`gold_reward` in the episodes table). Per ar
   gap          training reward - gold reward, on the episodes the gold judge scored. 0: the
                policy earns its reward the way the gold judge agrees with; > 0: reward the gold
                judge would not give (the training judge is exploited, or merely more lenient).
+  withheld     1 - gold reward / training reward: the share of the training reward the gold judge
+               withholds. The gap itself scales with the reward level (0 where both are 0, after
+               a switch); this share does not.
   gap_curve    the gap's rolling mean over `window` scored episodes, per seed, against the clock.
   per phase    mean training reward, gold reward and gap over each phase of the schedule, mean
                over seeds with a 95% bootstrap interval (realign.bootstrap_ci); the gap's rise
@@ -26,7 +29,7 @@ from analysis.curves import judged
 from analysis.realign import bootstrap_ci, phase_bounds
 
 COLUMNS = ["arm", "phase", "start", "end", "seeds", "scored", "reward", "reward_lo", "reward_hi", "gold_reward",
-           "gold_reward_lo", "gold_reward_hi", "gap", "gap_lo", "gap_hi"]
+           "gold_reward_lo", "gold_reward_hi", "gap", "gap_lo", "gap_hi", "withheld", "withheld_lo", "withheld_hi"]
 
 
 def scored(episodes: pd.DataFrame) -> pd.DataFrame:
@@ -52,8 +55,10 @@ def gap_overview(episodes: pd.DataFrame, switch_points: Sequence[int], budget: i
         for phase, start, end in spans:
             part = g[(g["t"] >= start) & (g["t"] < end)]
             per_seed = part.groupby("seed")[["reward", "gold_reward", "gap"]].mean()
+            with np.errstate(divide="ignore", invalid="ignore"):  # no training reward: no share to withhold
+                per_seed["withheld"] = np.where(per_seed["reward"] > 0, 1.0 - per_seed["gold_reward"] / per_seed["reward"], np.nan)
             row = {"arm": arm, "phase": phase, "start": start, "end": end, "seeds": int(len(per_seed)), "scored": int(len(part))}
-            for col in ("reward", "gold_reward", "gap"):
+            for col in ("reward", "gold_reward", "gap", "withheld"):
                 mean, lo, hi = bootstrap_ci(per_seed[col].to_numpy(float) if len(per_seed) else np.zeros(0))
                 row.update({col: mean, f"{col}_lo": lo, f"{col}_hi": hi})
             rows.append(row)

@@ -140,7 +140,7 @@ def arm_rows(arms: pd.DataFrame) -> list[list[str]]:
             for _, r in arms.iterrows()]
 
 
-GOODHART_HEADER = ["arm", "phase", "seeds", "training reward", "gold reward", "gap", "gap: first -> last window"]
+GOODHART_HEADER = ["arm", "phase", "seeds", "training reward", "gold reward", "gap", "withheld share", "gap: first -> last window"]
 
 
 def goodhart_rows(gaps: pd.DataFrame) -> list[list[str]]:
@@ -149,7 +149,7 @@ def goodhart_rows(gaps: pd.DataFrame) -> list[list[str]]:
         phase = "whole run" if r["phase"] == "all" else f"{r['phase']} [{int(r['start'])}, {int(r['end'])})"
         rise = f"{_num(r['gap_start'], 3)} -> {_num(r['gap_end'], 3)}" if r["phase"] == "all" else ""
         rows.append([str(r["arm"]), phase, str(int(r["seeds"])), fmt_ci(r, "reward", 3), fmt_ci(r, "gold_reward", 3),
-                     fmt_ci(r, "gap", 3), rise])
+                     fmt_ci(r, "gap", 3), fmt_ci(r, "withheld", 3), rise])
     return rows
 
 
@@ -235,7 +235,8 @@ def summary_markdown(a: Analysis, figures: list[Path], out_dir: Path) -> str:
     if not a.goodhart.empty:
         parts += ["## Goodhart gap (training judge vs gold judge)", "", md_table(GOODHART_HEADER, goodhart_rows(a.goodhart)), "",
                   "On the episodes the gold judge scored: mean over seeds [95% interval]. Gap = training reward - gold "
-                  "reward; its first and last windows show whether it grew with training (analysis/goodhart.py).", ""]
+                  "reward; withheld share = 1 - gold / training reward (the gap scales with the reward level, this share does "
+                  "not); the gap's first and last windows show whether it grew with training (analysis/goodhart.py).", ""]
     parts += ["## After each switch", ""]
     if a.switches.empty:
         parts.append("_no switches in these runs_" if all(not r.switch_points for r in a.runs) else "_no data_")

@@ -81,3 +81,27 @@ def test_per_seed_policies_trained_side_by_side_are_the_ones_trained_in_turn(tmp
         assert w.read_bytes() == (tmp_path / "turn" / w.parent.name / w.name).read_bytes()
     cols = ["seed", "t", "response", "reward"]
     assert a.sort_values(["seed", "t"])[cols].reset_index(drop=True).equals(b.sort_values(["seed", "t"])[cols].reset_index(drop=True))
+
+
+def test_the_gap_and_the_withheld_share_by_hand():
+    import pandas as pd
+    import pytest
+
+    from analysis import goodhart
+
+    # one arm, two seeds, a switch at 4: training reward 1 everywhere the judge passed; gold 1/2 in
+    # phase 1 for seed 0, 1 for seed 1; phase 2 all 0 for both (nothing to withhold there)
+    rows = []
+    for seed, gold1 in ((0, [1, 0, 1, 0]), (1, [1, 1, 1, 1])):
+        for t in range(8):
+            phase1 = t < 4
+            rows.append({"arm": "a", "seed": seed, "t": t, "reward": 1.0 if phase1 else 0.0, "judge_error": None,
+                         "gold_reward": float(gold1[t]) if phase1 else 0.0})
+    out = goodhart.gap_overview(pd.DataFrame(rows), [4], 8).set_index("phase")
+    assert out.loc["1", "gap"] == pytest.approx(0.25)  # seeds: 0.5 and 0
+    assert out.loc["1", "withheld"] == pytest.approx(0.25)
+    assert out.loc["2", "gap"] == 0.0 and pd.isna(out.loc["2", "withheld"])
+    assert out.loc["all", "gap"] == pytest.approx(0.125) and out.loc["all", "withheld"] == pytest.approx(0.25)
+    assert out.loc["1", "gap_lo"] <= 0.25 <= out.loc["1", "gap_hi"]
+    rise = goodhart.gap_rise(pd.DataFrame(rows), window=4).iloc[0]
+    assert rise["gap_start"] == pytest.approx(0.25) and rise["gap_end"] == 0.0 and rise["gap_rise"] == pytest.approx(-0.25)
