@@ -165,11 +165,15 @@ def run_arms(scenario: Scenario, store: RunStore, manifest: dict[str, Any], resu
         store.write_manifest(manifest)
 
     with make_progress() as progress, runtime_session(scenario):
-        if scenario.runtime.parallel_arms and len(jobs) > 1:
+        # Side by side: the synchronous arms. An asynchronous arm has actors of its own, which need the
+        # cores a task would hold, so those run one after another (after the parallel ones).
+        side = [(a, s) for a, s in jobs if scenario.runtime_for(a).kind == "sync"] if scenario.runtime.parallel_arms else []
+        if len(side) > 1:
             from testbed.distributed.parallel import run_arms_in_parallel
 
-            return run_arms_in_parallel(scenario, jobs, starts=starts, store=store, on_done=done, log=progress.console.print,
-                                        progress=progress)
+            run_arms_in_parallel(scenario, side, starts=starts, store=store, on_done=done, log=progress.console.print,
+                                 progress=progress)
+            jobs = [job for job in jobs if job not in side]
         for arm, seed in jobs:
             resume = resume_state if resume_state and (resume_state["arm"], resume_state["seed"]) == (arm.name, seed) else None
             start = starts[seed]
