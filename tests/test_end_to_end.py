@@ -40,6 +40,7 @@ def test_tiny_scenario_end_to_end(tmp_path, shared_cache):
     targets = episodes[episodes.seed == 0].set_index("t")["target_style"]
     assert targets[63] == "cute" and targets[64] == "chuunibyou" and targets[112] == "classical"
     assert ((episodes.reward == episodes.r_quality * episodes.r_style) | episodes.judge_error.notna()).all()
+    assert episodes["gold_reward"].isna().all() and not (run_dir / "goodhart.csv").exists()  # no gold judge
 
     updates = read_table(run_dir, "updates")
     assert len(updates) == 2 * (160 // 16)

@@ -14,73 +14,56 @@ def run_dir_of(proc) -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
-def test_the_gold_judge_scores_episodes_beside_a_lenient_training_judge(tmp_path, shared_cache):
+def test_the_gold_judge_scores_a_share_of_episodes_beside_a_lenient_training_judge(tmp_path, shared_cache):
+    from testbed.world_rules import unit_hash
+
     lenient = ["--set", "judge={name: rubric, args: {checks: [length, ending], dominance: 0.0}}",
-               "--set", "gold_judge={name: rubric}", "--set", "seeds=[0]"]
+               "--set", "gold_judge={name: rubric, share: 0.5}", "--set", "seeds=[0]"]
     run = run_dir_of(run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *QUICK, *lenient], tmp_path,
                              cache=shared_cache))
     ep = read_table(run, "episodes")
     judged = ep[ep["judge_error"].isna()]
-    assert judged["gold_reward"].notna().all() and len(judged) == 64
+    assert len(judged) == 64
+    # the share is picked by a hash of the clock: the same clocks in every run and arm
+    picked = judged["t"].map(lambda t: unit_hash("gold", int(t)) < 0.5)
+    assert judged["gold_reward"].notna().tolist() == picked.tolist() and 16 <= picked.sum() <= 48
+    scored = judged[picked]
     # the lenient judge passes everything the strict one passes, and more
-    assert (judged["reward"] >= judged["gold_reward"]).all()
-    assert judged["reward"].sum() > judged["gold_reward"].sum()
+    assert (scored["reward"] >= scored["gold_reward"]).all()
+    assert scored["reward"].sum() > scored["gold_reward"].sum()
     summary = (run / "summary.md").read_text()
     assert "Goodhart gap" in summary and (run / "goodhart.csv").exists()
 
-    # a share of episodes, picked by the clock: about half, the same clocks in every run
-    half = run_dir_of(run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *QUICK, *lenient,
-                               "--set", "gold_judge.share=0.5"], tmp_path, cache=shared_cache))
-    ep_half = read_table(half, "episodes")
-    scored = ep_half[ep_half["gold_reward"].notna()]
-    assert 16 <= len(scored) <= 48
-    from testbed.world_rules import unit_hash
-    assert all(unit_hash("gold", int(t)) < 0.5 for t in scored["t"])
 
-
-def test_without_a_gold_judge_the_gold_columns_are_empty(tmp_path, shared_cache):
-    run = run_dir_of(run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *QUICK, "--set", "seeds=[0]"],
-                             tmp_path, cache=shared_cache))
-    ep = read_table(run, "episodes")
-    assert ep["gold_reward"].isna().all()
-    assert not (run / "goodhart.csv").exists()
-
-
-def test_per_seed_sft_trains_one_policy_per_seed_and_seed_0_is_the_shared_one(tmp_path):
-    cache = tmp_path / "cache"
-    small = [*QUICK, "--set", "policy.sft.steps=20", "--set", "policy.sft.eval_samples=8"]
-    per_seed = run_dir_of(run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small,
-                                   "--set", "policy.sft.per_seed=true"], tmp_path, cache=cache))
-    sft = json.loads((per_seed / "manifest.json").read_text())["sft"]["per_seed"]
-    assert set(sft) == {"0", "1"} and sft["0"]["key"] != sft["1"]["key"]
-    assert len(list(cache.glob("policy-*"))) == 2
-    ep = read_table(per_seed, "episodes")
-    assert set(ep["seed"]) == {0, 1}
-
-    shared = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small], tmp_path, cache=cache)
-    shared_dir = run_dir_of(shared)
-    assert "Training the SFT policy" not in shared.stderr  # seed 0's policy is the shared one, from the cache
-    assert json.loads((shared_dir / "manifest.json").read_text())["sft"]["key"] == sft["0"]["key"]
-    a, b = read_table(per_seed, "episodes"), read_table(shared_dir, "episodes")
-    cols = ["seed", "t", "response", "reward"]
-    same0 = a[a.seed == 0].sort_values("t")[cols].reset_index(drop=True).equals(b[b.seed == 0].sort_values("t")[cols].reset_index(drop=True))
-    same1 = a[a.seed == 1].sort_values("t")[cols].reset_index(drop=True).equals(b[b.seed == 1].sort_values("t")[cols].reset_index(drop=True))
-    assert same0 and not same1  # seed 1 started from another policy
-
-
-def test_per_seed_policies_trained_side_by_side_are_the_ones_trained_in_turn(tmp_path):
+def test_per_seed_sft_one_policy_per_seed_side_by_side_as_in_turn_and_seed_0_is_the_shared_one(tmp_path):
     small = [*QUICK, "--set", "policy.sft.steps=20", "--set", "policy.sft.eval_samples=8", "--set", "policy.sft.per_seed=true"]
-    side = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small, "--set", "runtime.parallel_arms=true"],
-                   tmp_path, cache=tmp_path / "side")
-    assert "training 2 SFT policies side by side" in side.stderr, side.stderr[-3000:]
-    turn = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small], tmp_path, cache=tmp_path / "turn")
-    a, b = read_table(run_dir_of(side), "episodes"), read_table(run_dir_of(turn), "episodes")
+    turn_proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small], tmp_path, cache=tmp_path / "turn")
+    turn = run_dir_of(turn_proc)
+    sft = json.loads((turn / "manifest.json").read_text())["sft"]["per_seed"]
+    assert set(sft) == {"0", "1"} and sft["0"]["key"] != sft["1"]["key"]
+    assert len(list((tmp_path / "turn").glob("policy-*"))) == 2
+
+    # side by side (Ray tasks, parallel arms): the same two policies, bit for bit, and the same rows
+    side_proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small, "--set", "runtime.parallel_arms=true"],
+                        tmp_path, cache=tmp_path / "side")
+    assert "training 2 SFT policies side by side" in side_proc.stderr, side_proc.stderr[-3000:]
+    side = run_dir_of(side_proc)
     weights = sorted((tmp_path / "side").glob("policy-*/model.safetensors"))
     assert len(weights) == 2
     for w in weights:
         assert w.read_bytes() == (tmp_path / "turn" / w.parent.name / w.name).read_bytes()
     cols = ["seed", "t", "response", "reward"]
+    a, b = read_table(turn, "episodes"), read_table(side, "episodes")
     assert a.sort_values(["seed", "t"])[cols].reset_index(drop=True).equals(b.sort_values(["seed", "t"])[cols].reset_index(drop=True))
+
+    # without per_seed every seed starts from seed 0's policy, found in the cache
+    shared_proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small[:-2]], tmp_path, cache=tmp_path / "turn")
+    shared = run_dir_of(shared_proc)
+    assert "Training the SFT policy" not in shared_proc.stderr
+    assert json.loads((shared / "manifest.json").read_text())["sft"]["key"] == sft["0"]["key"]
+    c = read_table(shared, "episodes")
+    rows = lambda df, seed: df[df.seed == seed].sort_values("t")[cols].reset_index(drop=True)  # noqa: E731
+    assert rows(a, 0).equals(rows(c, 0)) and not rows(a, 1).equals(rows(c, 1))  # seed 1 started from another policy
 
 
 def test_the_gap_and_the_withheld_share_by_hand():

@@ -132,12 +132,13 @@ def test_with_parallel_arms_an_asynchronous_arm_runs_after_the_synchronous_ones(
                                                                                 shared_cache):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     arms = ("arms=[{name: rm, trainer: running_mean, args: {window: 32, batch_size: 16}}, "
+            "{name: rm16, trainer: running_mean, args: {window: 16, batch_size: 16}}, "
             "{name: rm_async, trainer: running_mean, args: {window: 32, batch_size: 16}, "
             "runtime: {kind: ray, rollout_workers: 2, max_staleness: 1}}]")
-    code, run_dir = run(tmp_path, "mixed", "--set", arms, "--set", "seeds=[0, 1]", "--set", "runtime.parallel_arms=true")
+    code, run_dir = run(tmp_path, "mixed", "--set", arms, "--set", "runtime.parallel_arms=true")
     assert code == 0  # the async arm's actors find cores: it does not wait behind a task holding them
     episodes = assert_clock_contiguous_per_seed(run_dir)
-    assert set(episodes["arm"]) == {"rm", "rm_async"}
+    assert set(episodes["arm"]) == {"rm", "rm16", "rm_async"}
     assert (episodes[episodes["arm"] == "rm_async"]["staleness"].dropna() > 0).any()  # it really ran asynchronously
 
 

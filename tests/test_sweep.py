@@ -112,21 +112,18 @@ def test_a_tiny_sweep_runs_each_distinct_arm_once_and_reports_the_grid(tmp_path,
     assert "run directory" not in again.stdout + again.stderr
     assert run_sweep([str(path), "--out", str(tmp_path / "out"), "--name", "s"], tmp_path, shared_cache).returncode == 2
 
-
-def test_a_later_sweep_reuses_the_finished_arms_of_an_earlier_one(tmp_path, shared_cache):
-    first = sweep_file(tmp_path, {"arms.running_mean.args.window": [16]})
-    assert run_sweep([str(first), "--out", str(tmp_path / "out"), "--name", "a"], tmp_path, shared_cache).returncode == 0
+    # a later sweep takes the finished arms with the same settings from this one (--reuse)
     (tmp_path / "b").mkdir()
-    second = sweep_file(tmp_path / "b", {"arms.running_mean.args.window": [16, 24]})
-    proc = run_sweep([str(second), "--out", str(tmp_path / "out"), "--name", "b", "--reuse", str(tmp_path / "out" / "a")],
-                     tmp_path, shared_cache)
+    later = sweep_file(tmp_path / "b", {"arms.running_mean.args.window": [32, 48]})
+    proc = run_sweep([str(later), "--out", str(tmp_path / "out"), "--name", "b", "--reuse", str(root)], tmp_path, shared_cache)
     assert proc.returncode == 0, proc.stderr[-3000:]
     index = json.loads((tmp_path / "out" / "b" / "sweep.json").read_text())
-    earlier = str((tmp_path / "out" / "a" / "runs" / "p00").resolve())
-    assert index["points"][0]["arms"] == {"running_mean": earlier, "grpo": earlier}  # nothing rerun at p00
-    assert index["points"][1]["arms"] == {"running_mean": "p01", "grpo": earlier}
+    earlier = {label: str((root / "runs" / label).resolve()) for label in ("p00", "p01")}
+    assert index["points"][0]["arms"] == {"running_mean": earlier["p01"], "grpo": earlier["p00"]}  # nothing rerun
+    assert index["points"][1]["arms"] == {"running_mean": "p01", "grpo": earlier["p00"]}
     assert not (tmp_path / "out" / "b" / "runs" / "p00").exists()
-    grid = pd.read_csv(tmp_path / "out" / "b" / "report" / "grid.csv")
-    a = pd.read_csv(tmp_path / "out" / "a" / "report" / "grid.csv")
+    b = pd.read_csv(tmp_path / "out" / "b" / "report" / "grid.csv")
     cols = ["arm", "switch", "horizon_reward", "final_reward"]
-    assert grid[grid["point"] == "p00"][cols].reset_index(drop=True).equals(a[cols].reset_index(drop=True))
+    mine = b[b["point"] == "p00"].sort_values(cols[:2])[cols].reset_index(drop=True)
+    theirs = grid[grid["point"] == "p01"].sort_values(cols[:2])[cols].reset_index(drop=True)
+    pd.testing.assert_frame_equal(mine, theirs)
