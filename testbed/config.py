@@ -28,108 +28,15 @@ __all__ = ["Scenario", "ScenarioError", "apply_override", "load_scenario", "pars
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
-class Strict(BaseModel):
-    # inf/nan pass `gt=0`-style bounds (inf) or fail them with a puzzling message (nan): refuse both
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
-
-
-def _plugin_shorthand(value: Any) -> Any:
-    # `judge: rubric` is short for `judge: {name: rubric}`.
-    return {"name": value} if isinstance(value, str) else value
-
-
-class JudgeConfig(Strict):
-    """A built-in judge by `name`, or a user's judge by `class: "package.module:Name"`."""
-
-    name: str | None = None
-    class_: str | None = Field(None, alias="class")
-    args: dict[str, Any] = Field(default_factory=dict)
-
-    _shorthand = model_validator(mode="before")(_plugin_shorthand)
-
-    @model_validator(mode="after")
-    def _one_of(self) -> JudgeConfig:
-        if (self.name is None) == (self.class_ is None):
-            raise ValueError("give exactly one of 'name' (a built-in judge) or 'class' (an import path)")
-        if self.name is not None:
-            registry.resolve("judge", self.name)
-        return self
-
-    @property
-    def path(self) -> str:
-        return self.class_ or registry.resolve("judge", self.name or "")
-
-
-class GoldJudgeConfig(JudgeConfig):
-    """A judge that scores training episodes beside the training judge and never trains: the gap
-    between the two rewards is what the policy learned that the gold judge does not reward."""
-
-    share: float = Field(1.0, gt=0, le=1, description="share of judged training episodes it scores (a hash of the clock picks them)")
-
-
-class ScheduleSpec(BaseModel):
-    """`schedule: {kind: NAME, ...}`: `kind` is a registered schedule (piecewise, gradual, periodic,
-    random) or an import path "package.module:Name"; the other keys belong to that schedule and
-    are validated by its own `Config` when the scenario loads (see testbed/envs/schedules)."""
-
-    model_config = ConfigDict(extra="allow")
-    kind: str = "piecewise"
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, kind: str) -> str:
-        registry.resolve("schedule", kind)
-        return kind
-
-    @property
-    def args(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
-
-
-class EngineConfig(Strict):
-    """The rollout engine: a registered name (`hf`) or an import path; `args` go to its constructor."""
-
-    name: str = "hf"
-    args: dict[str, Any] = Field(default_factory=dict)
-
-    _shorthand = model_validator(mode="before")(_plugin_shorthand)
-
-    @model_validator(mode="after")
-    def _known_engine(self) -> EngineConfig:
-        config = getattr(registry.load("engine", self.name), "Config", None)  # an engine may validate its args
-        if config is not None:
-            config.model_validate(self.args)
-        return self
-
-
-class EnvConfig(Strict):
-    """The environment: a registered name (`style_shift`, `revision`) or an import path to a
-    StyleShiftEnv subclass; `args` go to its constructor and are checked by its `Config`."""
-
-    name: str = "style_shift"
-    args: dict[str, Any] = Field(default_factory=dict)
-
-    _shorthand = model_validator(mode="before")(_plugin_shorthand)
-
-    @model_validator(mode="after")
-    def _known_env(self) -> EnvConfig:
-        cls = registry.load("env", self.name)
-        config = getattr(cls, "Config", None)
-        if config is not None:
-            try:
-                config.model_validate(self.args)
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first["loc"])
-                raise ValueError(f"env {self.name}: args.{where}: {first['msg']} (got {clip(repr(first.get('input')), 80)})") from None
-        elif self.args:
-            raise ValueError(f"env {self.name} takes no args, got {sorted(self.args)}")
-        return self
-
-    def settings(self) -> Any:
-        """The validated args (the env's Config), or None for an env without one."""
-        config = getattr(registry.load("env", self.name), "Config", None)
-        return config.model_validate(self.args) if config is not None else None
+# The plugin sections (judge, gold judge, schedule, engine, env) live in their own module.
+from testbed.plugin_config import (  # noqa: E402,F401
+    EngineConfig,
+    EnvConfig,
+    GoldJudgeConfig,
+    JudgeConfig,
+    ScheduleSpec,
+    Strict,
+)
 
 
 class WorldConfig(Strict):

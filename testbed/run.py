@@ -19,7 +19,7 @@ import sys
 import time
 import unicodedata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -43,114 +43,16 @@ class RunFinished(Exception):
 
 
 def load_or_train_policy(*args: Any, **kwargs: Any) -> Any:
-    """testbed.models.sft.load_or_train_policy, imported on first use (see the imports above)."""
+    """testbed.models.sft.load_or_train_policy, imported on first use (see the imports above); the one
+    seam through which a run gets its SFT policies."""
     from testbed.models.sft import load_or_train_policy as load
 
     return load(*args, **kwargs)
 
 
-def build_judge(scenario: Scenario) -> Judge:
-    """The scenario's judge, in any shape `as_judge` accepts (async or sync, batch or single),
-    with the world's hard and noisy topics applied (testbed/world_rules.py)."""
-    from testbed.world_rules import wrap
-
-    return wrap(judge_from_config(scenario.judge, "judge"), scenario.world.rules())
-
-
-def build_gold_judge(scenario: Scenario) -> Judge | None:
-    """The scenario's gold judge (scores episodes beside the training judge, never trains), with
-    the world's hard topics but not its judge noise: the gold reward is the world's truth."""
-    from testbed.world_rules import wrap
-
-    if scenario.gold_judge is None:
-        return None
-    return wrap(judge_from_config(scenario.gold_judge, "gold_judge"), scenario.world.rules(), noise=False)
-
-
-def judge_from_config(config: Any, field: str) -> Judge:
-    from testbed import registry
-    from testbed.config import ScenarioError
-    from testbed.judge_adapter import as_judge
-
-    try:
-        factory = registry.import_path(config.path)
-    except registry.RegistryError as exc:
-        raise ScenarioError(f"{field}.{'class' if config.class_ else 'name'}: {exc}") from None
-    try:
-        obj = factory(**config.args) if isinstance(factory, type) else factory
-    except (TypeError, ValueError) as exc:  # ValueError: a judge's pydantic config naming the field
-        raise ScenarioError(f"{field} {config.path}: bad {field}.args {config.args}: {exc}") from None
-    return as_judge(obj)
-
-
-def sft_evaluator(scenario: Scenario):
-    """The SFT acceptance check: sample on held-out prompts offering every archetype subset of
-    size 3, judge with the embedded rubric, report style shares and quality."""
-    from collections import Counter
-
-    from testbed import registry
-    from testbed.envs.schedules import Phase, PiecewiseSchedule
-    from testbed.envs.style_shift import StyleShiftEnv
-    from testbed.loop import make_engine
-    from testbed.world import prompts
-
-    rubric = registry.load("judge", "rubric")()
-    archetypes = scenario.world.archetypes
-    candidate_sets = [tuple(c for c in archetypes if c != left_out) for left_out in archetypes] if len(archetypes) > 3 else [tuple(archetypes)]
-
-    def evaluate(model: torch.nn.Module, tokenizer: WordTokenizer) -> dict:
-        engine = make_engine(scenario, model, tokenizer)
-        specs = prompts("heldout")
-        styles: Counter = Counter()
-        quality = n = 0
-        per_set = max(1, scenario.policy.sft.eval_samples // len(candidate_sets))
-        for cands in candidate_sets:
-            schedule = PiecewiseSchedule([Phase(cands[0], 0, 1, cands)])
-            env = StyleShiftEnv(rubric, schedule, specs)
-            chosen = [specs[i % len(specs)] for i in range(per_set)]
-            starts = env.eval_starts(chosen, 0)
-            trajs = engine.generate([s.prompt_text for s in starts])
-            verdicts = env.evaluate_batch(starts, [t.response_text for t in trajs])
-            for v in verdicts:
-                styles[v.style] += 1
-                quality += v.quality
-                n += 1
-        return {"quality": quality / n, "style_shares": {k: round(c / n, 3) for k, c in styles.most_common()}, "samples": n}
-
-    return evaluate
-
-
-class StartingPolicy(NamedTuple):
-    """The policy RL starts from (the SFT policy or a checkpoint), its tokenizer, cache key and report."""
-
-    policy: Any
-    tokenizer: Any
-    key: str
-    report: dict[str, Any]
-
-
-def starting_policies(scenario: Scenario) -> dict[int, StartingPolicy]:
-    """Each seed's starting policy: one SFT policy shared by every seed, or with
-    `policy.sft.per_seed` one per seed (SFT seed = sft.seed + the run's seed, cached by seed, so
-    the seeds' spread covers the starting policy too; seed 0's is the shared one). With parallel
-    arms, the policies not yet in the cache are trained side by side as Ray tasks first."""
-    sft = scenario.policy.sft
-    per_seed = sft.per_seed and not scenario.policy.checkpoint
-    configs = {seed: scenario.policy.model_copy(update={"sft": sft.model_copy(update={"seed": sft.seed + seed})})
-               for seed in scenario.seeds} if per_seed else {scenario.seeds[0]: scenario.policy}
-    if per_seed and scenario.runtime.parallel_arms:
-        from testbed.distributed.parallel import train_policies_in_parallel
-
-        with runtime_session(scenario):
-            train_policies_in_parallel(scenario, list(configs.values()), log=console.print)
-    out: dict[int, StartingPolicy] = {}
-    for seed, cfg in configs.items():
-        if per_seed:
-            console.print(f"seed {seed}: its own SFT policy (sft.seed {cfg.sft.seed})")
-        policy, tokenizer, report = load_or_train_policy(cfg, scenario.world.archetypes, evaluate=sft_evaluator(scenario),
-                                                         log=console.print, env=scenario.env)
-        out[seed] = StartingPolicy(policy, tokenizer, report.get("key") or report.get("checkpoint", ""), report)
-    return {seed: out[seed] if seed in out else next(iter(out.values())) for seed in scenario.seeds}
+# Built in their own modules, importable from here as before (the distributed tasks do).
+from testbed.judging import build_gold_judge, build_judge, judge_from_config  # noqa: E402,F401
+from testbed.starting import StartingPolicy, sft_evaluator, starting_policies  # noqa: E402,F401
 
 
 def run_arms(scenario: Scenario, store: RunStore, manifest: dict[str, Any], resume_state: dict[str, Any] | None,
@@ -378,7 +280,7 @@ def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStor
 
     torch.set_num_threads(scenario.runtime.torch_threads)
     try:
-        starts = starting_policies(scenario)
+        starts = starting_policies(scenario, log=console.print, load=load_or_train_policy)
         reports = {seed: start.report for seed, start in starts.items()}
         # one SFT policy for every seed (the default), or one per seed (policy.sft.per_seed)
         manifest["sft"] = next(iter(reports.values())) if len({s.key for s in starts.values()}) == 1 else \
@@ -409,6 +311,14 @@ def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStor
     report([store.root], console=console)
     print(store.root)
     return 0
+
+
+def sweep_report(root: Path, console: Any = None) -> Path:
+    """The grid report of a sweep directory (testbed/sweep.py); with the run report, the core's only
+    calls into analysis."""
+    from analysis.sweep_report import sweep_report as write
+
+    return write(root, console=console)
 
 
 def report_outages(manifest: dict[str, Any]) -> None:

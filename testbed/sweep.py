@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         code = run_sweep(root, sweep, points, owners, console)
         if code != 0:
             return code
-    from analysis.sweep_report import sweep_report
+    from testbed.run import sweep_report
 
     out = sweep_report(root, console=console)
     print(out)

@@ -1,0 +1,44 @@
+"""The scenario's judges, built from their config: the training judge and the gold judge, each in
+any shape `as_judge` accepts, with the world's rules applied (testbed/world_rules.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from testbed.config import Scenario
+    from testbed.protocols import Judge
+
+
+def build_judge(scenario: Scenario) -> Judge:
+    """The scenario's judge, in any shape `as_judge` accepts (async or sync, batch or single),
+    with the world's hard and noisy topics applied (testbed/world_rules.py)."""
+    from testbed.world_rules import wrap
+
+    return wrap(judge_from_config(scenario.judge, "judge"), scenario.world.rules())
+
+
+def build_gold_judge(scenario: Scenario) -> Judge | None:
+    """The scenario's gold judge (scores episodes beside the training judge, never trains), with
+    the world's hard topics but not its judge noise: the gold reward is the world's truth."""
+    from testbed.world_rules import wrap
+
+    if scenario.gold_judge is None:
+        return None
+    return wrap(judge_from_config(scenario.gold_judge, "gold_judge"), scenario.world.rules(), noise=False)
+
+
+def judge_from_config(config: Any, field: str) -> Judge:
+    from testbed import registry
+    from testbed.config import ScenarioError
+    from testbed.judge_adapter import as_judge
+
+    try:
+        factory = registry.import_path(config.path)
+    except registry.RegistryError as exc:
+        raise ScenarioError(f"{field}.{'class' if config.class_ else 'name'}: {exc}") from None
+    try:
+        obj = factory(**config.args) if isinstance(factory, type) else factory
+    except (TypeError, ValueError) as exc:  # ValueError: a judge's pydantic config naming the field
+        raise ScenarioError(f"{field} {config.path}: bad {field}.args {config.args}: {exc}") from None
+    return as_judge(obj)
