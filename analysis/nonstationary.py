@@ -67,8 +67,7 @@ Not thread-safe for code that shares the global generator meanwhile.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -210,43 +209,7 @@ def old_fall(evals: pd.DataFrame | None, switch_points: Sequence[int], budget: i
 # rliable
 
 
-def _rliable():
-    """rliable's `library` and `metrics` modules. arch 7.2.0, rliable's bootstrap (rliable 1.2.0
-    requires arch < 8), decorates a method at import with pandas' private `deprecate_kwarg` in its
-    pre-3.0 form; pandas 3 added a leading warning class. So arch is imported with a stand-in for
-    the old form, and pandas' own is put back at once."""
-    import sys
-
-    if "arch.bootstrap" not in sys.modules:
-        import inspect
-
-        import pandas.util._decorators as decorators
-
-        current = decorators.deprecate_kwarg
-        if next(iter(inspect.signature(current).parameters)) == "klass":
-            def old_form(old_arg_name, new_arg_name, mapping=None, stacklevel=2):
-                return current(FutureWarning, old_arg_name, new_arg_name, mapping, stacklevel)
-
-            decorators.deprecate_kwarg = old_form
-        try:
-            import arch.bootstrap  # noqa: F401
-        finally:
-            decorators.deprecate_kwarg = current
-    from rliable import library, metrics
-
-    return library, metrics
-
-
-@contextlib.contextmanager
-def seeded_global_rng(seed: int) -> Iterator[None]:
-    """Seed numpy's global generator (which rliable's bootstrap draws from) for the block, and
-    restore its state after."""
-    state = np.random.get_state()
-    np.random.seed(seed)
-    try:
-        yield
-    finally:
-        np.random.set_state(state)
+from analysis.rliable_compat import _rliable, seeded_global_rng  # noqa: E402,F401  (kept importable here)
 
 
 def _seed_task_matrix(table: pd.DataFrame, arm, metric: str, unit: str, tasks: list) -> pd.DataFrame:
@@ -334,6 +297,17 @@ def _off_diagonal(*scores: np.ndarray) -> np.ndarray:
     return m[~np.eye(len(scores), dtype=bool)]
 
 
+def _task_scores(table: pd.DataFrame, metrics: Sequence[str], unit: str, arms: list):
+    """(metric, task label, tasks, {arm: seeds x tasks matrix}) for every metric the table has and
+    every task group (`_task_groups`)."""
+    for metric in metrics:
+        if metric not in table:
+            continue
+        for label, tasks in _task_groups(table, metric, unit):
+            yield metric, label, tasks, {arm: _scores(table, arm, metric, unit, tasks) if tasks else np.zeros((0, 0))
+                                         for arm in arms}
+
+
 def interval_estimates(table: pd.DataFrame, metrics: Sequence[str], unit: str, reps: int = DEFAULT_REPS,
                        confidence: float = DEFAULT_CONFIDENCE, seed: int = DEFAULT_SEED) -> pd.DataFrame:
     """Per arm, metric and task: mean and IQM over seeds with rliable's stratified-bootstrap
@@ -344,26 +318,22 @@ def interval_estimates(table: pd.DataFrame, metrics: Sequence[str], unit: str, r
     _, rl_metrics = _rliable()
     arms = sorted(table["arm"].unique(), key=str)
     rows = []
-    for metric in metrics:
-        if metric not in table:
-            continue
-        for label, tasks in _task_groups(table, metric, unit):
-            scores = {arm: _scores(table, arm, metric, unit, tasks) if tasks else np.zeros((0, 0)) for arm in arms}
-            # the arms with two seeds or more, bootstrapped together (one seed: nothing to resample)
-            spread = [arm for arm in arms if scores[arm].shape[0] >= 2]
-            bounds = {}
-            if spread:
-                lo, hi = _bootstrap([scores[a] for a in spread], _mean_and_iqm, reps, confidence, seed)
-                bounds = {a: (lo[2 * i:2 * i + 2], hi[2 * i:2 * i + 2]) for i, a in enumerate(spread)}
-            for arm in arms:
-                s = scores[arm]
-                mean = float(rl_metrics.aggregate_mean(s)) if s.shape[0] else np.nan
-                center = float(rl_metrics.aggregate_iqm(s)) if s.shape[0] else np.nan
-                lo, hi = bounds.get(arm, (np.full(2, np.nan), np.full(2, np.nan)))
-                rows.append({"arm": arm, "metric": metric, "better": better(metric), "unit": unit, "task": label,
-                             "tasks": " ".join(str(t) for t in tasks), "n": int(s.shape[0]), "mean": mean,
-                             "mean_lo": float(lo[0]), "mean_hi": float(hi[0]), "iqm": center, "iqm_lo": float(lo[1]),
-                             "iqm_hi": float(hi[1])})
+    for metric, label, tasks, scores in _task_scores(table, metrics, unit, arms):
+        # the arms with two seeds or more, bootstrapped together (one seed: nothing to resample)
+        spread = [arm for arm in arms if scores[arm].shape[0] >= 2]
+        bounds = {}
+        if spread:
+            lo, hi = _bootstrap([scores[a] for a in spread], _mean_and_iqm, reps, confidence, seed)
+            bounds = {a: (lo[2 * i:2 * i + 2], hi[2 * i:2 * i + 2]) for i, a in enumerate(spread)}
+        for arm in arms:
+            s = scores[arm]
+            mean = float(rl_metrics.aggregate_mean(s)) if s.shape[0] else np.nan
+            center = float(rl_metrics.aggregate_iqm(s)) if s.shape[0] else np.nan
+            lo, hi = bounds.get(arm, (np.full(2, np.nan), np.full(2, np.nan)))
+            rows.append({"arm": arm, "metric": metric, "better": better(metric), "unit": unit, "task": label,
+                         "tasks": " ".join(str(t) for t in tasks), "n": int(s.shape[0]), "mean": mean,
+                         "mean_lo": float(lo[0]), "mean_hi": float(hi[0]), "iqm": center, "iqm_lo": float(lo[1]),
+                         "iqm_hi": float(hi[1])})
     return pd.DataFrame(rows, columns=INTERVAL_COLUMNS)
 
 
@@ -379,30 +349,26 @@ def probability_of_improvement(table: pd.DataFrame, metrics: Sequence[str], unit
     _, rl_metrics = _rliable()
     arms = sorted(table["arm"].unique(), key=str)
     rows = []
-    for metric in metrics:
-        if metric not in table:
-            continue
+    for metric, label, tasks, scores in _task_scores(table, metrics, unit, arms):
         sign = -1.0 if metric in LOWER_IS_BETTER else 1.0  # rliable counts higher scores as better
-        for label, tasks in _task_groups(table, metric, unit):
-            scores = {arm: sign * _scores(table, arm, metric, unit, tasks) if tasks else np.zeros((0, 0))
-                      for arm in arms}
-            spread = [arm for arm in arms if scores[arm].shape[0] >= 2]
-            bounds = {}
-            if len(spread) >= 2:
-                lo, hi = _bootstrap([scores[a] for a in spread], _off_diagonal, reps, confidence, seed)
-                pairs = [(x, y) for x in spread for y in spread if x != y]  # _off_diagonal's order
-                bounds = {pair: (float(lo[i]), float(hi[i])) for i, pair in enumerate(pairs)}
-            points = {}
-            for i, x in enumerate(arms):
-                for y in arms[i + 1:]:
-                    p = np.nan
-                    if scores[x].shape[0] and scores[y].shape[0]:
-                        p = float(rl_metrics.probability_of_improvement(scores[x], scores[y]))
-                    points[x, y], points[y, x] = p, 1.0 - p
-            for (x, y), p in points.items():
-                lo, hi = bounds.get((x, y), (np.nan, np.nan))
-                rows.append({"metric": metric, "better": better(metric), "unit": unit, "task": label,
-                             "tasks": " ".join(str(t) for t in tasks), "arm_x": x, "arm_y": y,
-                             "n_x": int(scores[x].shape[0]), "n_y": int(scores[y].shape[0]), "p_improvement": p,
-                             "p_improvement_lo": lo, "p_improvement_hi": hi})
+        scores = {arm: sign * m for arm, m in scores.items()}
+        spread = [arm for arm in arms if scores[arm].shape[0] >= 2]
+        bounds = {}
+        if len(spread) >= 2:
+            lo, hi = _bootstrap([scores[a] for a in spread], _off_diagonal, reps, confidence, seed)
+            pairs = [(x, y) for x in spread for y in spread if x != y]  # _off_diagonal's order
+            bounds = {pair: (float(lo[i]), float(hi[i])) for i, pair in enumerate(pairs)}
+        points = {}
+        for i, x in enumerate(arms):
+            for y in arms[i + 1:]:
+                p = np.nan
+                if scores[x].shape[0] and scores[y].shape[0]:
+                    p = float(rl_metrics.probability_of_improvement(scores[x], scores[y]))
+                points[x, y], points[y, x] = p, 1.0 - p
+        for (x, y), p in points.items():
+            lo, hi = bounds.get((x, y), (np.nan, np.nan))
+            rows.append({"metric": metric, "better": better(metric), "unit": unit, "task": label,
+                         "tasks": " ".join(str(t) for t in tasks), "arm_x": x, "arm_y": y,
+                         "n_x": int(scores[x].shape[0]), "n_y": int(scores[y].shape[0]), "p_improvement": p,
+                         "p_improvement_lo": lo, "p_improvement_hi": hi})
     return pd.DataFrame(rows, columns=IMPROVEMENT_COLUMNS)
