@@ -30,7 +30,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed import run  # noqa: E402
+from testbed import loop, run  # noqa: E402
 from testbed.config import load_scenario  # noqa: E402
 
 
@@ -54,11 +54,13 @@ def main() -> int:
     if arm not in names:
         parser.error(f"no arm {arm!r} in {args.scenario} (arms: {', '.join(names)})")
     keep = names.index(arm)
-    overrides = [*args.overrides, f"seeds=[{scenario.seeds[0]}]", f"arms=[{json.dumps(scenario.arms[keep].model_dump())}]"]
+    # one arm x seed in this process (no Ray tasks), so its CPU time is this process's
+    overrides = [*args.overrides, f"seeds=[{scenario.seeds[0]}]", f"arms=[{json.dumps(scenario.arms[keep].model_dump())}]",
+                 "runtime.parallel_arms=false"]
 
     with tempfile.TemporaryDirectory() as out:
         arm_cpu = []
-        run_arm = run.run_arm
+        run_arm = loop.run_arm
 
         def timed_run_arm(*a, **kw):  # CPU seconds of the arm alone, not SFT loading or the report
             before = cpu_seconds()
@@ -66,7 +68,7 @@ def main() -> int:
             arm_cpu.append(cpu_seconds() - before)
             return totals
 
-        run.run_arm = timed_run_arm
+        loop.run_arm = timed_run_arm  # testbed.run looks it up in testbed.loop when an arm starts
         start = time.perf_counter()
         code = run.main([args.scenario, "--out", out, *sum((["--set", o] for o in overrides), [])])
         total = time.perf_counter() - start
@@ -91,8 +93,8 @@ def main() -> int:
     console.print(f"arm wall time {wall:.1f} s, {totals['episodes_per_s']:.1f} episodes/s "
                   f"(process total {total:.1f} s; SFT {manifest['sft'].get('seconds', 'cached')})")
     cpu = sum(arm_cpu)
-    if cpu > 0:  # (only if run.py still runs arms through its module-level `run_arm`)
-            console.print(f"arm CPU time {cpu:.1f} s over {args.threads} thread(s): {totals['episodes'] / cpu:.1f} episodes per "
+    if cpu > 0:
+        console.print(f"arm CPU time {cpu:.1f} s over {args.threads} thread(s): {totals['episodes'] / cpu:.1f} episodes per "
                       f"CPU-second (value pretraining included when it was not cached)")
     return 0
 

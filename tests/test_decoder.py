@@ -86,3 +86,28 @@ def test_engine_samples_the_same_with_either_forward(model_and_tok):
     for a, b in zip(*runs):
         assert a.response_tokens == b.response_tokens
         torch.testing.assert_close(torch.tensor(a.segments[0].logprobs), torch.tensor(b.segments[0].logprobs), atol=2e-5, rtol=1e-5)
+
+
+def test_dropping_finished_rows_changes_no_row(monkeypatch):
+    """Rows that reached <eos> leave the lean decoder's batch; every row still draws the tokens it
+    draws when all rows run to the end (the same uniforms, its own computation)."""
+    from testbed.config import SamplingConfig
+    from testbed.models import sft
+    from testbed.rollout import hf_engine
+    from testbed.world import prompts, render_prompt
+
+    tok = WordTokenizer.build()
+    model = build_policy(PolicyConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, expert_size=16), tok)
+    # A few SFT steps: the policy learns to end its pieces, at lengths that differ from row to row.
+    sft.train_sft(model, sft.encode_corpus(sft.sft_corpus(400, ["cute", "academic"], 0), tok), 40, 32, 1e-2, 0)
+    texts = [render_prompt(spec, ["cute", "academic"]) for spec in prompts("train")[:16]]
+    runs = []
+    for share in (0, 10**6):  # never drop / drop as soon as one row is done
+        monkeypatch.setattr(hf_engine, "COMPACT_SHARE", share)
+        torch.manual_seed(5)
+        runs.append(hf_engine.HFEngine(model, tok, SamplingConfig(max_new_tokens=48)).generate(texts))
+    lengths = {len(t.response_tokens) for t in runs[0]}
+    assert len(lengths) >= 5, lengths  # the batch really shrank at several steps
+    for a, b in zip(*runs):
+        assert a.response_tokens == b.response_tokens
+        torch.testing.assert_close(torch.tensor(a.segments[0].logprobs), torch.tensor(b.segments[0].logprobs), atol=2e-5, rtol=1e-5)

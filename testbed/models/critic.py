@@ -10,6 +10,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from testbed.models.policy import hidden_states
+
 ATTENTION, EXPERTS, ROUTER, OTHER = "attention", "experts", "router", "other"
 
 
@@ -60,11 +62,10 @@ class Critic(nn.Module):
     ) -> tuple[torch.Tensor, tuple | None]:
         """Values [B, T] aligned with tokens like `token_logprobs`: values[:, t] is V of the state
         in which token t is chosen (read from the hidden state at t-1); position 0 gets 0."""
-        out = self.backbone(input_ids=tokens, attention_mask=attention_mask, use_cache=False,
-                            output_router_logits=output_router_logits)
-        values = self.value_head(out.last_hidden_state[:, :-1]).squeeze(-1).float()
+        hidden, router = hidden_states(self.backbone, tokens, attention_mask, output_router_logits)
+        values = self.value_head(hidden[:, :-1]).squeeze(-1).float()
         values = torch.cat([torch.zeros_like(values[:, :1]), values], dim=1)
-        return values, (out.router_logits if output_router_logits else None)
+        return values, router
 
 
 def trainable_parameter_counts(model: nn.Module) -> dict[str, int]:

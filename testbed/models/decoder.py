@@ -34,6 +34,7 @@ class LeanDecoder:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.top_k, self.n_experts = cfg.num_experts_per_tok, cfg.num_experts
         self.eps = cfg.rms_norm_eps
+        self.scale = self.head_dim ** -0.5
         rotary = model.model.rotary_emb
         self.inv_freq, self.rope_scale = rotary.inv_freq, rotary.attention_scaling
         self._rope_len = 0
@@ -60,6 +61,9 @@ class LeanDecoder:
             emb = torch.cat((freqs, freqs), dim=-1)
             dtype = self.model.model.embed_tokens.weight.dtype  # as HF casts them to the activations' dtype
             self._cos, self._sin = (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
+            # rotate_half(x) * sin == roll(x, half) * [-sin, sin]: one op fewer per step and layer
+            half = self._sin.shape[-1] // 2
+            self._sin_signed = torch.cat((-self._sin[:, :half], self._sin[:, half:]), dim=-1)
             self._rope_len = length
         return self._cos, self._sin
 
@@ -81,6 +85,24 @@ class LeanDecoder:
             })
         return out
 
+    def _step_weights(self, layers: list[dict[str, torch.Tensor]]) -> dict:
+        """The single-token path's weights: each RMSNorm's weight folded into the matmul that
+        reads the normed vector (w * x_hat @ W^T = x_hat @ (W * w)^T) and the attention scale
+        into the q norm, so a decoding step runs fewer ops (the same function, up to rounding)."""
+        d = self.head_dim
+        per_layer = []
+        for w in layers:
+            qk_norm = w["qk_norm"].clone()
+            qk_norm[: self.n_heads] *= self.scale
+            per_layer.append({
+                "qkv": w["qkv"] * w["ln1"][None], "qk_norm": qk_norm, "o_t": w["o"].t(),
+                "router": w["router"] * w["ln2"][None], "gate_up_all": w["gate_up_all"] * w["ln2"][:, None],
+                "down_all": w["down_all"],
+            })
+        head = self.model.lm_head.weight * self.model.model.norm.weight[None]
+        half = d // 2
+        return {"layers": per_layer, "head_t": head.t(), "half": half}
+
     # -- the forward --------------------------------------------------------------------------
 
     @torch.no_grad()
@@ -89,6 +111,7 @@ class LeanDecoder:
         steps; returns the logits at the last prompt position [B, V]."""
         B, W = input_ids.shape
         self.weights = self._layer_weights()
+        self.step_weights = self._step_weights(self.weights)
         length = W + max_new_tokens
         dtype = self.model.model.embed_tokens.weight.dtype
         self.k_cache = torch.zeros(len(self.weights), B, self.n_kv, length, self.head_dim, dtype=dtype)
@@ -110,11 +133,54 @@ class LeanDecoder:
         col = self.cursor
         self.valid[:, 0, 0, col] = True
         pos = self.next_position
-        logits = self._forward(tokens[:, None], self._cos[pos][:, None], self._sin[pos][:, None],
-                               self.valid[..., : col + 1], slice(col, col + 1))
+        logits = self._step_forward(tokens, pos, col)
         self.cursor += 1
         self.next_position = pos + 1
-        return logits[:, -1]
+        return logits
+
+    def _step_forward(self, tokens: torch.Tensor, pos: torch.Tensor, col: int) -> torch.Tensor:
+        """One token per row [B] at cache column `col`: logits [B, V]. `_forward`'s maths for
+        S = 1 with the folded weights of `_step_weights` and 2-D activations throughout."""
+        sw, eps = self.step_weights, self.eps
+        B, nh, nkv, d, half = tokens.shape[0], self.n_heads, self.n_kv, self.head_dim, self.step_weights["half"]
+        cos, sin = self._cos[pos][:, None], self._sin_signed[pos][:, None]  # [B, 1, d]
+        # Additive mask, once per step for every layer: 0 on the columns a row may see, -inf elsewhere.
+        bias = torch.zeros(self.valid.shape[0], 1, 1, col + 1).masked_fill_(~self.valid[..., : col + 1], float("-inf"))
+        x = F.embedding(tokens, self.model.model.embed_tokens.weight)  # [B, H]
+        for li, w in enumerate(sw["layers"]):
+            qkv = F.linear(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps), w["qkv"]).view(B, nh + 2 * nkv, d)
+            qk = qkv[:, : nh + nkv]
+            qk = qk * torch.rsqrt(qk.pow(2).mean(-1, keepdim=True) + eps) * w["qk_norm"]
+            qk = qk * cos + qk.roll(half, -1) * sin
+            self.k_cache[li, :, :, col] = qk[:, nh:]
+            self.v_cache[li, :, :, col] = qkv[:, nh + nkv :]
+            keys, values = self.k_cache[li, :, :, : col + 1], self.v_cache[li, :, :, : col + 1]
+            scores = qk[:, :nh].reshape(B, nkv, nh // nkv, d) @ keys.transpose(-1, -2)
+            attn = ((scores + bias).softmax(-1) @ values).reshape(B, nh * d)
+            x = torch.addmm(x, attn, w["o_t"])
+            h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+            x = torch.addmm(x, self._step_experts(h, w), w["down_all"])
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)) @ sw["head_t"]
+
+    def _step_experts(self, h: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The routed, activated expert inputs [N, E * I] (the down matmul sums them): softmax over
+        the top-k logits equals the top-k probabilities renormalised."""
+        logits = F.linear(h, w["router"])
+        if self.cfg.norm_topk_prob:
+            top, index = logits.topk(self.top_k, dim=-1)
+            top = top.softmax(-1)
+        else:
+            top, index = logits.softmax(-1).topk(self.top_k, dim=-1)
+        routing = torch.zeros_like(logits).scatter_(1, index, top)
+        gate_up = (h @ w["gate_up_all"]).view(h.shape[0], self.n_experts, 2, -1)
+        return (F.silu(gate_up[:, :, 0]) * gate_up[:, :, 1] * routing[:, :, None]).reshape(h.shape[0], -1)
+
+    @torch.no_grad()
+    def keep(self, rows: torch.Tensor) -> None:
+        """Carry on with these rows of the batch only (indices into the current rows): rows that
+        finished cost nothing more. Each row's computation is its own, so the others are unchanged."""
+        self.k_cache, self.v_cache = self.k_cache[:, rows], self.v_cache[:, rows]
+        self.valid, self.next_position = self.valid[rows], self.next_position[rows]
 
     def _forward(self, ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, cols: slice) -> torch.Tensor:
         B, S = ids.shape
@@ -134,9 +200,10 @@ class LeanDecoder:
             self.v_cache[li, :, :, cols] = qkv[:, :, nh + nkv :].transpose(1, 2)
             keys = self.k_cache[li, :, :, : cols.stop]
             values = self.v_cache[li, :, :, : cols.stop]
-            if S == 1:  # pack the query heads of each kv head: no repeat of keys and values
-                attn = F.scaled_dot_product_attention(q.reshape(B, nkv, nh // nkv, d), keys, values, attn_mask=mask)
-                attn = attn.reshape(B, 1, nh * d)
+            if S == 1:  # pack the query heads of each kv head; two matmuls beat SDPA's CPU kernel at one query
+                scores = (q.reshape(B, nkv, nh // nkv, d) @ keys.transpose(-1, -2)) * self.scale
+                probs = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+                attn = (probs @ values).reshape(B, 1, nh * d)
             else:
                 attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
                 attn = attn.transpose(1, 2).reshape(B, S, nh * d)

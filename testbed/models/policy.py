@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 from testbed.config import PolicyConfig
+from testbed.models import lean_forward
 from testbed.models.tokenizer import WordTokenizer
 
 
@@ -69,9 +70,8 @@ def token_logprobs_and_routing(
 ) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
     """`token_logprobs` plus the router logits of every MoE layer (for expert-load diagnostics),
     all from one forward pass."""
-    kwargs = {"output_router_logits": True} if routing else {}
-    out = model.get_decoder()(input_ids=tokens, attention_mask=attention_mask, use_cache=False, **kwargs)
-    hidden = out.last_hidden_state[:, :-1]  # the state at t-1 predicts token t
+    hidden, router = hidden_states(model.get_decoder(), tokens, attention_mask, routing)
+    hidden = hidden[:, :-1]  # the state at t-1 predicts token t
     need = torch.ones_like(tokens[:, 1:], dtype=torch.bool) if where is None else where[:, 1:].bool()
     logits = model.get_output_embeddings()(hidden[need])
     logp_all = F.log_softmax(logits.float() / temperature, dim=-1)
@@ -81,5 +81,16 @@ def token_logprobs_and_routing(
     zeros = torch.zeros(tokens.shape[0], tokens.shape[1], dtype=picked.dtype)
     logp = zeros.masked_scatter(F.pad(need, (1, 0)), picked)
     entropy = zeros.masked_scatter(F.pad(need, (1, 0)), entropy_picked)
-    router = getattr(out, "router_logits", None) if routing else None
     return logp, entropy, router
+
+
+def hidden_states(backbone: torch.nn.Module, tokens: torch.Tensor, attention_mask: torch.Tensor,
+                  routing: bool = False) -> tuple[torch.Tensor, tuple | None]:
+    """(last hidden state [B, T, H], router logits per layer or None) of right-padded tokens: the
+    lean forward (testbed/models/lean_forward.py) for the testbed's own Qwen3-MoE shape, the
+    backbone's own forward for any other model. Padding positions hold unspecified values."""
+    if lean_forward.supports(backbone):
+        return lean_forward.backbone_forward(backbone, tokens, attention_mask, routing)
+    kwargs = {"output_router_logits": True} if routing else {}
+    out = backbone(input_ids=tokens, attention_mask=attention_mask, use_cache=False, **kwargs)
+    return out.last_hidden_state, (getattr(out, "router_logits", None) if routing else None)

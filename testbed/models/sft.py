@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM
 
 from testbed import registry
 from testbed.config import PolicyConfig
-from testbed.models.policy import build_policy, count_parameters
+from testbed.models.policy import build_policy, count_parameters, hidden_states
 from testbed.models.tokenizer import WordTokenizer
 from testbed.paths import cache_dir
 from testbed.world import generate, prompts, render_prompt, vocabulary
@@ -119,7 +119,7 @@ def causal_lm_loss(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor
     """transformers' causal-LM loss (token mean of the cross-entropy over labelled positions),
     with the output layer run only where a label is: the prompt positions carry none, and for a
     small model with a large vocabulary the output layer is a good part of the cost."""
-    hidden = model.get_decoder()(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+    hidden = hidden_states(model.get_decoder(), ids, mask)[0]
     targets = labels[:, 1:]
     keep = targets != -100
     logits = model.get_output_embeddings()(hidden[:, :-1][keep])

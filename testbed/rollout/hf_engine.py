@@ -13,17 +13,24 @@ from testbed.models.tokenizer import WordTokenizer
 from testbed.types import Segment, Trajectory
 
 
-def sample_categorical(logp: torch.Tensor) -> torch.Tensor:
-    """One token per row [B, 1] from softmax(logp) by inverting the CDF with one uniform per row.
+def sample_categorical(logp: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:
+    """One token per row [B, 1] from softmax(logp) by inverting the CDF with one uniform per row
+    (`u` [B, 1] float64 in [0, 1), drawn here if not given).
 
     Exactly the categorical law (a token of probability 0 is never drawn), and far cheaper than
     `torch.multinomial`, which on CPU draws an exponential variate for every vocabulary entry
     (a quarter of the decoding time in the profile). The CDF is summed in float64 so its rounding
     stays far below any probability that matters."""
     cdf = logp.double().exp().cumsum(-1)
-    u = torch.rand(logp.shape[0], 1, dtype=torch.float64) * cdf[:, -1:]
+    if u is None:
+        u = torch.rand(logp.shape[0], 1, dtype=torch.float64)
     # right=True: the first index whose cdf exceeds u, so cdf[i-1] <= u < cdf[i]; clamp for nan rows
-    return torch.searchsorted(cdf, u, right=True).clamp_(max=logp.shape[-1] - 1)
+    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_(max=logp.shape[-1] - 1)
+
+
+# Drop finished rows from the lean decoder's batch once they are 1/COMPACT_SHARE of it: each drop
+# copies the KV cache, so dropping at every single <eos> would cost more than it saves.
+COMPACT_SHARE = 4
 
 
 class HFEngine:
@@ -108,21 +115,32 @@ class HFEngine:
             advance = self.lean.step
         else:
             logits, advance = self._hf_decoder(input_ids, attention)
-        tokens, logprobs = [], []
+        # Rows run until their <eos>; tokens after it are cut below, so a finished row may keep
+        # running until enough have finished to be worth dropping from the batch (lean path only).
+        generated = torch.full((batch, steps), tok.eos_id, dtype=torch.long)
+        logprob_table = torch.zeros(batch, steps)
+        active = torch.arange(batch)  # the original row of each row still in the batch
         finished = torch.zeros(batch, dtype=torch.bool)
         for step in range(steps):
             logp = F.log_softmax(logits.float() / temperature, dim=-1)
-            sampled = sample_categorical(logp)
-            tokens.append(sampled)
-            logprobs.append(logp.gather(-1, sampled))
-            finished |= sampled[:, 0] == tok.eos_id
+            # One uniform per row of the whole batch at every step: each row's draws are the same
+            # whichever other rows are still running.
+            u = torch.rand(batch, 1, dtype=torch.float64)
+            sampled = sample_categorical(logp, u[active])
+            generated[active, step] = sampled[:, 0]
+            logprob_table[active, step] = logp.gather(-1, sampled)[:, 0]
+            finished[active] |= sampled[:, 0] == tok.eos_id
             if finished.all() or step == steps - 1:
                 break
+            done = finished[active]
+            if self.lean is not None and int(done.sum()) * COMPACT_SHARE >= len(active):
+                keep = (~done).nonzero()[:, 0]
+                active, sampled = active[keep], sampled[keep]
+                self.lean.keep(keep)
             logits = advance(sampled[:, 0])
         self.model.train(was_training)
+        generated, logprob_table = generated[:, : step + 1], logprob_table[:, : step + 1]
 
-        generated = torch.cat(tokens, dim=1)
-        logprob_table = torch.cat(logprobs, dim=1)
         # One check per batch instead of one per step: non-finite logits (weights blown up by an
         # update) make the sampled token's log-prob nan or inf; say so, not "index out of range".
         bad = ~torch.isfinite(logprob_table)
