@@ -1,10 +1,12 @@
 """python -m testbed.run SCENARIO.yaml [--out DIR] [--run-name NAME] [--set key=value ...]
+python -m testbed.run SCENARIO.yaml --dry-run [--json] [--set key=value ...]
 python -m testbed.run --resume RUN_DIR
 
 Wires a scenario together: loads the judge, schedule and trainers by name through the registry,
 prepares the SFT policy (cached), runs every arm x seed through the loop into one run directory,
 and prints the reward before and after each switch. `--resume` continues a run that was killed
-or stopped, from its last checkpoint, with the scenario saved in the run directory.
+or stopped, from its last checkpoint, with the scenario saved in the run directory. `--dry-run`
+validates the scenario and prints its plan (testbed/plan.py), training and writing nothing.
 
 Exit codes: 0 done (also `--resume` of a run that is already finished: it says so and changes
 nothing), 2 bad input or a run directory in use by another process (nothing trained), 3 stopped
