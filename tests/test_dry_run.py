@@ -224,3 +224,18 @@ def test_the_estimate_equals_the_judge_calls_a_real_tiny_run_counts(tmp_path, mo
         assert measured == {kind: calls["max"] for kind, calls in estimate.items()}, arm
         assert all(calls["min"] == calls["max"] for calls in estimate.values())  # single-turn: exact
     print(f"estimate {plan['judge_calls']['total']['max']} judge calls; measured in {run}")
+
+
+def test_the_sweep_dry_run_counts_the_judge_calls_of_each_points_own_arms(isolated, capsys):
+    from testbed import sweep
+
+    assert cli.main([DEFAULT, "--dry-run", "--json", "--set", "seeds=[0]"]) == 0
+    by_arm = json.loads(capsys.readouterr().out)["judge_calls"]["by_arm"]
+    assert sweep.main([DEFAULT, "--grid", "arms.running_mean.args.window=16,128", "--seeds", "0", "--dry-run"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    every = sum(c["max"] for calls in by_arm.values() for c in calls.values())
+    window = sum(c["max"] for c in by_arm["running_mean"].values())  # p01 runs the running mean alone
+    assert f"p00 arms.running_mean.args.window=16: runs sao, running_mean, grpo; ~{every:,} judge calls" in said
+    assert f"p01 arms.running_mean.args.window=128: runs running_mean; reuses sao from p00, grpo from p00; ~{window:,}" in said
+    assert f"in all: ~{every + window:,}" in said
+    assert not (isolated / "work" / "runs").exists()
