@@ -42,3 +42,33 @@ def judge_from_config(config: Any, field: str) -> Judge:
     except (TypeError, ValueError) as exc:  # ValueError: a judge's pydantic config naming the field
         raise ScenarioError(f"{field} {config.path}: bad {field}.args {config.args}: {exc}") from None
     return as_judge(obj)
+
+
+def check_judge(config: Any, field: str) -> str:
+    """What a dry run does in place of `judge_from_config`: the same import, then the args checked
+    by the judge's own pydantic `Config` without building it (a judge that declares one, the LLM
+    judge, would start a local server and open its verdict cache); a judge without one is built
+    as a run builds it at start-up, then closed. Returns "checked" or "built"; bad args raise a
+    ScenarioError naming the field."""
+    from pydantic import BaseModel, ValidationError
+
+    from testbed import registry
+    from testbed.config import ScenarioError, format_validation_error
+
+    try:
+        factory = registry.import_path(config.path)
+    except registry.RegistryError as exc:
+        raise ScenarioError(f"{field}.{'class' if config.class_ else 'name'}: {exc}") from None
+    schema = getattr(factory, "Config", None)
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        try:
+            schema.model_validate(config.args)
+        except ValidationError as exc:
+            body = format_validation_error(exc, schema, field).splitlines()[1:]
+            raise ScenarioError(f"{field} {config.path}: bad {field}.args\n" + "\n".join(
+                line.replace("  ", f"  {field}.args.", 1) for line in body)) from None
+        return "checked"
+    closer = getattr(judge_from_config(config, field), "close", None)
+    if callable(closer):
+        closer()
+    return "built"

@@ -18,11 +18,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from testbed.config import ReliabilityConfig
+from testbed.config import ArmConfig, ReliabilityConfig, Scenario, WorldConfig
 from testbed.protocols import Judge
 from testbed.types import Trajectory
 
@@ -151,10 +152,7 @@ def warm_up(trainer: Any, samples: Callable[[int], list[Trajectory]], cache_key:
     """A trainer's warm-up on `warmup_samples` judged samples from the fixed starting policy (SAO:
     value pretraining), cached by everything that determines its result. `trainer` may be a
     remote learner with the same hook methods."""
-    from testbed.models.sft import cache_root  # the cache lives beside the SFT policy's
-
-    key = hashlib.sha256(json.dumps(cache_key, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    path = cache_root() / f"critic-{key}.pt"
+    path = warmup_cache_path(cache_key)
     if path.exists():
         saved = torch.load(path, weights_only=False)
         trainer.load_warmup_state(saved["state"])
@@ -171,3 +169,25 @@ def warm_up(trainer: Any, samples: Callable[[int], list[Trajectory]], cache_key:
     torch.save({"state": trainer.warmup_state(), "report": report}, tmp)
     os.replace(tmp, path)
     return {**report, "cache_file": path.name}
+
+
+def warmup_cache_key(scenario: Scenario, arm: ArmConfig, trainer_key: dict[str, Any], schedule: Any, policy_key: str) -> dict:
+    """Everything a trainer's warm-up result depends on: the starting policy, the trainer's own
+    `warmup_key()`, the judge, the first target, sampling, and the env and world where they differ
+    from the defaults (only then, so existing caches keep their keys)."""
+    key = {"policy": policy_key, "trainer": trainer_key, "judge": scenario.judge.model_dump(by_alias=True),
+           "target": schedule.target(0), "sampling": scenario.sampling.model_dump()}
+    if scenario.env.name != "style_shift":
+        key["env"] = scenario.env_for(arm).model_dump()
+    world = scenario.world.model_dump(include={"hard_topics", "noisy_topics", "candidate_change_share"})
+    if world != WorldConfig().model_dump(include=set(world)):
+        key["world"] = world
+    return key
+
+
+def warmup_cache_path(cache_key: dict) -> Path:
+    """Where the warm-up with this key is cached (beside the SFT policies)."""
+    from testbed.models.sft import cache_root
+
+    key = hashlib.sha256(json.dumps(cache_key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return cache_root() / f"critic-{key}.pt"

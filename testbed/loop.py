@@ -34,9 +34,9 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from testbed import checkpoint, registry
 from testbed.collect import Collector, Timer, episode_rows, evaluate_heldout, judged_samples
-from testbed.config import ArmConfig, Scenario, WorldConfig
+from testbed.config import ArmConfig, Scenario
 from testbed.envs.style_shift import StyleShiftEnv
-from testbed.learn import Guard, LoopState, RunStopped, counter_delta, judge_counters, update_row, warm_up
+from testbed.learn import Guard, LoopState, RunStopped, counter_delta, judge_counters, update_row, warm_up, warmup_cache_key
 from testbed.models.tokenizer import WordTokenizer
 from testbed.protocols import DriftSchedule, Engine, Judge
 from testbed.store import RunStore
@@ -131,13 +131,7 @@ class ArmRunner:
         others load it."""
         if getattr(self.trainer, "warmup_samples", 0) <= 0:
             return
-        key = {"policy": policy_key, "trainer": self.trainer.warmup_key(), "judge": self.scenario.judge.model_dump(by_alias=True),
-               "target": self.schedule.target(0), "sampling": self.scenario.sampling.model_dump()}
-        if self.scenario.env.name != "style_shift":  # only then: existing caches keep their keys
-            key["env"] = self.scenario.env_for(self.arm).model_dump()
-        world = self.scenario.world.model_dump(include={"hard_topics", "noisy_topics", "candidate_change_share"})
-        if world != WorldConfig().model_dump(include=set(world)):  # the same: existing caches keep their keys
-            key["world"] = world
+        key = warmup_cache_key(self.scenario, self.arm, self.trainer.warmup_key(), self.schedule, policy_key)
         samples = lambda n: judged_samples(self.env, starting_engine, prompts("train"), n, seed=0)  # noqa: E731
         self.state.pretrain = warm_up(self.trainer, samples, key, self.log)
 

@@ -1,10 +1,12 @@
 """python -m testbed.run SCENARIO.yaml [--out DIR] [--run-name NAME] [--set key=value ...]
+python -m testbed.run SCENARIO.yaml --dry-run [--json] [--set key=value ...]
 python -m testbed.run --resume RUN_DIR
 
 Wires a scenario together: loads the judge, schedule and trainers by name through the registry,
 prepares the SFT policy (cached), runs every arm x seed through the loop into one run directory,
 and prints the reward before and after each switch. `--resume` continues a run that was killed
-or stopped, from its last checkpoint, with the scenario saved in the run directory.
+or stopped, from its last checkpoint, with the scenario saved in the run directory. `--dry-run`
+validates the scenario and prints its plan (testbed/plan.py), training and writing nothing.
 
 Exit codes: 0 done (also `--resume` of a run that is already finished: it says so and changes
 nothing), 2 bad input or a run directory in use by another process (nothing trained), 3 stopped
@@ -165,6 +167,9 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
                         help="override a scenario field, e.g. --set budget.episodes=500 (repeatable)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a killed or stopped run from its last checkpoint")
     parser.add_argument("--runtime", choices=["sync", "ray"], help="override runtime.kind (sync: one process; ray: async actors)")
+    parser.add_argument("--dry-run", action="store_true", help="validate the scenario and print the plan (models, judge, "
+                        "schedule, runtime, episodes, estimated judge calls); train nothing, write nothing")
+    parser.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
     return parser.parse_args(argv)
 
 
@@ -172,6 +177,10 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the arguments themselves, before any file is read."""
     if args.resume and (args.scenario or args.overrides or args.out or args.run_name is not None or args.runtime):
         return "--resume takes only the run directory: the run continues with the scenario saved in it"
+    if args.resume and args.dry_run:
+        return "--dry-run plans a new run: give a scenario file, not --resume"
+    if args.json and not args.dry_run:
+        return "--json goes with --dry-run"
     if not args.resume and not args.scenario:
         return "give a scenario file (python -m testbed.run SCENARIO.yaml) or --resume RUN_DIR"
     if args.run_name is not None:
@@ -198,6 +207,8 @@ def start(args: argparse.Namespace, opened: dict[str, Any]) -> int | None:
         else:
             overrides = args.overrides + ([f"runtime.kind={args.runtime}"] if args.runtime else [])
             opened["scenario"] = load_scenario(args.scenario, overrides)
+        if args.dry_run:
+            return dry_run(args, opened["scenario"])
         opened["judge"] = build_judge(opened["scenario"])
         opened["schedule"] = opened["scenario"].schedule_object()
     except RunFinished as exc:
@@ -208,6 +219,21 @@ def start(args: argparse.Namespace, opened: dict[str, Any]) -> int | None:
     except OSError as exc:
         return error(f"cannot {f'resume {args.resume}' if args.resume else 'start the run'}: {exc}")
     return None if args.resume else new_run(args, opened)
+
+
+def dry_run(args: argparse.Namespace, scenario: Scenario) -> int:
+    """Print the plan (testbed/plan.py) and exit 0: nothing trained, no run directory, no cache written."""
+    import json
+
+    from testbed.plan import make_plan
+    from testbed.plan_print import print_plan
+
+    plan = make_plan(scenario, args.scenario, args.out, args.run_name)
+    if args.json:
+        print(json.dumps(plan, indent=1))
+    else:
+        print_plan(plan, Console())
+    return 0
 
 
 def new_run(args: argparse.Namespace, opened: dict[str, Any]) -> int | None:

@@ -65,16 +65,25 @@ def load_or_train_policy(*args: Any, **kwargs: Any) -> Any:
     return load(*args, **kwargs)
 
 
+def starting_configs(scenario: Scenario) -> dict[int, Any]:
+    """The policy config of each distinct starting policy, by the seed that first uses it: one
+    (the first seed's) shared by every seed, or with `policy.sft.per_seed` one per seed, its SFT
+    seed = sft.seed + the run's seed."""
+    sft = scenario.policy.sft
+    if sft.per_seed and not scenario.policy.checkpoint:
+        return {seed: scenario.policy.model_copy(update={"sft": sft.model_copy(update={"seed": sft.seed + seed})})
+                for seed in scenario.seeds}
+    return {scenario.seeds[0]: scenario.policy}
+
+
 def starting_policies(scenario: Scenario, log: Any = print, load: Any = None) -> dict[int, StartingPolicy]:
     """Each seed's starting policy: one SFT policy shared by every seed, or with
     `policy.sft.per_seed` one per seed (SFT seed = sft.seed + the run's seed, cached by seed, so
     the seeds' spread covers the starting policy too; seed 0's is the shared one). With parallel
     arms, the policies not yet in the cache are trained side by side as Ray tasks first."""
     load = load or load_or_train_policy  # `load(cfg, archetypes, evaluate=, log=, env=)`
-    sft = scenario.policy.sft
-    per_seed = sft.per_seed and not scenario.policy.checkpoint
-    configs = {seed: scenario.policy.model_copy(update={"sft": sft.model_copy(update={"seed": sft.seed + seed})})
-               for seed in scenario.seeds} if per_seed else {scenario.seeds[0]: scenario.policy}
+    configs = starting_configs(scenario)
+    per_seed = scenario.policy.sft.per_seed and not scenario.policy.checkpoint
     if per_seed and scenario.runtime.parallel_arms:
         from testbed.distributed.parallel import train_policies_in_parallel
         from testbed.run import runtime_session

@@ -46,6 +46,10 @@ from testbed.scenario_io import ScenarioError, apply_override, clip, load_yaml, 
 MAX_POINTS = 512  # a grid this large is a typo more often than a plan
 # What an arm x seed's rows depend on besides its own arm section (the rest: labels, output)
 _NOT_JOB = ("name", "description", "arms", "output")
+# Settings that change where and how fast a job runs, not its rows (parallel arms write the rows of
+# arms run in turn, tested in tests/test_ray_runtime.py): points that differ only there share work.
+_NOT_ROWS = {"runtime": ("parallel_arms", "torch_threads", "task_cpus", "actor_cpus", "address"),
+             "reliability": ("checkpoint_every",)}
 
 
 @dataclass
@@ -197,6 +201,9 @@ def job_key(scenario: Any, arm_name: str) -> str:
     dump = scenario.model_dump(mode="json", by_alias=True)
     arm = next(a for a in dump["arms"] if a["name"] == arm_name)
     spec = {k: v for k, v in dump.items() if k not in _NOT_JOB} | {"arm": arm}
+    for section, keys in _NOT_ROWS.items():
+        spec[section] = {k: v for k, v in spec[section].items() if k not in keys}
+    arm["runtime"] = {k: v for k, v in arm["runtime"].items() if k not in _NOT_ROWS["runtime"]}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -293,6 +300,28 @@ def reload(root: Path) -> tuple[Sweep, list[Point]]:
     return sweep, expand(sweep)
 
 
+def dry_run(points: list[Point], owners: dict[str, dict[str, str]], console: Any) -> int:
+    """Each point, the arms it runs and reuses, and the judge calls its own arms would make (the
+    run's dry-run plan, testbed/plan.py; `python -m testbed.run points/pNN.yaml --dry-run` shows the rest)."""
+    from testbed.config import parse_scenario
+    from testbed.plan import make_plan
+
+    total = 0
+    for p in points:
+        mine = [a for a, o in owners[p.label].items() if o == p.label]
+        reused = {a: o for a, o in owners[p.label].items() if o != p.label}
+        calls = 0
+        if mine:
+            own = parse_scenario({**p.data, "arms": [a for a in p.data["arms"] if a["name"] in mine]}, p.label)
+            calls = make_plan(own)["judge_calls"]["total"]["max"]
+        total += calls
+        console.print(f"  {p.label} {', '.join(f'{k}={v}' for k, v in p.values.items())}: runs {', '.join(mine) or '-'}"
+                      + (f"; reuses {', '.join(f'{a} from {o}' for a, o in reused.items())}" if reused else "")
+                      + f"; ~{calls:,} judge calls", highlight=False)
+    console.print(f"estimated judge calls in all: ~{total:,} (warm-ups counted where not cached yet)", highlight=False)
+    return 0
+
+
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m testbed.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("file", nargs="?", help="a sweep file (with a grid) or a scenario file (with --grid)")
@@ -338,12 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     seeds = len(points[0].data.get("seeds") or [0])
     console.print(f"sweep {sweep.name}: {len(points)} points, {jobs} distinct arms x {seeds} seeds = {jobs * seeds} arm x seed runs")
     if args.dry_run:
-        for p in points:
-            mine = [a for a, o in owners[p.label].items() if o == p.label]
-            reused = {a: o for a, o in owners[p.label].items() if o != p.label}
-            console.print(f"  {p.label} {', '.join(f'{k}={v}' for k, v in p.values.items())}: runs {', '.join(mine) or '-'}"
-                          + (f"; reuses {', '.join(f'{a} from {o}' for a, o in reused.items())}" if reused else ""))
-        return 0
+        try:
+            return dry_run(points, owners, console)
+        except ScenarioError as exc:
+            return error(str(exc))
     if args.file:
         from datetime import datetime
 

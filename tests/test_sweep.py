@@ -59,6 +59,16 @@ def test_a_scenario_with_grid_flags_overrides_and_seeds(tmp_path):
     assert plan(points) == {"p00": {"running_mean": "p00"}, "p01": {"running_mean": "p01"}}
 
 
+def test_settings_that_do_not_change_rows_share_work_and_those_that_do_do_not(tmp_path):
+    path = sweep_file(tmp_path, {"runtime.parallel_arms": [False, True], "runtime.torch_threads": [1, 2],
+                                 "reliability.checkpoint_every": [5, 20]})
+    owners = plan(expand(load_sweep(path, [], [], None)))
+    assert all(arms == {"running_mean": "p00", "grpo": "p00"} for arms in owners.values())  # 8 points, one run
+    path = sweep_file(tmp_path, {"runtime.parallel_arms": [False, True], "sampling.temperature": [1.0, 0.7]})
+    owners = plan(expand(load_sweep(path, [], [], None)))
+    assert [o["grpo"] for o in owners.values()] == ["p00", "p01", "p00", "p01"]  # the temperature changes the rows
+
+
 @pytest.mark.parametrize("grid, message", [
     ({"arms.nobody.args.window": [1, 2]}, "no arm named 'nobody'"),
     ({"batch": [1, 2]}, "named axis"),

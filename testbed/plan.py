@@ -1,0 +1,333 @@
+"""The plan of a run, for `python -m testbed.run SCENARIO --dry-run`: what would run, on what, and
+how many judge calls it would cost, without training, writing a run directory or touching a cache.
+
+The arithmetic is pure (`evaluations`, `gold_episodes`, `judge_calls`, `active_parameters`,
+`sft_acceptance_samples`, `public_args`); `make_plan` gathers its inputs from a validated scenario,
+building the policy, critics and references on torch's meta device (shapes, no memory) and looking,
+never writing, into the cache. `testbed/plan_print.py` prints it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from testbed.config import Scenario
+
+SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials", "auth"}
+MAX_PHASES = 12  # target segments listed; a gradual schedule's windows would make hundreds
+
+
+# -- pure arithmetic ------------------------------------------------------------------------------
+
+
+def episodes_per_round(episodes_per_update: int, group_size: int) -> int:
+    """Judged episodes one round of the loop issues: the prompts of one update, each group_size times."""
+    return max(1, episodes_per_update // group_size) * group_size
+
+
+def evaluations(budget: int, per_round: int, every: int) -> int:
+    """Held-out evaluations of one arm x seed, as the loop makes them: before a round whenever the
+    clock has reached the next due point (0, every, 2 x every, ...), and one more at the end."""
+    clock, due, count = 0, 0, 0
+    while clock < budget:
+        if clock >= due:
+            count, due = count + 1, due + every
+        clock += min(per_round, budget - clock)
+    return count + 1
+
+
+def gold_episodes(budget: int, share: float) -> int:
+    """Episodes of one arm x seed the gold judge scores: those whose clock's hash falls under the share."""
+    from testbed.world_rules import unit_hash
+
+    return budget if share >= 1 else sum(unit_hash("gold", t) < share for t in range(budget))
+
+
+@dataclass(frozen=True)
+class ArmShape:
+    """What one arm's judge calls depend on."""
+
+    name: str
+    per_round: int  # judged episodes per round (episodes_per_round)
+    max_turns: int = 1  # drafts per episode at most (multi-turn: the editor reads each earlier one)
+    warmup_runs: int = 0  # warm-ups this arm computes (not cached, not computed by an earlier arm)
+    warmup_samples: int = 0
+
+
+def judge_calls(budget: int, seeds: int, arms: list[ArmShape], eval_every: int, eval_prompts: int,
+                gold_share: float | None) -> dict[str, Any]:
+    """Judge calls by kind ({min, max}: a multi-turn episode costs 1 to max_turns calls), per arm
+    and in total, assuming no call fails (a failed call does not move the clock, so it costs one more)."""
+    gold = gold_episodes(budget, gold_share) if gold_share is not None else 0
+    by_arm: dict[str, dict[str, dict[str, int]]] = {}
+    for arm in arms:
+        evals = evaluations(budget, arm.per_round, eval_every) * eval_prompts * seeds
+        low = {"training": budget * seeds, "eval": evals, "warmup": arm.warmup_runs * arm.warmup_samples, "gold": gold * seeds}
+        turns = {"training": arm.max_turns, "eval": arm.max_turns, "warmup": arm.max_turns, "gold": 1}  # gold: last draft
+        by_arm[arm.name] = {k: {"min": v, "max": v * turns[k]} for k, v in low.items()}
+    kinds = ("training", "eval", "warmup", "gold")
+    total = {k: {b: sum(a[k][b] for a in by_arm.values()) for b in ("min", "max")} for k in kinds}
+    total["total"] = {b: sum(total[k][b] for k in kinds) for b in ("min", "max")}
+    return {**total, "by_arm": by_arm}
+
+
+def active_parameters(sizes: dict[str, int], num_experts: int | None, top_k: int | None) -> int:
+    """Parameters a token passes through: all but the routed experts it is not sent to (top_k of
+    num_experts per MoE layer; a shared expert is always active, so only `.experts.` count)."""
+    total = sum(sizes.values())
+    if not num_experts or not top_k:
+        return total
+    routed = sum(n for name, n in sizes.items() if ".experts." in f".{name}")
+    return total - routed + routed * top_k // num_experts
+
+
+def sft_acceptance_samples(steps: int, eval_samples: int, candidate_sets: int, max_rounds: int, checks: int) -> int:
+    """Embedded-rubric verdicts SFT's acceptance check takes at most: per round the early checks
+    in the second half of its steps (testbed.models.sft.train_sft) and one at its end."""
+    per_check = max(1, eval_samples // candidate_sets) * candidate_sets
+    early = {steps // 2 + i * steps // (2 * checks) for i in range(checks)} if checks > 0 else set()
+    return max_rounds * (sum(1 <= c <= steps for c in early) + 1) * per_check
+
+
+def public_args(value: Any, key: str = "") -> Any:
+    """Arguments safe to print: a `*_env` key shows the variable's name and whether it is set (never
+    its value), a key that names a secret (api_key, token, ...) is hidden, and a URL loses its password."""
+    if isinstance(value, dict):
+        return {k: public_args(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [public_args(v, key) for v in value]
+    if key.endswith("_env") and isinstance(value, str):
+        return {"env_var": value, "set": bool(os.environ.get(value))}
+    if SECRET_WORDS & set(key.lower().split("_")):
+        return "<hidden>"
+    if isinstance(value, str):
+        return re.sub(r"(://[^/@:\s]+):[^/@\s]*@", r"\1:<hidden>@", value)
+    return value
+
+
+def unset_env_vars(args: Any, where: str) -> list[str]:
+    """The `*_env` arguments (from public_args) whose variable is not set: a real run stops on them."""
+    if not isinstance(args, dict):
+        return []
+    out = []
+    for k, v in args.items():
+        if isinstance(v, dict) and set(v) == {"env_var", "set"}:
+            if not v["set"]:
+                out.append(f"{where}.{k}: the environment variable {v['env_var']} is not set; a real run stops at start-up")
+        else:
+            out += unset_env_vars(v, f"{where}.{k}")
+    return out
+
+
+# -- gathering the inputs from a scenario ---------------------------------------------------------
+
+
+def make_plan(scenario: Scenario, source: str = "", out_dir: str | None = None, run_name: str | None = None) -> dict[str, Any]:
+    """The plan of `scenario` as plain data (what `--dry-run --json` prints). Raises ScenarioError
+    for what a run would only find later (a checkpoint that is not there, a trainer that refuses
+    its arguments when built, a run directory that exists)."""
+    import torch
+
+    schedule = scenario.schedule_object()
+    with torch.random.fork_rng(devices=[]):  # building the policy seeds torch: leave the caller's RNG alone
+        policy, model, pad_id = build_policy_shape(scenario)
+        starting, seed_keys = starting_plan(scenario)
+        arms = [arm_plan(scenario, i, model, pad_id, schedule, seed_keys) for i in range(len(scenario.arms))]
+    claim_warmups(arms)
+    judges = judges_plan(scenario)
+    shapes = [ArmShape(a["name"], a["episodes_per_round"], a["max_turns"], a["warmup"]["runs"], a["warmup"]["samples"])
+              for a in arms]
+    budget, seeds = scenario.budget.episodes, len(scenario.seeds)
+    gold_share = scenario.gold_judge.share if scenario.gold_judge else None
+    return {
+        "scenario": {"name": scenario.name, "source": source, "description": scenario.description, "digest": scenario.digest()},
+        "run_directory": run_directory(scenario, out_dir, run_name),
+        "policy": policy, "starting_policies": starting, "arms": arms, **judges,
+        "schedule": schedule_plan(scenario, schedule), "runtime": runtime_plan(scenario),
+        "seeds": list(scenario.seeds),
+        "episodes": {"per_arm_seed": budget, "arm_seeds": len(arms) * seeds, "total": budget * len(arms) * seeds,
+                     "eval": {"every": scenario.eval.every, "prompts": scenario.eval.prompts,
+                              "per_arm_seed": {a.name: evaluations(budget, a.per_round, scenario.eval.every) * scenario.eval.prompts
+                                               for a in shapes}}},
+        "judge_calls": judge_calls(budget, seeds, shapes, scenario.eval.every, scenario.eval.prompts, gold_share),
+        "warnings": judges.pop("warnings"),
+    }
+
+
+def build_policy_shape(scenario: Scenario) -> tuple[dict[str, Any], Any, int]:
+    """The policy on the meta device (its shapes only), its description, and the pad id trainers need."""
+    import torch
+
+    cfg = scenario.policy
+    if cfg.checkpoint:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from testbed.config import ScenarioError
+
+        directory = Path(cfg.checkpoint)
+        if not directory.is_dir():
+            raise ScenarioError(f"policy.checkpoint: no such directory: {directory}")
+        try:
+            hf = AutoConfig.from_pretrained(directory)
+        except (OSError, ValueError) as exc:
+            raise ScenarioError(f"policy.checkpoint: {directory} is not a model directory transformers reads: {exc}") from None
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(hf)
+        described: dict[str, Any] = {"checkpoint": str(directory)}
+        pad_id = hf.pad_token_id if isinstance(hf.pad_token_id, int) else 0
+    else:
+        from testbed.models.policy import build_policy
+        from testbed.models.sft import tokenizer_and_corpus
+
+        tokenizer, _ = tokenizer_and_corpus(cfg, scenario.world.archetypes, scenario.env)  # the corpus stays unbuilt
+        with torch.device("meta"):
+            model = build_policy(cfg, tokenizer)
+        described = {"shape": cfg.model_dump(exclude={"checkpoint", "sft"}), "vocab_size": tokenizer.vocab_size}
+        pad_id = tokenizer.pad_id
+    hf = model.config
+    experts = getattr(hf, "num_experts", None) or getattr(hf, "num_local_experts", None)
+    top_k = getattr(hf, "num_experts_per_tok", None)
+    sizes = {name: p.numel() for name, p in model.named_parameters()}
+    described.update(family=type(model).__name__, parameters=sum(sizes.values()), num_experts=experts, top_k=top_k,
+                     active_parameters=active_parameters(sizes, experts, top_k))
+    return described, model, pad_id
+
+
+def starting_plan(scenario: Scenario) -> tuple[list[dict[str, Any]], dict[int, str]]:
+    """Each distinct starting policy (its SFT cache key, whether it is cached, what SFT would cost),
+    and seed -> the key its warm-ups are cached under."""
+    from testbed.models.sft import EARLY_CHECKS, cache_root, policy_key
+    from testbed.starting import starting_configs
+
+    configs = starting_configs(scenario)
+    archetypes = scenario.world.archetypes
+    out, keys = [], {}
+    for seed, cfg in configs.items():
+        seeds = [seed] if len(configs) > 1 else list(scenario.seeds)
+        if cfg.checkpoint:
+            key = str(Path(cfg.checkpoint))
+            out.append({"seeds": seeds, "checkpoint": key})
+        else:
+            key = policy_key(cfg, archetypes, scenario.env)
+            sft = cfg.sft
+            out.append({"seeds": seeds, "sft_seed": sft.seed, "key": key, "cache": str(cache_root() / f"policy-{key}"),
+                        "cached": (cache_root() / f"policy-{key}" / "sft_report.json").is_file(),
+                        "steps_per_round": sft.steps, "max_rounds": sft.max_rounds, "corpus_size": sft.corpus_size,
+                        "acceptance_samples_max": sft_acceptance_samples(sft.steps, sft.eval_samples,
+                                                                         len(archetypes) if len(archetypes) > 3 else 1,
+                                                                         sft.max_rounds, EARLY_CHECKS)})
+        keys.update(dict.fromkeys(seeds, key))
+    return out, keys
+
+
+def arm_plan(scenario: Scenario, i: int, model: Any, pad_id: int, schedule: Any, seed_keys: dict[int, str]) -> dict[str, Any]:
+    """One arm: its trainer built on the meta policy (the critic and reference it makes, what one
+    update takes) and the warm-ups it would need, by cache file."""
+    from testbed import registry
+    from testbed.config import ScenarioError
+    from testbed.learn import warmup_cache_key, warmup_cache_path
+    from testbed.models.critic import trainable_parameter_counts
+
+    arm = scenario.arms[i]
+    try:
+        trainer = arm.trainer_class()(model, arm.args, pad_id=pad_id, temperature=scenario.sampling.temperature, seed=0)
+    except (ValueError, TypeError) as exc:
+        raise ScenarioError(f"arms.{i} ({arm.name}): trainer {arm.trainer} refuses its arguments: {exc}") from None
+    critic = getattr(trainer, "critic", None)
+    counts = trainable_parameter_counts(critic) if critic is not None else None
+    ref = getattr(trainer, "reference", None)  # the KL anchor's frozen copy of the starting policy
+    reference = getattr(ref, "model", None)
+    runtime = scenario.runtime_for(arm)
+    samples = int(getattr(trainer, "warmup_samples", 0) or 0)
+    files = {}
+    if samples > 0:
+        for seed in scenario.seeds:
+            path = warmup_cache_path(warmup_cache_key(scenario, arm, trainer.warmup_key(), schedule, seed_keys[seed]))
+            files.setdefault(str(path), path.is_file())
+    settings = scenario.env_for(arm).settings()
+    return {
+        "name": arm.name, "trainer": arm.trainer, "path": registry.resolve("trainer", arm.trainer), "args": public_args(arm.args),
+        "episodes_per_update": trainer.episodes_per_update, "group_size": trainer.group_size,
+        "episodes_per_round": episodes_per_round(trainer.episodes_per_update, trainer.group_size),
+        "max_turns": int(getattr(settings, "max_turns", 1) or 1), "env": dict(arm.env),
+        "runtime": {"kind": runtime.kind, **({"max_staleness": runtime.max_staleness, "rollout_workers": runtime.rollout_workers,
+                                              "learner_workers": runtime.learner_workers} if runtime.kind == "ray" else {})},
+        "critic": counts and {**counts, "frozen": counts["total"] - counts["trainable"]},
+        "reference": None if reference is None else {"kl_coef": getattr(ref, "coef", None),
+                                                     "parameters": sum(p.numel() for p in reference.parameters())},
+        "warmup": {"samples": samples, "files": files, "runs": 0},
+    }
+
+
+def claim_warmups(arms: list[dict[str, Any]]) -> None:
+    """Each warm-up not cached is computed by the first arm (in run order) that needs it; the others load it."""
+    seen: set[str] = set()
+    for arm in arms:
+        fresh = [f for f, cached in arm["warmup"]["files"].items() if not cached and f not in seen]
+        seen.update(arm["warmup"]["files"])
+        arm["warmup"]["runs"] = len(fresh)
+
+
+def judges_plan(scenario: Scenario) -> dict[str, Any]:
+    """The training and gold judges, checked as a run checks them (testbed.judging.check_judge),
+    with printable args; the world settings that are on; what a real run would stop on."""
+    from testbed.config import WorldConfig
+    from testbed.judging import check_judge
+
+    out: dict[str, Any] = {"warnings": []}
+    for field, config in (("judge", scenario.judge), ("gold_judge", scenario.gold_judge)):
+        if config is None:
+            out[field] = None
+            continue
+        args = public_args(config.args)
+        out[field] = {"name": config.name or config.class_, "path": config.path, "args": args, "check": check_judge(config, field),
+                      **({"share": config.share} if field == "gold_judge" else {})}
+        out["warnings"] += unset_env_vars(args, f"{field}.args")
+    default = WorldConfig().model_dump()
+    world = scenario.world.model_dump()
+    out["world"] = {k: v for k, v in world.items() if k not in ("styles", "archetypes") and v != default[k]}
+    out["world"]["archetypes"] = world["archetypes"]
+    out["env"] = {"name": scenario.env.name, "args": public_args(scenario.env.args)}
+    return out
+
+
+def schedule_plan(scenario: Scenario, schedule: Any) -> dict[str, Any]:
+    """The target over the budget, in episodes: each stretch with the same style and candidates."""
+    budget = scenario.budget.episodes
+    phases: list[dict[str, Any]] = []
+    for t in range(budget):
+        target = schedule.target(t)
+        if phases and (phases[-1]["style"], phases[-1]["candidates"]) == (target.style, list(target.candidates)):
+            phases[-1]["end"] = t + 1
+        else:
+            phases.append({"start": t, "end": t + 1, "style": target.style, "candidates": list(target.candidates)})
+    return {"kind": scenario.schedule.kind, "switch_points": list(schedule.switch_points()), "phases": phases[:MAX_PHASES],
+            "phases_left_out": max(0, len(phases) - MAX_PHASES)}
+
+
+def runtime_plan(scenario: Scenario) -> dict[str, Any]:
+    rt = scenario.runtime
+    ray = rt.parallel_arms or any(scenario.runtime_for(arm).kind == "ray" for arm in scenario.arms)
+    return {"kind": rt.kind, "parallel_arms": rt.parallel_arms, "ray": ray, "task_cpus": rt.task_cpus,
+            "torch_threads": rt.torch_threads, "address": public_args(rt.address or os.environ.get("RAY_ADDRESS"), "address")
+            if ray else None}
+
+
+def run_directory(scenario: Scenario, out_dir: str | None, run_name: str | None) -> str:
+    """Where the run directory would go, refusing what RunStore.create refuses (with its words)."""
+    from testbed.config import ScenarioError
+
+    parent = Path(out_dir or scenario.output.dir)
+    if parent.exists() and not parent.is_dir():
+        raise ScenarioError(f"cannot write the run directory under {parent}: it is not a directory")
+    if run_name is not None:
+        root = parent / run_name
+        if root.exists():
+            raise ScenarioError(f"run directory {root} already exists; continue it with --resume {root} or choose another name")
+        return str(root)
+    return str(parent / f"{scenario.name}-<timestamp>")
