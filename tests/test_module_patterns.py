@@ -71,3 +71,19 @@ def test_the_override_is_validated_when_the_scenario_loads():
     with pytest.raises(ScenarioError, match=r"critic_module_patterns.*router"):
         load_scenario(base, ["arms=[{name: sao, trainer: sao, args: {critic_module_patterns: {attention: [a], experts: [b]}}}]"])
     assert load_scenario(base, [sao.replace("'(['", "a")]).arms[0].args["critic_module_patterns"]["attention"] == ["a"]
+
+
+def test_a_family_that_rescales_its_logits_after_the_head_is_refused():
+    from pathlib import Path
+
+    from testbed.models.hub import check_scoring
+    from testbed.models.policy import token_logprobs
+
+    model = tiny("granitemoe")
+    check_scoring(model, Path("granite"))  # scaling 1: nothing to repeat
+    model.config.logits_scaling = 8.0
+    ids = torch.randint(3, 96, (1, 6))
+    full = torch.log_softmax(model(input_ids=ids).logits[0, :-1], -1).gather(-1, ids[0, 1:, None]).squeeze(-1)
+    assert not torch.allclose(full, token_logprobs(model, ids, torch.ones_like(ids))[0][0, 1:], atol=1e-3)  # they differ
+    with pytest.raises(ValueError, match=r"granite: granitemoe transforms its logits \(logits_scaling=8.0\)"):
+        check_scoring(model, Path("granite"))

@@ -63,6 +63,21 @@ def _load_model(directory: Path) -> torch.nn.Module:
     return model
 
 
+# Config fields of families whose causal-LM head changes the logits after the output layer. The
+# trainers score tokens with `get_output_embeddings()` on the backbone's states (the engine with the
+# full forward), so for these the behaviour log-probs would not be the trainers' log-probs.
+LOGIT_TRANSFORMS = {"final_logit_softcapping": None, "logits_scaling": 1.0, "logit_scale": 1.0, "output_multiplier_scale": None}
+
+
+def check_scoring(model: torch.nn.Module, directory: Path) -> None:
+    for name, neutral in LOGIT_TRANSFORMS.items():
+        value = getattr(model.config, name, neutral)
+        if value not in (neutral, None):
+            raise ValueError(f"policy.checkpoint: {directory}: {model.config.model_type} transforms its logits "
+                             f"({name}={value}) after the output layer, which the trainers' token scoring does not "
+                             "repeat; the behaviour log-probs would not match")
+
+
 def load_project_checkpoint(directory: Path) -> tuple[torch.nn.Module, Any, dict]:
     """The project's own directory: the model and the word-level tokenizer.json."""
     from testbed.models.tokenizer import WordTokenizer
@@ -83,6 +98,7 @@ def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, Any, dict]:
 
     tokenizer = HubTokenizer.load(directory)
     model = _load_model(directory)
+    check_scoring(model, directory)
     rows = model.get_input_embeddings().weight.shape[0]
     if tokenizer.vocab_size > rows:
         raise ValueError(f"policy.checkpoint: {directory}: the tokenizer has {tokenizer.vocab_size} tokens but the "
