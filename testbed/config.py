@@ -91,6 +91,19 @@ class PolicyConfig(Strict):
     max_positions: int = Field(128, ge=16)
     sft: SFTConfig = Field(default_factory=SFTConfig)
 
+    @field_validator("checkpoint")
+    @classmethod
+    def _checkpoint_directory(cls, path: str | None) -> str | None:
+        """A missing directory or one with no config.json is named now, not after start-up."""
+        if path is not None:
+            from testbed.models.hub import check_directory
+
+            try:
+                check_directory(path)
+            except FileNotFoundError as exc:
+                raise ValueError(str(exc).removeprefix("policy.checkpoint: ")) from None
+        return path
+
     @model_validator(mode="after")
     def _shapes(self) -> PolicyConfig:
         if self.top_k > self.num_experts:

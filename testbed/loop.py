@@ -111,6 +111,7 @@ class ArmRunner:
             self.warm_up(policy_key, starting_engine)
         if resume is None:
             seed_everything(self.seed)  # the warm-up (or its cache) must not change what RL samples
+        self.log_parameter_split()
         from testbed.run import build_gold_judge
 
         self.gold = build_gold_judge(self.scenario)
@@ -124,6 +125,18 @@ class ArmRunner:
         if self.progress is not None:
             self.task = self.progress.add_task("", total=self.budget, completed=self.env.clock, arm=self.arm.name,
                                                seed=self.seed, target=self.target_now(), reward="  -  ")
+
+    def parameter_split(self) -> dict[str, int] | None:
+        """The trainer's split of trainable parameters (SAO: its critic's attention, experts, router,
+        head), if it reports one (`parameter_counts`; a remote learner's local shadow has it)."""
+        return getattr(getattr(self.trainer, "shadow", self.trainer), "parameter_counts", None)
+
+    def log_parameter_split(self) -> None:
+        counts = self.parameter_split()
+        if counts:
+            from testbed.models.modules import describe_split
+
+            self.log(f"{self.arm.name} seed {self.seed}: {describe_split(counts)}")
 
     def warm_up(self, policy_key: str, starting_engine: Engine) -> None:
         """The trainer's optional warm-up (SAO: value pretraining) on samples of the starting
@@ -263,6 +276,7 @@ class ArmRunner:
             "dropped_stale": state.dropped_stale, "resumes": state.resumes, "wall_s": round(wall_total, 2),
             "episodes_per_s": round(self.env.clock / wall_total, 2),
             "time_s": {k: round(v, 3) for k, v in self.timer.seconds.items()},
+            **({"parameters": split} if (split := self.parameter_split()) else {}),
         }
 
 

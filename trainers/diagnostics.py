@@ -9,13 +9,14 @@ from torch import nn
 from testbed.models.critic import module_family
 
 
-def grad_norms_by_family(model: nn.Module, prefix: str) -> dict[str, float]:
-    """L2 norm of the gradient per family (attention / experts / router / other) and in total."""
+def grad_norms_by_family(model: nn.Module, prefix: str, patterns=None) -> dict[str, float]:
+    """L2 norm of the gradient per family (attention / experts / router / head / other) and in
+    total; `patterns` (testbed.models.modules.ModulePatterns) name the families, default if None."""
     sq: dict[str, float] = {}
     for name, param in model.named_parameters():
         if param.grad is None:
             continue
-        family = module_family("." + name)
+        family = module_family("." + name, patterns)
         sq[family] = sq.get(family, 0.0) + float(param.grad.detach().float().pow(2).sum())
     out = {f"{prefix}grad_norm_{family}": value**0.5 for family, value in sq.items()}
     out[f"{prefix}grad_norm"] = sum(sq.values()) ** 0.5

@@ -32,7 +32,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from testbed.models.critic import Critic, trainable_parameter_counts
+from testbed.models.critic import Critic, ModulePatterns, trainable_parameter_counts
 from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
 from trainers import data_parallel
@@ -54,6 +54,9 @@ class SAOConfig(BaseModel):
     value_updates_per_policy_update: int = Field(2, ge=1, description="K; the 'w/o faster value' ablation is 1")
     critic_trainable: Literal["moe", "all"] = Field("moe", description="'moe' freezes the critic's attention")
     critic_train_embeddings_norms: bool = False
+    critic_module_patterns: ModulePatterns | None = Field(None, description=(
+        "regexes naming the checkpoint's attention / router / experts parameters, for a family whose names "
+        "the defaults (testbed/models/modules.py) do not cover"))
     gae: Literal["token", "step_average", "step_last", "naive"] = Field("token", description=(
         "'token' skips observations; 'naive' runs GAE across them (values at observation tokens)"))
     gamma: float = Field(1.0, ge=0, le=1)
@@ -94,7 +97,8 @@ class SAOTrainer:
         self.temperature = temperature
         self.batch_size = self.episodes_per_update = self.cfg.episodes_per_update
         self.top_k = policy.config.num_experts_per_tok
-        self.critic = Critic.from_policy(policy, self.cfg.critic_trainable, self.cfg.critic_train_embeddings_norms)
+        self.critic = Critic.from_policy(policy, self.cfg.critic_trainable, self.cfg.critic_train_embeddings_norms,
+                                         self.cfg.critic_module_patterns)
         self.policy_opt = torch.optim.AdamW(policy.parameters(), lr=self.cfg.policy_lr, weight_decay=0.0, eps=self.cfg.adam_eps)
         self.critic_opt = torch.optim.AdamW(
             [p for p in self.critic.parameters() if p.requires_grad], lr=self.cfg.critic_lr, weight_decay=0.0, eps=self.cfg.adam_eps
@@ -105,7 +109,7 @@ class SAOTrainer:
         self.skipped_steps_total = 0  # optimiser steps (critic and policy) skipped for a non-finite loss or gradient
         self.rng = random.Random(seed)
         self.reference = reference_for(policy, self.cfg.kl_coef, temperature)
-        self.parameter_counts = trainable_parameter_counts(self.critic)
+        self.parameter_counts = trainable_parameter_counts(self.critic, self.cfg.critic_module_patterns)  # logged at start
         if self.cfg.staleness_bound is not None and data_parallel.world_size() > 1:
             # A shard whose rollouts were all stale would return before the others' collectives.
             raise ValueError("staleness_bound with a data-parallel learner: drop stale rollouts before sharding "
@@ -191,7 +195,7 @@ class SAOTrainer:
         loss = with_router_aux(loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask,
                                self.critic.backbone.config, "critic_router_aux_loss")
         _, nonfinite = guarded_step(loss, self.critic.parameters(), self.critic_opt, self.cfg.max_grad_norm, "critic",
-                                    inspect=lambda: stats.update(grad_norms_by_family(self.critic, "critic_")))
+                                    inspect=lambda: stats.update(grad_norms_by_family(self.critic, "critic_", self.cfg.critic_module_patterns)))
         metrics = {"critic_loss": float(loss.detach()), **stats, **expert_load(router, data.action_mask, self.top_k, "critic_")}
         return metrics, nonfinite
 
@@ -212,7 +216,7 @@ class SAOTrainer:
         loss = with_router_aux(loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask, self.policy.config)
         norms = {"policy_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
         _, nonfinite = guarded_step(loss, self.policy.parameters(), self.policy_opt, self.cfg.max_grad_norm, "policy",
-                                    inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_")))
+                                    inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_", self.cfg.critic_module_patterns)))
         return {
             "policy_loss": float(loss.detach()),
             "entropy": float(token_mean(entropy.detach(), data.action_mask)),
@@ -269,6 +273,8 @@ class SAOTrainer:
         })
         if self.cfg.router_aux_loss_coef > 0:  # only when on, so that existing caches keep their keys
             key["router_aux_loss_coef"] = self.cfg.router_aux_loss_coef
+        if self.cfg.critic_module_patterns is not None:  # likewise
+            key["critic_module_patterns"] = self.cfg.critic_module_patterns.model_dump(mode="json")
         return key
 
     def warmup_state(self) -> dict[str, Any]:

@@ -1,6 +1,8 @@
-"""The SAO critic: the policy's architecture plus a per-token value head, initialised from the
-SFT policy. With `trainable="moe"` its attention is frozen and only the MoE layers (router and
-experts) and the value head learn (docs/algorithms.md, design 2)."""
+"""The SAO critic: the policy's backbone plus a per-token value head, initialised from the
+starting policy (the project's Qwen3-MoE or any Hub checkpoint). With `trainable="moe"` its
+attention is frozen and only the MoE layers (router and experts) and the value head learn
+(docs/algorithms.md, design 2); the parts are found by module-name patterns
+(`testbed.models.modules`)."""
 
 from __future__ import annotations
 
@@ -10,42 +12,43 @@ from typing import Literal
 import torch
 from torch import nn
 
+from testbed.models.modules import (  # noqa: F401  (re-exported: the trainers and tests import them from here)
+    ATTENTION, DEFAULT_PATTERNS, EXPERTS, HEAD, OTHER, ROUTER, ModulePatterns, missing_parts, module_family, parameter_split,
+)
 from testbed.models.policy import hidden_states
-
-ATTENTION, EXPERTS, ROUTER, OTHER = "attention", "experts", "router", "other"
-
-
-def module_family(name: str) -> str:
-    """Which part of a Qwen3-MoE block a parameter belongs to (for freezing and grad norms)."""
-    if ".self_attn." in name:
-        return ATTENTION
-    if ".mlp.experts." in name or ".mlp.shared_expert" in name:
-        return EXPERTS
-    if ".mlp.gate." in name:
-        return ROUTER
-    return OTHER
 
 
 class Critic(nn.Module):
-    def __init__(self, backbone: nn.Module, hidden_size: int):
+    def __init__(self, backbone: nn.Module, hidden_size: int, patterns: ModulePatterns | None = None):
         super().__init__()
         self.backbone = backbone
         self.value_head = nn.Linear(hidden_size, 1)
+        self.patterns = patterns  # None: the defaults (testbed.models.modules.DEFAULT_PATTERNS)
         # Start at V = 0 everywhere, so an un-pretrained critic makes advantages = returns.
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
     @classmethod
     def from_policy(
-        cls, policy: nn.Module, trainable: Literal["moe", "all"] = "moe", train_embeddings_norms: bool = False
+        cls, policy: nn.Module, trainable: Literal["moe", "all"] = "moe", train_embeddings_norms: bool = False,
+        patterns: ModulePatterns | None = None,
     ) -> Critic:
-        critic = cls(copy.deepcopy(policy.model), policy.config.hidden_size)
+        """A copy of the policy's backbone (`get_decoder()`: `model` in transformers' causal LMs)."""
+        critic = cls(copy.deepcopy(policy.get_decoder()), policy.config.hidden_size, patterns)
         critic.set_trainable(trainable, train_embeddings_norms)
         return critic
 
     def set_trainable(self, trainable: Literal["moe", "all"], train_embeddings_norms: bool = False) -> None:
+        if trainable == "moe":
+            missing = missing_parts(self.backbone, self.patterns or DEFAULT_PATTERNS)
+            if missing:
+                family = getattr(self.backbone.config, "model_type", "?")
+                sample = [n for n, _ in self.backbone.named_parameters()][:6]
+                raise ValueError(f"critic_trainable 'moe': no parameter of this {family} checkpoint matches the "
+                                 f"{' / '.join(missing)} patterns (names look like {sample}); give SAO's "
+                                 "critic_module_patterns for it, or use critic_trainable: all")
         for name, param in self.backbone.named_parameters():
-            family = module_family("." + name)
+            family = module_family("." + name, self.patterns)
             if trainable == "all":
                 param.requires_grad = True
             elif family == ATTENTION:
@@ -68,12 +71,6 @@ class Critic(nn.Module):
         return values, router
 
 
-def trainable_parameter_counts(model: nn.Module) -> dict[str, int]:
-    counts = {"total": 0, "trainable": 0}
-    for name, param in model.named_parameters():
-        counts["total"] += param.numel()
-        if param.requires_grad:
-            counts["trainable"] += param.numel()
-            family = module_family("." + name)
-            counts[f"trainable_{family}"] = counts.get(f"trainable_{family}", 0) + param.numel()
-    return counts
+def trainable_parameter_counts(model: nn.Module, patterns: ModulePatterns | None = None) -> dict[str, int]:
+    """The split of a model's parameters (attention, experts, router, head, other), trainable and in total."""
+    return parameter_split(model, patterns)

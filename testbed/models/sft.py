@@ -261,14 +261,9 @@ def save_policy(directory: Path, model: torch.nn.Module, tok: WordTokenizer, rep
         os.replace(tmp, directory)
 
 
-def load_checkpoint(path: str) -> tuple[torch.nn.Module, WordTokenizer, dict]:
-    """A real checkpoint directory holding a causal LM and this project's tokenizer.json."""
-    directory = Path(path)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"policy.checkpoint: no such directory: {directory}")
-    if not (directory / "tokenizer.json").exists():
-        raise FileNotFoundError(f"policy.checkpoint: {directory} has no tokenizer.json")
-    tok = WordTokenizer.load(directory / "tokenizer.json")
-    model = AutoModelForCausalLM.from_pretrained(directory)
-    model.eval()
-    return model, tok, {"checkpoint": str(directory)}
+def load_checkpoint(path: str) -> tuple[torch.nn.Module, Any, dict]:
+    """A checkpoint directory: a Hub-format causal LM with its own tokenizer, or this project's own
+    (testbed/models/hub.py)."""
+    from testbed.models.hub import load_checkpoint as load
+
+    return load(path)

@@ -57,6 +57,9 @@ class HFEngine:
         self.version = 0
         # The lean forward (testbed/models/decoder.py) where the model is the shape it knows.
         self.lean = LeanDecoder(model) if lean and LeanDecoder.supports(model) else None
+        # A Hub tokenizer may end a response at several ids (its eos and the generation config's).
+        self.stop_ids = tuple(getattr(tokenizer, "stop_ids", (tokenizer.eos_id,)))
+        self._stops = torch.tensor(self.stop_ids)
 
     def load_weights(self, state_dict: dict | None, version: int) -> None:
         if state_dict is not None:
@@ -129,7 +132,7 @@ class HFEngine:
             sampled = sample_categorical(logp, u[active])
             generated[active, step] = sampled[:, 0]
             logprob_table[active, step] = logp.gather(-1, sampled)[:, 0]
-            finished[active] |= sampled[:, 0] == tok.eos_id
+            finished[active] |= torch.isin(sampled[:, 0], self._stops)
             if finished.all() or step == steps - 1:
                 break
             done = finished[active]
@@ -150,8 +153,8 @@ class HFEngine:
         out = []
         for row in range(batch):
             ids = generated[row].tolist()
-            # keep tokens up to and including the first <eos>; the policy learns when to stop
-            length = ids.index(tok.eos_id) + 1 if tok.eos_id in ids else len(ids)
+            # keep tokens up to and including the first <eos> (stop id); the policy learns when to stop
+            length = next((i + 1 for i, t in enumerate(ids) if t in self.stop_ids), len(ids))
             out.append((ids[:length], logprob_table[row, :length].tolist()))
         return out
 
