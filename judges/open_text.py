@@ -19,10 +19,10 @@ from wordfreq import get_frequency_dict
 # Alternatives in order of frequency (sre tries them in order): words (inner apostrophes kept:
 # "can't", "o'er"), runs of final punctuation, commas, emoticons (kaomoji, hearts, smileys), emoji,
 # tildes, archaic clipped forms ('tis), numbers ("8:15"), other marks.
-_TOKEN = re.compile(
-    r"[a-z]+(?:'[a-z]+)*|[.!?]+|,|\([^\s()]{0,4}[\^_][^\s()]{0,4}\)|<3+|[:;=]-?[()dp3](?![a-z])"
+_TOKEN = re.compile(  # the leading \s* skips a run of spaces in one step (findall returns the group)
+    r"\s*([a-z]+(?:'[a-z]+)*|[.!?]+|,|\([^\s()]{0,4}[\^_][^\s()]{0,4}\)|<3+|[:;=]-?[()dp3](?![a-z])"
     r"|[\U0001F300-\U0001FAFF\u2600-\u27BF]\ufe0f?|~+|'(?:tis|twas|twixt|neath|gainst)\b"
-    r"|[0-9]+(?:[.:,][0-9]+)*|[;:\"()\[\]%]"
+    r"|[0-9]+(?:[.:,][0-9]+)*|[;:\"()\[\]%])"
 )
 _WORD_START = frozenset("abcdefghijklmnopqrstuvwxyz0123456789'")
 FINAL = frozenset(".!?")
@@ -132,12 +132,15 @@ def repetition(words: list[str], counts: Counter[str], max_share: float = 0.12) 
     fours = Counter(zip(words, words[1:], words[2:], words[3:]))
     if any(a == b == c == d for a, b, c, d in fours):
         return "span"
+    if fours and max(fours.values()) < 2:  # every other loop repeats a 4-word sequence: most pieces stop here
+        return _overused(counts, max(4, int(max_share * len(words))))
     sixes = list(zip(words, words[1:], words[2:], words[3:], words[4:], words[5:]))
     if any(a == c == e and b == d == f for a, b, c, d, e, f in sixes):
         return "span"
     if (fours and max(fours.values()) >= 3) or len(set(sixes)) < len(sixes):
         return "ngram"
-    cap = max(4, int(max_share * len(words)))
-    if any(c > cap for w, c in counts.items() if c > 4 and w not in FUNCTION_WORDS):
-        return "word"
-    return None
+    return _overused(counts, max(4, int(max_share * len(words))))
+
+
+def _overused(counts: Counter[str], cap: int) -> str | None:
+    return "word" if any(c > cap for w, c in counts.items() if c > 4 and w not in FUNCTION_WORDS) else None
