@@ -11,6 +11,10 @@ templates) and topicality (one of the topic's keywords appears; skipped for unkn
 Deterministic for a seed; optional label noise flips quality and style_match independently,
 decided by a hash of (seed, prompt, response).
 
+Two modes: `world` (this module, the default: the simulated world's grammar, fast) and `open`
+(`mode: open`: natural English, judges/open_world.py, the same contract; its own arguments
+`min_words`, `max_words` pass through).
+
 A lenient judge (the training judge of the Goodhart-gap scenario) is this one with fewer checks
 (`checks: [length, ending]`) and a top style that needs no dominance (`dominance: 0`): fluency,
 repetition and topicality go unchecked and a style is read from whichever markers weigh most, so
@@ -22,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import time
+from typing import Any, Literal
 
 from testbed.types import JudgeRequest, Verdict
 from testbed.world.language import (
@@ -55,6 +60,7 @@ _CUTE, _CHUUNI, _CLASSICAL = (MARKED_STYLES.index(s) for s in ("cute", "chuuniby
 _KEYWORDS = {t: topic_keywords(t) for t in TOPICS}
 _SHORT = {"academic": "aca", "cute": "cute", "chuunibyou": "chuu", "classical": "cla"}
 QUALITY_CHECKS: tuple[str, ...] = ("length", "ending", "repetition", "fluency", "topic")
+MODES: tuple[str, ...] = ("world", "open")
 
 
 def style_scores(tokens: list[str]) -> list[float]:
@@ -99,8 +105,22 @@ def _noise(seed: int, prompt: str, response: str) -> tuple[float, float]:
 class RubricJudge:
     """Rule-based judge (see module doc). `label_noise` in [0, 1] models an imperfect judge."""
 
-    def __init__(self, seed: int = 0, label_noise: float = 0.0, checks: list[str] | tuple[str, ...] = QUALITY_CHECKS,
-                 dominance: float = DOMINANCE) -> None:
+    def __init__(self, seed: int = 0, label_noise: float = 0.0, checks: list[str] | tuple[str, ...] | None = None,
+                 dominance: float = DOMINANCE, mode: Literal["world", "open"] = "world", **open_args: Any) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode: must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
+        self.mode = mode
+        self._open = None
+        if mode == "open":  # imported here: the world mode never loads wordfreq's word list
+            from judges.open_world import OpenWorldJudge
+
+            extra = {} if checks is None else {"checks": checks}
+            self._open = OpenWorldJudge(seed=seed, label_noise=label_noise, dominance=dominance, **extra, **open_args)
+            return
+        if open_args:
+            raise ValueError(f"{', '.join(sorted(open_args))}: not an argument of the rubric's world mode "
+                             f"(it takes seed, label_noise, checks, dominance, mode; mode 'open' takes more)")
+        checks = QUALITY_CHECKS if checks is None else checks
         if not 0.0 <= label_noise <= 1.0:
             raise ValueError("label_noise must be in [0, 1]")
         unknown = [c for c in checks if c not in QUALITY_CHECKS]
@@ -117,6 +137,8 @@ class RubricJudge:
         return [self.score(r) for r in requests]
 
     def score(self, req: JudgeRequest) -> Verdict:
+        if self._open is not None:
+            return self._open.score(req)
         t0 = time.perf_counter()
         try:
             return self._score(req, t0)

@@ -1,0 +1,121 @@
+"""Style markers of natural English for the open-world judge, beyond the world's own lexicon.
+
+Each marked style has a lexicon of weighted words (1.0: only that register uses it; less: the
+register favours it but plain prose uses it too) and a few patterns: emoticons, emoji, tildes and
+stretched letters ("sooo") for cute; '!' and villain laughter for chuunibyou; archaic verb forms
+(-eth, "thou" + -est/-st) and clipped forms (o'er, 'tis) for classical; citations and percentages
+for academic. The world's markers (testbed.world.styles) are all included at weight 1.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from testbed.world.styles import STYLE_SPECS
+
+MARKED: tuple[str, ...] = ("academic", "cute", "chuunibyou", "classical")  # the rubric's order
+ACA, CUTE, CHUU, CLA = range(4)
+
+
+def _table(spec: str) -> dict[str, float]:
+    """'w1 w2 | 0.5: w3 w4' -> weights (a group without 'x:' weighs 1)."""
+    out: dict[str, float] = {}
+    for group in spec.split("|"):
+        weight, sep, words = group.partition(":")
+        if not sep:
+            weight, words = "1", group
+        out.update({w: float(weight) for w in words.split()})
+    return out
+
+
+_LEXICONS: dict[int, dict[str, float]] = {
+    CUTE: _table(
+        "tiny tiniest teeny teensy teeniest wittle smol fluffy fluffiest cozy coziest cosy snuggly snuggle snuggles "
+        "snuggled cuddly cuddle cuddles squishy sparkly sparkle sparkles precious adorable cute cutest cutie cuties "
+        "sweetie sweeties bestie besties hehe teehee yay yum yummy omg aww awww eee squee squeal squealed giggle "
+        "giggles giggled doki tummy tummies wiggle wiggly plushie plushies kitty kitties bunny bunnies duckie doggie "
+        "doggo birdie froggy piggy oopsie uwu owo nya rawr glittery pastel teddy mittens"
+        "| 0.5: little sweet sweetest hug hugs hugging snack lovely pink fuzzy bouncy"
+    ),
+    CHUU: _table(
+        "behold mortal mortals abyss abyssal sealed seal seals cursed curse curses forbidden eternal crimson demon "
+        "demons demonic accursed destiny fate pact realm realms dragon awaken awakens awakened awakening vessel fools "
+        "foretold kukuku kukukuku fuhaha fuhahaha fuhahahaha muahaha mwahaha mwahahaha infernal hellhound sorcerer "
+        "grimoire prophecy doom doomed wrath vengeance inferno unleash unleashed unleashes summon summoned summons "
+        "obsidian oblivion apocalypse overlord minions underworld tremble trembles darkness relic legendary "
+        "| 0.5: dark shadow shadows chosen ancient power powers flame flames battle warrior soul souls devour "
+        "devours fear blade ritual heavens tempest serpents throne"
+    ),
+    CLA: _table(
+        "thou thee thy thine hath doth dost hast ere o'er e'er ne'er 'tis 'twas 'twixt 'neath 'gainst alas hark "
+        "verily yonder forsooth methinks prithee wherefore whence whither thither hither thence nay shalt canst "
+        "wouldst couldst shouldst didst hadst mayst mightst betwixt yore unto thereon thereof whereof withal "
+        "perchance mayhap beseech twain anon morn tis twas"
+        "| 0.7: lo ye oft wilt aye maiden sire kin wherein lest whilst | 0.4: mine fair o eve hearth steed"
+    ),
+    ACA: _table(
+        "furthermore moreover consequently additionally notably nevertheless nonetheless whereas thus evidence "
+        "findings data analysis analyses analysed analyzed literature participants respondents cohort longitudinal "
+        "empirical empirically hypothesis hypotheses correlation correlated significant significantly framework "
+        "variable variables suggests indicate indicates indicated demonstrate demonstrates demonstrated imply "
+        "implies observed observational phenomenon interventions approximately proportion systematic systematically "
+        "interpretation causal causality confounding epidemiological methodology prevalence meta ethnographic "
+        "| 0.7: therefore hence research study studies suggest associated considerable substantial substantially "
+        "examine examines examined investigate assess outcomes factors survey surveys experiments attributed "
+        "| 0.4: however sample context perceived relative likely subsequent"
+    ),
+}
+for _i, _style in enumerate(MARKED):  # the world's markers weigh 1 in the open lexicon too
+    for _w in STYLE_SPECS[_style].markers:
+        _LEXICONS[_i][_w] = 1.0
+
+# One table for the hot path: word -> (style index, weight); a word in two lexicons keeps its heavier use.
+MARKERS: dict[str, tuple[int, float]] = {}
+for _i, _lex in _LEXICONS.items():
+    for _w, _wt in _lex.items():
+        if _w not in MARKERS or MARKERS[_w][1] < _wt:
+            MARKERS[_w] = (_i, _wt)
+LEXICON_WORDS: frozenset[str] = frozenset(MARKERS)  # known words for fluency, whatever a frequency list says
+
+_TRIPLE = re.compile(r"([a-z])\1\1")
+_STRETCH = re.compile(r"\b[a-z]*([a-z])\1\1[a-z]*")  # "sooo", "yayyy": a letter three times in a word
+_ETH = re.compile(r"\b[a-z]{2,}eth\b")  # "lingereth", "purreth": archaic 3rd person
+_ETH_EXCEPTIONS = frozenset("teeth beneath seth beth kenneth elizabeth macbeth".split())
+_THOU_VERB = re.compile(r"\bthou (art|[a-z]{2,}st)\b")  # "thou art", "thou writest", "thou wouldst"
+_EMOTICONS = re.compile(r"\([^\s()]{0,4}[\^_][^\s()]{0,4}\)|<3+|[:;=]-?[()dp3](?![a-z])"
+                        r"|[\U0001F300-\U0001FAFF\u2600-\u27BF]|~+")
+_CITATION = re.compile(r"\([a-z][a-z .&]*,? (?:19|20)\d\d[a-z]?\)|\[\d+(?:[,-]\d+)*\]|\bet al\b")
+EMOTICON_W, BANG_W, STRETCH_W, ETH_W, THOU_VERB_W, CITATION_W, PERCENT_W = 1.0, 0.3, 0.7, 1.0, 0.7, 1.0, 0.5
+
+
+def style_scores(counts: Counter[str], low: str) -> tuple[list[float], int]:
+    """(marker mass per style in MARKED order, occurrences of weight-1 marker words): `counts` the
+    Counter of the piece's words, `low` the normalised piece (for marks and patterns)."""
+    scores = [0.0, 0.0, 0.0, 0.0]
+    strong = 0
+    for w in counts.keys() & MARKERS.keys():
+        i, wt = MARKERS[w]
+        c = counts[w]
+        scores[i] += wt * c
+        strong += c if wt >= 1.0 else 0
+    if "eth" in low:
+        scores[CLA] += ETH_W * sum(1 for w in _ETH.findall(low) if w not in MARKERS and w not in _ETH_EXCEPTIONS)
+    if "thou " in low:
+        scores[CLA] += THOU_VERB_W * sum(1 for w in _THOU_VERB.findall(low) if w not in MARKERS)
+    scores[CHUU] += BANG_W * low.count("!")
+    scores[ACA] += PERCENT_W * (low.count("%") + counts.get("percent", 0))
+    scores[CUTE] += _cute_marks(low)
+    if "(" in low or "[" in low or "et al" in low:
+        scores[ACA] += CITATION_W * len(_CITATION.findall(low))
+    return scores, strong
+
+
+def _cute_marks(low: str) -> float:
+    """Emoticons, emoji, tildes, and stretched words the lexicon does not already count."""
+    mass = 0.0
+    if not low.isascii() or any(c in low for c in "(<:;=~"):  # what every emoticon needs: most pieces have none
+        mass += EMOTICON_W * len(_EMOTICONS.findall(low))
+    if _TRIPLE.search(low):  # rare: only then look for the words
+        mass += STRETCH_W * sum(1 for m in _STRETCH.finditer(low) if m.group(0) not in MARKERS)
+    return mass

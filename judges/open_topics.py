@@ -1,0 +1,150 @@
+"""Topicality by semantic field for the open-world judge.
+
+Each of the world's topics (testbed.world.topics.TOPICS) has a curated field: core words that name
+the topic or its defining things (weight 1) and related words that a piece about it tends to use
+(weight 0.5, shared by k topics: 0.5 / k, so "kitchen" or "warm" says little). The world's own
+lexicon is in every field (its nouns as core words, the nouns and verbs of its phrases as related
+ones). A piece is on topic when its distinct field words weigh >= TOPIC_MIN: one core word, or
+enough related ones. No word-vector package ships offline on the registry small and fast enough for
+the hot path; a curated field is what the issue allows in that case. A topic outside the world's
+list gets its own content words as its field.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Set as AbstractSet
+
+from judges.open_text import FUNCTION_WORDS
+from testbed.world.topics import TOPIC_LEXICONS, TOPICS
+
+TOPIC_MIN = 1.0
+RELATED_W = 0.5
+
+_FIELDS: dict[str, tuple[str, str]] = {  # topic -> (core words, related words)
+    "coffee": ("coffee espresso latte cappuccino barista caffeine americano mocha macchiato",
+               "mug cup brew bean grinder grind roast cafe kettle filter milk foam froth sip decaf aroma bitter"),
+    "tea": ("tea teapot chamomile teabag",
+            "kettle steep leaf leaves cup mug brew honey sugar milk lemon herbal infusion saucer china sip steam pot"),
+    "rainy days": ("rain rainy drizzle puddle downpour raindrop",
+                   "umbrella wet grey gray cloud shower damp soaked raincoat boot gutter drop window storm splash gloomy"),
+    "the bus ride": ("bus commute commuter timetable",
+                     "ride seat passenger stop driver route fare ticket aisle window journey travel crowded transit"),
+    "houseplants": ("houseplant fern ivy pothos succulent cactus",
+                    "plant leaf leaves pot soil water repot windowsill sunlight green leafy grow root bloom foliage"),
+    "a lost umbrella": ("umbrella parasol",
+                        "lost property handle canopy rain wet forgot forgotten found left missing soaked"),
+    "breakfast": ("breakfast pancake toast cereal porridge brunch omelette",
+                  "egg bacon syrup juice orange butter jam coffee morning bread milk yogurt fry kitchen marmalade"),
+    "the morning walk": ("walk stroll",
+                         "morning dawn path lane park air dew bird early stride neighbor neighbour sunrise hedge wander"),
+    "cats": ("cat kitten kitty feline",
+             "purr whisker paw fur tail meow mice mouse litter pounce nap sofa scratch claw pet"),
+    "dogs": ("dog puppy hound pup",
+             "bark leash tail walk fetch ball paw fur wag kennel collar treat breed vet pet"),
+    "baking bread": ("bread dough loaf loaves bake baking",
+                     "oven flour yeast knead rise crust crusty sourdough baker bakery butter slice golden"),
+    "the library": ("library librarian bookshelf",
+                    "book shelf shelves novel borrow reading read quiet card desk aisle archive catalogue page return"),
+    "gardening": ("garden gardening gardener seedling trowel tomato",
+                  "seed soil weed plant dig spade bloom rose bean compost hose water bed allotment greenhouse vegetable"),
+    "the weekend market": ("market stall vendor",
+                           "produce stand haggle price basket fruit vegetable cheese honey craft square shopper seller farmer"),
+    "cooking dinner": ("dinner cooking cook stew pasta",
+                       "recipe pan pot stove oven sauce onion garlic chop stir vegetable kitchen meal supper spice simmer"),
+    "the first snow": ("snow snowflake snowman snowfall",
+                       "winter cold white flake frost frozen sled mitten scarf slush ice icy shovel"),
+    "a birthday party": ("birthday party cake",
+                         "candle balloon gift present celebrate celebration guest wish game cupcake frosting sing crown"),
+    "moving house": ("move moving relocation relocate",
+                     "box pack unpack van flat apartment house home neighbour key rent landlord furniture removal"),
+    "a summer picnic": ("picnic sandwich hamper",
+                        "blanket basket meadow park lemonade strawberry summer grass ant sun sunny outdoor lunch riverbank"),
+    "the dentist": ("dentist dental toothbrush checkup teeth tooth",
+                    "floss clinic cavity drill hygienist gum appointment chair mouth lamp brace filling"),
+    "learning guitar": ("guitar chord fretboard",
+                        "string strum pick practice practise song finger fingertip lesson tune music scale amplifier"),
+    "homework": ("homework worksheet essay assignment",
+                 "school teacher study pencil notebook math maths problem question answer deadline class student"),
+    "the laundry": ("laundry detergent washing",
+                    "wash sock towel sheet clothes clothing dryer dry rack fold iron load basket laundromat lint"),
+    "the beach": ("beach seashell shore",
+                  "sand sandy wave sea ocean tide coast surf swim shell sandcastle towel sunburn gull bay pier"),
+    "a new phone": ("phone smartphone charger",
+                    "screen battery app camera case photo contact call text message wallpaper notification device"),
+    "the old bicycle": ("bicycle bike saddle cycling",
+                        "chain tyre tire pedal ride handlebar brake bell spoke frame rusty shed wheel"),
+    "a thunderstorm": ("thunder lightning thunderstorm storm",
+                       "rain cloud sky flash crash rumble window power light wind gale downpour tempest bolt"),
+    "knitting": ("knitting knit yarn needle",
+                 "wool stitch scarf sweater jumper pattern row purl hat mitten skein craft"),
+    "a museum visit": ("museum gallery exhibit exhibition",
+                       "painting statue sculpture artifact collection guide curator label display visitor art history"),
+    "doing the dishes": ("dish dishes sponge dishwasher",
+                         "sink soap soapy suds plate cup glass pan pot scrub rinse dry rack towel wash"),
+    "a long nap": ("nap snooze siesta",
+                   "sleep asleep pillow blanket afternoon drowsy sleepy doze rest couch sofa dream bed woke"),
+    "the train station": ("platform railway departure station train",
+                          "ticket board track commuter passenger timetable carriage arrival delay rail kiosk"),
+    "a sunny afternoon": ("sunshine sunbeam sunlight sunny",
+                          "sun afternoon warm bright blue sky shade garden park lawn grass bench heat summer golden"),
+    "the grocery store": ("supermarket checkout trolley grocery groceries",
+                          "store shop shopping list cart aisle queue milk bread fruit vegetable produce price bag till"),
+    "a letter from a friend": ("letter envelope mailbox",
+                               "friend write wrote reply handwriting stamp post postman page read note card news"),
+    "the night sky": ("star moon constellation",
+                      "night sky heavens planet galaxy telescope dark darkness shooting comet orbit astronomy twinkle"),
+}
+assert set(_FIELDS) == set(TOPICS), "every world topic needs a field"
+
+
+def forms(word: str) -> set[str]:
+    """A word and its regular inflections (plural, 3rd person, past, -ing): over-generating is
+    harmless, a word is only looked up."""
+    out = {word, word + "s", word + "ed", word + "ing"}
+    if word.endswith("e"):
+        out |= {word + "d", word[:-1] + "ing"}
+    if word.endswith("y"):
+        out |= {word[:-1] + "ies", word[:-1] + "ied"}
+    if word.endswith(("s", "sh", "ch", "x")):
+        out.add(word + "es")
+    return out
+
+
+def _world_words(topic: str) -> tuple[set[str], set[str]]:
+    lex = TOPIC_LEXICONS[topic]
+    core = set(lex["noun"])
+    related = {w for slot in ("thing", "place", "act") for phrase in lex[slot] for w in phrase.split()}
+    return core, related - FUNCTION_WORDS - core
+
+
+def _build() -> dict[str, dict[str, float]]:
+    raw: dict[str, tuple[set[str], set[str]]] = {}
+    for topic, (core, related) in _FIELDS.items():
+        w_core, w_related = _world_words(topic)
+        c = {f for w in set(core.split()) | w_core for f in forms(w)}
+        r = {f for w in set(related.split()) | w_related for f in forms(w)} - c
+        raw[topic] = (c, r)
+    share: dict[str, int] = {}
+    for c, r in raw.values():
+        for w in c | r:
+            share[w] = share.get(w, 0) + 1
+    return {topic: {**{w: RELATED_W / share[w] for w in r}, **{w: 1.0 for w in c}} for topic, (c, r) in raw.items()}
+
+
+FIELDS: dict[str, dict[str, float]] = _build()
+
+
+@functools.lru_cache(maxsize=256)
+def field(topic: str) -> dict[str, float]:
+    """The topic's field: curated for a world topic, else the topic's own content words."""
+    if topic in FIELDS:
+        return FIELDS[topic]
+    words = [w for w in topic.lower().replace("-", " ").split() if w.isalpha() and w not in FUNCTION_WORDS]
+    return {f: 1.0 for w in words for f in forms(w)}
+
+
+def topicality(words: AbstractSet[str], topic: str) -> float:
+    """Weight of the topic's field words among `words` (the piece's distinct words)."""
+    fld = field(topic)
+    return sum(fld[w] for w in fld.keys() & words)

@@ -1,0 +1,143 @@
+"""The open-world judge: the embedded rubric's contract (r = quality x style_match, reasons) for
+natural English instead of the world's grammar. Registry name `open_world`, or `rubric` with
+`mode: open`.
+
+Style: marker mass per style from natural-English lexicons and patterns (judges/open_styles.py);
+"plain" when the mass is small for the piece's length, "mixed" when no style holds DOMINANCE of it.
+
+Quality passes only if every check holds:
+  length      min_words .. max_words words
+  ending      ends on . ! ? (or '...'), or on an emoticon sign-off
+  repetition  no degenerate loop (judges/open_text.py)
+  fluency     >= KNOWN_MIN of the words are English (wordfreq) or style-lexicon words, >=
+              FUNCTION_MIN of them function words, and fewer than DISORDER_MAX closed-class word
+              orders English does not produce
+  topic       the topic's semantic field weighs >= TOPIC_MIN (judges/open_topics.py); skipped when
+              neither the request nor the prompt names a topic
+  stuffing    weight-1 style markers are at most STUFFING_MAX of the words
+  injection   the piece does not address its judge (judges/open_guard.py)
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from judges.config import validate_config
+from judges.open_guard import injection
+from judges.open_styles import MARKED, LEXICON_WORDS, style_scores
+from judges.open_text import normalise, proper_ending, repetition, shape, tokens, words_of
+from judges.open_topics import TOPIC_MIN, topicality
+from judges.rubric import DOMINANCE, _noise
+from testbed.types import JudgeRequest, Verdict
+from testbed.world.prompts import topic_of_prompt
+
+OpenCheck = Literal["length", "ending", "repetition", "fluency", "topic", "stuffing", "injection"]
+OPEN_CHECKS: tuple[str, ...] = ("length", "ending", "repetition", "fluency", "topic", "stuffing", "injection")
+KNOWN_MIN = 0.9  # English words among the words
+FUNCTION_MIN = 0.2  # English prose runs at ~0.4-0.55 function words; a list of content words near 0
+DISORDER_MAX = 1  # one closed-class order English does not produce fails a piece (a shuffle makes several)
+STUFFING_MAX = 0.4  # a natural marked piece carries ~5-20% strong markers, the world's dense ones ~30%
+PLAIN_MASS, PLAIN_PER_WORD = 1.5, 0.02  # below max(1.5, 0.02 x words) of marker mass a piece reads plain
+MAX_CHARS = 4000
+_SHORT = {"academic": "aca", "cute": "cute", "chuunibyou": "chuu", "classical": "cla"}
+
+
+class OpenWorldConfig(BaseModel):
+    """The open-world judge's arguments (a scenario's `judge.args`)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+    seed: int = Field(0, description="seed of the label noise")
+    label_noise: float = Field(0.0, ge=0.0, le=1.0, description="flip quality and style_match with this probability")
+    checks: tuple[OpenCheck, ...] = Field(OPEN_CHECKS, description="the quality checks that apply")
+    dominance: float = Field(DOMINANCE, ge=0.0, le=1.0, description="share of marker mass the top style needs")
+    min_words: int = Field(10, ge=1, description="fewer words fail length")
+    max_words: int = Field(160, ge=1, description="more words fail length")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> OpenWorldConfig:
+        if self.max_words < self.min_words:
+            raise ValueError(f"max_words ({self.max_words}) must be >= min_words ({self.min_words})")
+        return self
+
+
+def judged_style(scores: list[float], n_words: int, dominance: float) -> str:
+    total = sum(scores)
+    if total < max(PLAIN_MASS, PLAIN_PER_WORD * n_words):
+        return "plain"
+    top = max(range(len(scores)), key=scores.__getitem__)
+    return MARKED[top] if scores[top] >= dominance * total else "mixed"
+
+
+class OpenWorldJudge:
+    """Rule-based judge of natural English (see module doc). Accepts the same `seed`,
+    `label_noise`, `checks` and `dominance` as the world-mode rubric."""
+
+    Config = OpenWorldConfig
+
+    def __init__(self, config: OpenWorldConfig | None = None, **args: object) -> None:
+        cfg = validate_config(OpenWorldConfig, config if config is not None else args, "open_world judge args")
+        self.config = cfg
+        self.checks = frozenset(cfg.checks)
+
+    async def judge(self, requests: list[JudgeRequest]) -> list[Verdict]:
+        return [self.score(r) for r in requests]
+
+    def score(self, req: JudgeRequest) -> Verdict:
+        t0 = time.perf_counter()
+        try:
+            return self._score(req, t0)
+        except Exception as exc:  # a safety net: the judge must answer, never raise
+            return Verdict.failed(f"open_world judge error: {exc!r}", time.perf_counter() - t0)
+
+    def _score(self, req: JudgeRequest, t0: float) -> Verdict:
+        cfg, checks = self.config, self.checks
+        text = req.response if isinstance(req.response, str) else ""
+        prompt = req.prompt if isinstance(req.prompt, str) else ""
+        too_long = len(text) > MAX_CHARS
+        low = normalise(text[:MAX_CHARS] if too_long else text)
+        toks = tokens(low)
+        words = words_of(toks)
+        counts = Counter(words)
+        sh = shape(toks, counts, LEXICON_WORDS)
+        scores, strong = style_scores(counts, low)
+        style = judged_style(scores, sh.words, cfg.dominance)
+        style_match = int(style == req.target_style)
+
+        failed: list[str] = []
+        if too_long or ("length" in checks and not cfg.min_words <= sh.words <= cfg.max_words):
+            failed.append("length")
+        if "ending" in checks and not proper_ending(toks):
+            failed.append("ending")
+        rep = repetition(words, counts) if "repetition" in checks else None
+        if rep:
+            failed.append(f"repeat_{rep}")
+        if "fluency" in checks and (sh.known < KNOWN_MIN or sh.function < FUNCTION_MIN or sh.disorder >= DISORDER_MAX):
+            failed.append("fluency")
+        topic = req.topic if req.topic else topic_of_prompt(prompt)
+        field_w = topicality(counts.keys(), topic) if topic else -1.0
+        if "topic" in checks and topic and field_w < TOPIC_MIN:
+            failed.append("topic")
+        if "stuffing" in checks and strong > STUFFING_MAX * max(sh.words, 1):
+            failed.append("stuffing")
+        if "injection" in checks and injection(low):
+            failed.append("injection")
+        quality = int(not failed)
+
+        noise = ""
+        if cfg.label_noise > 0.0:
+            u_q, u_s = _noise(cfg.seed, prompt, text)
+            if u_q < cfg.label_noise:
+                quality, noise = 1 - quality, noise + " flip_q"
+            if u_s < cfg.label_noise:
+                style_match, noise = 1 - style_match, noise + " flip_s"
+
+        sc = ",".join(f"{_SHORT[s]}:{v:.3g}" for s, v in zip(MARKED, scores))
+        raw = (f"mode=open style={style} [{sc}] words={sh.words} known={sh.known:.2f} function={sh.function:.2f} "
+               f"disorder={sh.disorder} topic={topic} field={field_w:.2f} fail={'+'.join(failed) or 'none'}{noise}")
+        return Verdict(quality=quality, style_match=style_match, style=style, raw=raw,
+                       latency_s=time.perf_counter() - t0, reasons=tuple(failed))
