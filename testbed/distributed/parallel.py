@@ -11,6 +11,7 @@ manifest; one interrupted mid-way starts again from its beginning on `--resume`.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -63,14 +64,29 @@ class RemoteProgress:
             ray.get(ref)
 
 
+def worker_settings(scenario: Any) -> tuple[int, str]:
+    """What every task sets first: torch's threads and the driver's cache folder."""
+    from testbed.paths import cache_dir
+
+    return scenario.runtime.torch_threads, str(cache_dir())
+
+
+def enter_task(threads: int, cache: str) -> None:
+    """Ray sets OMP_NUM_THREADS=1 in its workers, so torch's threads are set explicitly; and the
+    workers of a Ray session started before TESTBED_CACHE was set (a notebook's, a test's) would
+    otherwise read and write another cache than the driver's."""
+    torch.set_num_threads(threads)
+    os.environ["TESTBED_CACHE"] = cache
+
+
 @ray.remote
 def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, tokenizer: Any, policy_key: str,
-                 threads: int, board: Any, warmed: dict[str, bytes]) -> tuple[dict, dict[str, list[dict]]]:
+                 worker: tuple[int, str], board: Any, warmed: dict[str, bytes]) -> tuple[dict, dict[str, list[dict]]]:
     from testbed.config import parse_scenario
     from testbed.distributed.rollout import build_policy
     from testbed.run import arm_runner, build_judge
 
-    torch.set_num_threads(threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
+    enter_task(*worker)
     install_cache_files(warmed)
     scenario = parse_scenario(scenario_data, "<scenario>")
     arm = next(a for a in scenario.arms if a.name == arm_name)
@@ -94,14 +110,14 @@ def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
 
 @ray.remote
 def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, tokenizer: Any, policy_key: str,
-                 threads: int) -> dict[str, bytes]:
+                 worker: tuple[int, str]) -> dict[str, bytes]:
     """`loop.warm_up_job` in a task: an arm's warm-up as its first job computes it."""
     from testbed.config import parse_scenario
     from testbed.distributed.rollout import build_policy
     from testbed.loop import warm_up_job
     from testbed.run import build_judge
 
-    torch.set_num_threads(threads)
+    enter_task(*worker)
     scenario = parse_scenario(scenario_data, "<scenario>")
     arm = next(a for a in scenario.arms if a.name == arm_name)
     judge = build_judge(scenario)
@@ -115,13 +131,13 @@ def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
 
 
 @ray.remote
-def sft_task(scenario_data: dict, policy_data: dict, threads: int) -> tuple[str, dict[str, bytes]]:
+def sft_task(scenario_data: dict, policy_data: dict, worker: tuple[int, str]) -> tuple[str, dict[str, bytes]]:
     """`load_or_train_policy` in a task; returns the cache directory's name and files."""
     from testbed.config import PolicyConfig, parse_scenario
     from testbed.models.sft import cache_root, load_or_train_policy
     from testbed.run import sft_evaluator
 
-    torch.set_num_threads(threads)
+    enter_task(*worker)
     scenario = parse_scenario(scenario_data, "<scenario>")
     cfg = PolicyConfig.model_validate(policy_data)
     _, _, report = load_or_train_policy(cfg, scenario.world.archetypes, evaluate=sft_evaluator(scenario),
@@ -142,8 +158,8 @@ def train_policies_in_parallel(scenario: Any, configs: list[Any], log: Callable[
         return
     log(f"training {len(missing)} SFT policies side by side (one per seed)")
     data = resolved_dict(scenario)
-    tasks = [sft_task.options(num_cpus=scenario.runtime.task_cpus).remote(data, c.model_dump(mode="json"),
-                                                                         scenario.runtime.torch_threads) for c in missing]
+    tasks = [sft_task.options(num_cpus=scenario.runtime.task_cpus).remote(data, c.model_dump(mode="json"), worker_settings(scenario))
+             for c in missing]
     for name, files in ray.get(tasks):
         target = cache_root() / name
         if (target / "sft_report.json").exists():
@@ -152,8 +168,6 @@ def train_policies_in_parallel(scenario: Any, configs: list[Any], log: Callable[
         for rel, blob in files.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_bytes(blob)
-        import os
-
         os.replace(tmp, target)
 
 
@@ -161,8 +175,6 @@ def install_cache_files(files: dict[str, bytes]) -> None:
     """The driver's warm-up results, into this node's cache (atomically). They replace a file of the
     same name: what a first job computes depends on its random stream, and this run's first jobs
     are the driver's."""
-    import os
-
     from testbed.models.sft import cache_root
 
     root = cache_root()
@@ -196,8 +208,8 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: 
     def args(seed: int) -> tuple:
         return refs[starts[seed].key], starts[seed].tokenizer, starts[seed].key
 
-    threads = scenario.runtime.torch_threads
-    warming = [warm_up_task.options(num_cpus=scenario.runtime.task_cpus).remote(data, arm.name, seed, *args(seed), threads)
+    worker = worker_settings(scenario)
+    warming = [warm_up_task.options(num_cpus=scenario.runtime.task_cpus).remote(data, arm.name, seed, *args(seed), worker)
                for arm, seed in first_jobs(scenario, jobs, key=lambda seed: starts[seed].key)]
     if warming:
         log(f"warming up {len(warming)} trainer(s) side by side (as each arm's first job would)")
@@ -206,7 +218,7 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: 
     board = ProgressBoard.remote()
     warmed_ref = ray.put(warmed)
     pending = {run_arm_task.options(num_cpus=scenario.runtime.task_cpus).remote(
-        data, arm.name, seed, *args(seed), threads, board, warmed_ref): (arm.name, seed) for arm, seed in jobs}
+        data, arm.name, seed, *args(seed), worker, board, warmed_ref): (arm.name, seed) for arm, seed in jobs}
     log(f"running {len(pending)} arm x seed tasks side by side on Ray")
     bars: dict[tuple[str, int], Any] = {}
     while pending:
