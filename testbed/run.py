@@ -170,6 +170,8 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true", help="validate the scenario and print the plan (models, judge, "
                         "schedule, runtime, episodes, estimated judge calls); train nothing, write nothing")
     parser.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
+    parser.add_argument("--no-report", action="store_true", help="skip the figures and tables at the end (the rows are "
+                        "all written; python -m analysis.report RUN_DIR makes them later)")
     return parser.parse_args(argv)
 
 
@@ -285,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     opened: dict[str, Any] = {}
     try:
         code = start(args, opened)
-        return code if code is not None else run_scenario(**opened)
+        return code if code is not None else run_scenario(**opened, write_report=not args.no_report)
     except KeyboardInterrupt:  # in start-up; run_scenario handles its own
         return interrupted(opened.get("store"), opened.get("manifest"))
     finally:
@@ -293,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStore, manifest: dict[str, Any],
-                 resume_state: dict[str, Any] | None) -> int:
+                 resume_state: dict[str, Any] | None, write_report: bool = True) -> int:
     """Every arm x seed of a started run into its run directory, then the report."""
     import torch
 
@@ -332,9 +334,12 @@ def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStor
     store.write_manifest(manifest)
     report_outages(manifest)
 
-    from analysis.report import report  # the one place the core calls analysis
+    if write_report:
+        from analysis.report import report  # the one place the core calls analysis
 
-    report([store.root], console=console)
+        report([store.root], console=console)
+    else:
+        console.print(f"report skipped (--no-report): python -m analysis.report {store.root}", highlight=False)
     print(store.root)
     return 0
 

@@ -36,7 +36,8 @@ def test_the_gold_judge_scores_a_share_of_episodes_beside_a_lenient_training_jud
 
 
 def test_per_seed_sft_one_policy_per_seed_side_by_side_as_in_turn_and_seed_0_is_the_shared_one(tmp_path):
-    small = [*QUICK, "--set", "policy.sft.steps=20", "--set", "policy.sft.eval_samples=8", "--set", "policy.sft.per_seed=true"]
+    small = [*QUICK, "--no-report", "--set", "policy.sft.steps=20", "--set", "policy.sft.eval_samples=8",
+             "--set", "policy.sft.per_seed=true"]
     turn_proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small], tmp_path, cache=tmp_path / "turn")
     turn = run_dir_of(turn_proc)
     sft = json.loads((turn / "manifest.json").read_text())["sft"]["per_seed"]

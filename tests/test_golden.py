@@ -26,8 +26,9 @@ KEYS = {"episodes": ["arm", "seed", "t", "response"], "updates": ["arm", "seed",
 
 def test_tiny_run_writes_the_reference_rows(tmp_path, monkeypatch, shared_cache):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-    code = main([str(ROOT / "tests/data/golden.yaml"), "--out", str(tmp_path), "--run-name", "golden"])
+    code = main([str(ROOT / "tests/data/golden.yaml"), "--out", str(tmp_path), "--run-name", "golden", "--no-report"])
     assert code == 0
+    assert not (tmp_path / "golden" / "summary.md").exists() and not (tmp_path / "golden" / "figures").exists()  # --no-report
     for table, columns in COLUMNS.items():
         got = read_table(tmp_path / "golden", table)[columns].sort_values(KEYS[table]).reset_index(drop=True)
         path = GOLDEN / f"{table}.csv"

@@ -87,8 +87,8 @@ def test_exported_checkpoint_gives_the_in_memory_policys_ids_and_logprobs(export
 def test_a_run_on_the_exported_checkpoint_writes_the_built_policys_rows(exported, tmp_path, monkeypatch, shared_cache):
     directory, _, _ = exported
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-    assert run_main([TINY, "--out", str(tmp_path), "--run-name", "built", *SHORT]) == 0
-    assert run_main([TINY, "--out", str(tmp_path), "--run-name", "hub", *SHORT, "--set", f"policy.checkpoint={directory}"]) == 0
+    assert run_main([TINY, "--out", str(tmp_path), "--run-name", "built", "--no-report", *SHORT]) == 0
+    assert run_main([TINY, "--out", str(tmp_path), "--run-name", "hub", "--no-report", *SHORT, "--set", f"policy.checkpoint={directory}"]) == 0
     assert json.loads((tmp_path / "hub" / "manifest.json").read_text())["sft"]["family"] == "qwen3_moe"
     for table, keys in (("episodes", ["t"]), ("updates", ["update"]), ("evals", ["t", "style"])):
         built = read_table(tmp_path / "built", table).sort_values(keys).reset_index(drop=True)
@@ -105,7 +105,7 @@ def test_second_family_with_its_bpe_tokenizer_runs_sao_and_grpo(second_family, t
     arms = ("[{name: sao, trainer: sao, args: {batch_size: 8, value_pretrain_samples: 16, value_pretrain_epochs: 2, "
             "value_warmup_updates: 1, critic_lr: 0.01, policy_lr: 0.001}}, "
             "{name: grpo, trainer: grpo, args: {group_size: 2, prompts_per_update: 4, lr: 0.001}}]")
-    code = run_main([TINY, "--out", str(tmp_path), "--run-name", "qwen2", "--set", "seeds=[0]", "--set", "budget.episodes=32",
+    code = run_main([TINY, "--out", str(tmp_path), "--run-name", "qwen2", "--no-report", "--set", "seeds=[0]", "--set", "budget.episodes=32",
                      "--set", "eval.every=32", "--set", "eval.prompts=8", "--set", f"policy.checkpoint={second_family}",
                      "--set", "judge={class: 'tests.test_hub_models:ShortIsStyled'}", "--set", f"arms={arms}"])
     assert code == 0

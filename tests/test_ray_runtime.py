@@ -22,7 +22,7 @@ SCENARIO = str(ROOT / "tests" / "data" / "tiny.yaml")
 ARMS = ("arms=[{name: rm, trainer: running_mean, args: {window: 32, batch_size: 16}}, "
         "{name: sao, trainer: sao, args: {batch_size: 16, value_pretrain_samples: 64, value_warmup_updates: 1}}]")
 BASE = ["--set", "seeds=[0]", "--set", "budget.episodes=96", "--set", ARMS, "--set", "runtime.torch_threads=1",
-        "--set", "eval.every=48"]
+        "--set", "eval.every=48", "--no-report"]  # rows are compared, not reports
 ROWS = ["arm", "seed", "t", "prompt_id", "target_style", "judged_style", "reward", "policy_version", "staleness", "response"]
 
 

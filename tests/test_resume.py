@@ -50,7 +50,7 @@ def check_complete(run_dir: Path, budget: int = 160) -> pd.DataFrame:
 
 
 def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(tmp_path, shared_cache):
-    reference = run_cli([*BASE, "--out", str(tmp_path / "ref")], tmp_path, cache=shared_cache)
+    reference = run_cli([*BASE, "--out", str(tmp_path / "ref"), "--no-report"], tmp_path, cache=shared_cache)
     assert reference.returncode == 0, reference.stderr[-3000:]
     expected = check_complete(next((tmp_path / "ref").iterdir()))
 
@@ -91,7 +91,7 @@ def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(tmp_p
         proc.wait()
         args = ["--resume", str(run_dir)]
     assert kills >= 3, "the run finished before it could be killed"
-    final = run_cli(["--resume", str(run_dir)], tmp_path, cache=shared_cache)
+    final = run_cli(["--resume", str(run_dir), "--no-report"], tmp_path, cache=shared_cache)
     assert final.returncode == 0, final.stderr[-3000:]
 
     got = check_complete(run_dir)
