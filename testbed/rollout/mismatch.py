@@ -103,3 +103,10 @@ class MismatchProbe:
         finally:
             self.policy.train(was_training)
         return mismatch_metrics(logp, behaviour, action, self.band)
+
+
+def mismatch_probe(scenario: Any, policy: torch.nn.Module, tokenizer: Any, trainer: Any) -> MismatchProbe | None:
+    """The scenario's probe (`engine.mismatch`), or None when it is off."""
+    if not scenario.engine.measure_mismatch:
+        return None
+    return MismatchProbe(policy, tokenizer.pad_id, scenario.sampling.temperature, trainer_band(trainer))

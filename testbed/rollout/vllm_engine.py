@@ -44,12 +44,26 @@ class VLLMConfig(BaseModel):
     dtype: str = Field("float32", description="vLLM's dtype; float32 keeps the mismatch at kernel rounding")
     enforce_eager: bool = Field(True, description="no torch.compile / CUDA graphs (start-up in seconds; tiny models gain little)")
     kv_cache_gb: float = Field(1.0, gt=0, description="KV cache: VLLM_CPU_KVCACHE_SPACE on CPU, kv_cache_memory_bytes otherwise")
-    cpu_threads_bind: str | None = Field(None, description=(
-        "VLLM_CPU_OMP_THREADS_BIND on CPU ('auto', 'nobind' or core ids like '1'); unset: vLLM's default"))
+    cpu_threads_bind: str | int | None = Field(None, description=(
+        "VLLM_CPU_OMP_THREADS_BIND on CPU ('auto', 'nobind' or core ids like 1 or '0-1'); unset: vLLM's default"))
     max_num_seqs: int = Field(256, ge=1, description="sequences vLLM decodes at once")
     probe_tolerance: float = Field(1e-3, gt=0, description="max |log p vLLM - log p trainer| on the probe after a sync")
     verify_sync: bool = Field(True, description="score the probe after every sync (off: trust the copy)")
     directory: str | None = Field(None, description="where the Hub-format export goes (default: a temporary directory)")
+
+
+def check_usable(model: torch.nn.Module) -> None:
+    """vLLM importable, and a head size its CPU attention takes; else say what to do."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        raise RuntimeError(f"engine: vllm: vLLM is not importable in this environment ({exc}); build the vLLM "
+                           "environment with `make vllm` and run with .venv-vllm/bin/python (docs/vllm.md)") from None
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    if not torch.cuda.is_available() and head_dim % 32:
+        raise ValueError(f"engine: vllm: vLLM's CPU attention takes head sizes 32, 64, ...; this policy's is {head_dim} "
+                         "(policy.hidden_size / policy.num_heads: e.g. hidden_size 64 with num_heads 2)")
 
 
 class VLLMEngine:
@@ -61,6 +75,7 @@ class VLLMEngine:
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, sampling: Any, **args: Any):
         self.cfg = VLLMConfig.model_validate(args)
+        check_usable(model)
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
         self.stop_ids = tuple(getattr(tokenizer, "stop_ids", (tokenizer.eos_id,)))
         self.version = 0
@@ -91,7 +106,7 @@ class VLLMEngine:
         else:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(self.cfg.kv_cache_gb)))
             if self.cfg.cpu_threads_bind is not None:
-                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = self.cfg.cpu_threads_bind
+                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(self.cfg.cpu_threads_bind)
         from vllm import LLM
 
         return LLM(model=str(self.directory), dtype=self.cfg.dtype, skip_tokenizer_init=True,
@@ -111,6 +126,9 @@ class VLLMEngine:
     def load_weights(self, state_dict: dict | None, version: int) -> None:
         """Take version `version`: `state_dict` (a remote engine), or the shared policy module as it
         is now (the synchronous runtime passes None), copied into vLLM in place and verified."""
+        if state_dict is None and version == self.version:  # a skipped step or a critic-only update: nothing moved
+            self.last_sync = {}
+            return
         if state_dict is not None:
             self.model.load_state_dict(state_dict)
         started = time.perf_counter()
