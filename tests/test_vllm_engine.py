@@ -86,6 +86,7 @@ def test_a_sync_moves_the_engine_to_the_new_weights(setup):
         engine.verify()
     engine.load_weights(None, 1)
     assert engine.version == 1 and engine.last_sync["sync_probe_max_abs"] < 1e-3 and engine.last_sync["sync_s"] > 0
+    assert engine.last_sync["sync_probe_mean_abs"] < 1e-5
     trajs = engine.generate(texts(8))
     assert all(t.policy_version == 1 for t in trajs)
     new = {k: v.clone() for k, v in model.state_dict().items()}
