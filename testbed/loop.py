@@ -39,6 +39,7 @@ from testbed.envs.style_shift import StyleShiftEnv
 from testbed.learn import Guard, LoopState, RunStopped, counter_delta, judge_counters, update_row, warm_up, warmup_cache_key
 from testbed.models.tokenizer import WordTokenizer
 from testbed.protocols import DriftSchedule, Engine, Judge
+from testbed.rollout.mismatch import mismatch_probe
 from testbed.store import RunStore
 from testbed.types import Trajectory
 from testbed.world import prompts
@@ -291,6 +292,15 @@ class SyncRunner(ArmRunner):
         policy = copy.deepcopy(base_policy)
         self.engine = self.eval_engine = make_engine(scenario, policy, tokenizer)
         self.trainer = make_trainer(arm, policy, tokenizer, scenario, seed)
+        self.probe = mismatch_probe(scenario, policy, tokenizer, self.trainer)
+
+    def measure_mismatch(self, batch: list[Trajectory]) -> dict[str, float]:
+        """The engine's log-probs against the trainer's on the weights that generated the batch
+        (before the update), where `engine.mismatch` is on."""
+        if self.probe is None:
+            return {}
+        with self.timer.part("mismatch"):
+            return self.probe(batch, self.trainer.version)
 
     def loop(self) -> None:
         trainer, state = self.trainer, self.state
@@ -307,10 +317,11 @@ class SyncRunner(ArmRunner):
             while len(state.buffer) >= trainer.episodes_per_update:
                 batch, state.buffer = state.buffer[: trainer.episodes_per_update], state.buffer[trainer.episodes_per_update :]
                 self.record_trained(batch)
+                mismatch = self.measure_mismatch(batch)
                 with self.timer.part("training"):
                     metrics = trainer.update(batch)
-                self.engine.load_weights(None, trainer.version)  # shared module: only the version moves
-                self.record_update(metrics)
+                self.engine.load_weights(None, trainer.version)  # hf shares the module: only the version moves
+                self.record_update({**metrics, **mismatch, **getattr(self.engine, "last_sync", {})})  # a copying engine's sync
             self.show_progress()
 
 

@@ -4,6 +4,7 @@ Re-exported by testbed.config, where the rest of the schema lives."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -71,19 +72,51 @@ class ScheduleSpec(BaseModel):
 
 
 class EngineConfig(Strict):
-    """The rollout engine: a registered name (`hf`) or an import path; `args` go to its constructor."""
+    """The rollout engine: a registered name (`hf`, `vllm`) or an import path; `args` go to its constructor."""
 
     name: str = "hf"
     args: dict[str, Any] = Field(default_factory=dict)
+    mismatch: bool | None = Field(None, description=(
+        "mismatch_* columns in updates.parquet (engine vs trainer log-probs, one no-grad forward per update); "
+        "default: on for every engine but hf, whose log-probs are the trainer's own code"))
 
     _shorthand = model_validator(mode="before")(_plugin_shorthand)
 
     @model_validator(mode="after")
     def _known_engine(self) -> EngineConfig:
-        config = getattr(registry.load("engine", self.name), "Config", None)  # an engine may validate its args
+        try:
+            cls = registry.load("engine", self.name)
+        except registry.RegistryError as exc:
+            raise ValueError(f"name: {exc}") from None
+        config = getattr(cls, "Config", None)  # an engine may validate its args
         if config is not None:
-            config.model_validate(self.args)
+            try:
+                config.model_validate(self.args)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                raise ValueError(f"engine {self.name}: args.{where}: {first['msg']} (got {clip(repr(first.get('input')), 80)})") from None
+        else:  # no Config: the constructor's keywords are what it takes (after policy, tokenizer, sampling)
+            unknown = _unknown_keywords(cls, self.args)
+            if unknown:
+                raise ValueError(f"engine {self.name}: args {unknown} are not arguments of {cls.__name__} "
+                                 "(engine.args of another engine?)")
         return self
+
+    @property
+    def measure_mismatch(self) -> bool:
+        return self.mismatch if self.mismatch is not None else self.name != "hf"
+
+
+def _unknown_keywords(cls: Any, args: dict[str, Any]) -> list[str]:
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):  # a builtin or an odd callable: its own error will do
+        return []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return []
+    names = {p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    return sorted(set(args) - names)
 
 
 class EnvConfig(Strict):

@@ -31,6 +31,7 @@ BUILTINS: dict[str, dict[str, str]] = {
     },
     "engine": {
         "hf": "testbed.rollout.hf_engine:HFEngine",
+        "vllm": "testbed.rollout.vllm_engine:VLLMEngine",  # optional extra: make vllm (docs/vllm.md)
     },
     "env": {
         "style_shift": "testbed.envs.style_shift:StyleShiftEnv",

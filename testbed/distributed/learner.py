@@ -123,12 +123,16 @@ class LearnerWorker:
             dist.init_process_group(backend, init_method=init_method, rank=self.rank, world_size=self.world,
                                     timeout=timedelta(seconds=timeout_s))
         self.trainer = self.make_trainer()  # after the group, so a trainer can see it is data-parallel
+        make_probe = getattr(self.make_trainer, "probe", None)  # engine.mismatch, where the factory offers it
+        self.probe = make_probe(self.trainer) if callable(make_probe) else None
         t = self.trainer
         return {"group_size": t.group_size, "episodes_per_update": t.episodes_per_update,
                 "batch_size": getattr(t, "batch_size", t.episodes_per_update),
                 "warmup_samples": getattr(t, "warmup_samples", 0), "digest": self.digest()}
 
     def update(self, shard: list[Trajectory], weight: float | None) -> tuple[dict, int, dict | None]:
+        # before the update: the weights that generated the fresh episodes (rank 0's shard is reported)
+        mismatch = self.probe(shard, self.trainer.version) if getattr(self, "probe", None) is not None else {}
         if weight is None:
             metrics = self.trainer.update(shard)
         else:
@@ -137,7 +141,7 @@ class LearnerWorker:
         policy = None
         if self.rank == 0:  # the others hold the same tensors; one copy travels
             policy = {k: v.detach().cpu() for k, v in self.trainer.state_dict()["policy"].items()}
-        return metrics, self.trainer.version, policy
+        return {**metrics, **mismatch}, self.trainer.version, policy
 
     def call(self, method: str, *args: Any) -> Any:
         """A trainer method or attribute (the warm-up hooks, state_dict, version ...)."""

@@ -57,6 +57,15 @@ class TrainerFactory:
     temperature: float
     seed: int
     threads: int
+    mismatch: bool = False  # engine.mismatch: the learner measures it (testbed/rollout/mismatch.py)
+
+    def probe(self, trainer: Any) -> Any:
+        """The learner's mismatch probe on the trainer's policy, or None when it is off."""
+        if not self.mismatch:
+            return None
+        from testbed.rollout.mismatch import MismatchProbe, trainer_band
+
+        return MismatchProbe(trainer.policy, self.pad_id, self.temperature, trainer_band(trainer))
 
     def __call__(self) -> Any:
         from testbed.distributed.rollout import build_policy
@@ -100,7 +109,8 @@ class RayRunner(ArmRunner):
         policy = copy.deepcopy(base_policy)
         self.local_engine = make_engine(scenario, policy, tokenizer)  # the warm-up samples the starting policy here
         state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
-        factory = TrainerFactory(arm, policy.config, state, tokenizer.pad_id, scenario.sampling.temperature, seed, threads)
+        factory = TrainerFactory(arm, policy.config, state, tokenizer.pad_id, scenario.sampling.temperature, seed, threads,
+                                 scenario.engine.measure_mismatch)
         self.name = f"testbed-{self.store.root.name}-{arm.name}-seed{seed}"  # named, so a fault test can find them
         self.learner = LearnerGroup(factory, rt.learner_workers, torch_threads=threads, actor_cpus=rt.actor_cpus, name=self.name)
         self.trainer = LearnerProxy(make_trainer(arm, policy, tokenizer, scenario, seed), self.learner)
