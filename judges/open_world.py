@@ -31,7 +31,7 @@ from judges.open_guard import injection
 from judges.open_styles import MARKED, LEXICON_WORDS, style_scores
 from judges.open_text import normalise, proper_ending, repetition, shape, tokens, words_of
 from judges.open_topics import TOPIC_MIN, topicality
-from judges.rubric import DOMINANCE, _noise
+from judges.rubric import DOMINANCE, label_noise_flips
 from testbed.types import JudgeRequest, Verdict
 from testbed.world.prompts import topic_of_prompt
 
@@ -128,13 +128,7 @@ class OpenWorldJudge:
             failed.append("injection")
         quality = int(not failed)
 
-        noise = ""
-        if cfg.label_noise > 0.0:
-            u_q, u_s = _noise(cfg.seed, prompt, text)
-            if u_q < cfg.label_noise:
-                quality, noise = 1 - quality, noise + " flip_q"
-            if u_s < cfg.label_noise:
-                style_match, noise = 1 - style_match, noise + " flip_s"
+        quality, style_match, noise = label_noise_flips(cfg.seed, cfg.label_noise, prompt, text, quality, style_match)
 
         sc = ",".join(f"{_SHORT[s]}:{v:.3g}" for s, v in zip(MARKED, scores))
         raw = (f"mode=open style={style} [{sc}] words={sh.words} known={sh.known:.2f} function={sh.function:.2f} "

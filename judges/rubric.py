@@ -102,6 +102,19 @@ def _noise(seed: int, prompt: str, response: str) -> tuple[float, float]:
     return a / 2**64, b / 2**64
 
 
+def label_noise_flips(seed: int, rate: float, prompt: str, response: str, quality: int, style_match: int) -> tuple[int, int, str]:
+    """(quality, style_match, note): each flipped with probability `rate`, decided by the hash of
+    (seed, prompt, response), so an imperfect judge is still a pure function (both modes use it)."""
+    note = ""
+    if rate > 0.0:
+        u_q, u_s = _noise(seed, prompt, response)
+        if u_q < rate:
+            quality, note = 1 - quality, note + " flip_q"
+        if u_s < rate:
+            style_match, note = 1 - style_match, note + " flip_s"
+    return quality, style_match, note
+
+
 class RubricJudge:
     """Rule-based judge (see module doc). `label_noise` in [0, 1] models an imperfect judge."""
 
@@ -173,13 +186,7 @@ class RubricJudge:
             failed.append("topic")
         quality = int(not failed)
 
-        noise = ""
-        if self.label_noise > 0.0:
-            u_q, u_s = _noise(self.seed, prompt, text)
-            if u_q < self.label_noise:
-                quality, noise = 1 - quality, noise + " flip_q"
-            if u_s < self.label_noise:
-                style_match, noise = 1 - style_match, noise + " flip_s"
+        quality, style_match, noise = label_noise_flips(self.seed, self.label_noise, prompt, text, quality, style_match)
 
         sc = ",".join(f"{_SHORT[s]}:{v:g}" for s, v in zip(MARKED_STYLES, scores))
         raw = (f"style={style} [{sc}] words={n_words} fluency={flu:.2f} topic={topic} "

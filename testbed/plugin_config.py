@@ -13,6 +13,16 @@ from testbed import registry
 from testbed.scenario_io import clip
 
 
+
+def validate_args(config: Any, args: dict, what: str) -> None:
+    """A plugin's `args` through its pydantic `Config`: the first problem, named by its field."""
+    try:
+        config.model_validate(args)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"{what}: args.{where}: {first['msg']} (got {clip(repr(first.get('input')), 80)})") from None
+
 class Strict(BaseModel):
     # inf/nan pass `gt=0`-style bounds (inf) or fail them with a puzzling message (nan): refuse both
     model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
@@ -90,12 +100,7 @@ class EngineConfig(Strict):
             raise ValueError(f"name: {exc}") from None
         config = getattr(cls, "Config", None)  # an engine may validate its args
         if config is not None:
-            try:
-                config.model_validate(self.args)
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first["loc"])
-                raise ValueError(f"engine {self.name}: args.{where}: {first['msg']} (got {clip(repr(first.get('input')), 80)})") from None
+            validate_args(config, self.args, f"engine {self.name}")
         else:  # no Config: the constructor's keywords are what it takes (after policy, tokenizer, sampling)
             unknown = _unknown_keywords(cls, self.args)
             if unknown:
@@ -133,12 +138,7 @@ class EnvConfig(Strict):
         cls = registry.load("env", self.name)
         config = getattr(cls, "Config", None)
         if config is not None:
-            try:
-                config.model_validate(self.args)
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first["loc"])
-                raise ValueError(f"env {self.name}: args.{where}: {first['msg']} (got {clip(repr(first.get('input')), 80)})") from None
+            validate_args(config, self.args, f"env {self.name}")
         elif self.args:
             raise ValueError(f"env {self.name} takes no args, got {sorted(self.args)}")
         return self
