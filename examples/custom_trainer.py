@@ -77,7 +77,7 @@ class EMABaselineTrainer:
         return out
 
     def update(self, batch: list[Trajectory]) -> dict[str, Any]:
-        data = collate(batch, self.pad_id)
+        data = collate(batch, self.pad_id, device=next(self.policy.parameters()).device)  # runtime.device
         baseline_before = self.baseline
         per_episode = self._advantages([t.reward for t in batch])
         advantages = broadcast_to_tokens(torch.tensor(per_episode), data.action_mask)

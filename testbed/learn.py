@@ -154,7 +154,7 @@ def warm_up(trainer: Any, samples: Callable[[int], list[Trajectory]], cache_key:
     remote learner with the same hook methods."""
     path = warmup_cache_path(cache_key)
     if path.exists():
-        saved = torch.load(path, weights_only=False)
+        saved = torch.load(path, weights_only=False, map_location="cpu")  # load_warmup_state moves it to the critic's device
         trainer.load_warmup_state(saved["state"])
         return {**saved["report"], "cached": str(path), "cache_file": path.name}
     n = trainer.warmup_samples
@@ -182,6 +182,11 @@ def warmup_cache_key(scenario: Scenario, arm: ArmConfig, trainer_key: dict[str, 
     world = scenario.world.model_dump(include={"hard_topics", "noisy_topics", "candidate_change_share"})
     if world != WorldConfig().model_dump(include=set(world)):
         key["world"] = world
+    from testbed.device import resolve
+
+    placed = resolve(scenario.runtime_for(arm).device).type
+    if placed != "cpu":  # a GPU's rounding gives another critic; only then, so existing caches keep their keys
+        key["device"] = placed
     return key
 
 

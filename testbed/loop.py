@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from testbed import checkpoint, registry
+from testbed import checkpoint, device, registry
 from testbed.collect import Collector, Timer, episode_rows, evaluate_heldout, judged_samples
 from testbed.config import ArmConfig, Scenario
 from testbed.envs.style_shift import StyleShiftEnv
@@ -283,13 +283,14 @@ class ArmRunner:
 
 class SyncRunner(ArmRunner):
     """The reference runtime: one process, one round after another, deterministic per seed. The
-    engine and the trainer share one policy module, so a new version needs no weight copy."""
+    engine and the trainer share one policy module, so a new version needs no weight copy; it
+    lives on `runtime.device` (the trainer's KL reference and critic are copies of it)."""
 
     def __init__(self, scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module,
                  tokenizer: WordTokenizer, **kw: Any):
         super().__init__(scenario, arm, seed, **kw)
         seed_everything(seed)
-        policy = copy.deepcopy(base_policy)
+        policy = copy.deepcopy(base_policy).to(device.for_this_process(scenario.runtime_for(arm).device))
         self.engine = self.eval_engine = make_engine(scenario, policy, tokenizer)
         self.trainer = make_trainer(arm, policy, tokenizer, scenario, seed)
         self.probe = mismatch_probe(scenario, policy, tokenizer, self.trainer)

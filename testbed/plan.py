@@ -155,7 +155,7 @@ def make_plan(scenario: Scenario, source: str = "", out_dir: str | None = None, 
                               "per_arm_seed": {a.name: evaluations(budget, a.per_round, scenario.eval.every) * scenario.eval.prompts
                                                for a in shapes}}},
         "judge_calls": judge_calls(budget, seeds, shapes, scenario.eval.every, scenario.eval.prompts, gold_share),
-        "warnings": judges.pop("warnings"),
+        "warnings": judges.pop("warnings") + device_problems(scenario),
     }
 
 
@@ -313,9 +313,21 @@ def schedule_plan(scenario: Scenario, schedule: Any) -> dict[str, Any]:
 def runtime_plan(scenario: Scenario) -> dict[str, Any]:
     rt = scenario.runtime
     ray = rt.parallel_arms or any(scenario.runtime_for(arm).kind == "ray" for arm in scenario.arms)
+    from testbed.device import resolve
+
+    devices = sorted({f"{resolve(scenario.runtime_for(arm).device)}" for arm in scenario.arms})
     return {"kind": rt.kind, "parallel_arms": rt.parallel_arms, "ray": ray, "task_cpus": rt.task_cpus,
+            "device": rt.device, "resolved_device": ", ".join(devices),
+            **({"actor_gpus": rt.gpus("actor"), "task_gpus": rt.gpus("task")} if ray else {}),
             "torch_threads": rt.torch_threads, "address": public_args(rt.address or os.environ.get("RAY_ADDRESS"), "address")
             if ray else None}
+
+
+def device_problems(scenario: Scenario) -> list[str]:
+    """`runtime.device` this machine cannot give: a run would refuse to start (exit 2)."""
+    from testbed.device import scenario_problems
+
+    return [f"{p} (a run here refuses to start)" for p in scenario_problems(scenario)]
 
 
 def run_directory(scenario: Scenario, out_dir: str | None, run_name: str | None) -> str:

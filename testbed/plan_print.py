@@ -114,6 +114,8 @@ def budget_table(plan: dict[str, Any]) -> Table:
     evals = ", ".join(f"{k} {_n(v)}" for k, v in ep["eval"]["per_arm_seed"].items())
     rows = [("runtime", f"{rt['kind']}, parallel arms {'on' if rt['parallel_arms'] else 'off'}, {ray}, task cpus {rt['task_cpus']}, "
                         f"torch threads {rt['torch_threads']}"),
+            ("device", f"{rt['device']} -> {rt['resolved_device']}"
+                       + (f", GPUs per actor {rt['actor_gpus']:g}, per task {rt['task_gpus']:g}" if rt["ray"] else "")),
             ("episodes", f"{_n(ep['per_arm_seed'])} per arm x seed x {ep['arm_seeds']} = {_n(ep['total'])}"),
             ("evaluation", f"every {_n(ep['eval']['every'])} episodes on {ep['eval']['prompts']} held-out prompts: {evals} "
                            "episodes per arm x seed")]

@@ -210,7 +210,11 @@ def start(args: argparse.Namespace, opened: dict[str, Any]) -> int | None:
             overrides = args.overrides + ([f"runtime.kind={args.runtime}"] if args.runtime else [])
             opened["scenario"] = load_scenario(args.scenario, overrides)
         if args.dry_run:
-            return dry_run(args, opened["scenario"])
+            return dry_run(args, opened["scenario"])  # the plan warns about the device
+        from testbed.device import scenario_problems
+
+        if problems := scenario_problems(opened["scenario"]):
+            return error("; ".join(problems))
         opened["judge"] = build_judge(opened["scenario"])
         opened["schedule"] = opened["scenario"].schedule_object()
     except RunFinished as exc:

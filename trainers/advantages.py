@@ -337,7 +337,7 @@ def group_advantages(
 def broadcast_to_tokens(per_seq: Tensor, action_mask: Tensor) -> Tensor:
     """Broadcast one number per sequence [B] to its action tokens [B, T]; 0 elsewhere."""
     per_seq = torch.as_tensor(per_seq)
-    return per_seq.to(_work_dtype(per_seq)).unsqueeze(1) * action_mask.bool()
+    return per_seq.to(device=action_mask.device, dtype=_work_dtype(per_seq)).unsqueeze(1) * action_mask.bool()
 
 
 class SlidingWindowBaseline:

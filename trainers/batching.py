@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -21,7 +22,9 @@ class Batch:
     action_lengths: torch.Tensor  # [B]
 
 
-def collate(trajectories: list[Trajectory], pad_id: int) -> Batch:
+def collate(trajectories: list[Trajectory], pad_id: int, device: torch.device | str | None = None) -> Batch:
+    """The padded batch, built on the CPU row by row and moved to `device` (the trainer's policy's;
+    None: the CPU) in one copy per tensor."""
     layouts = [t.token_layout() for t in trajectories]
     width = max(len(toks) for toks, _, _ in layouts)
     n = len(layouts)
@@ -40,4 +43,7 @@ def collate(trajectories: list[Trajectory], pad_id: int) -> Batch:
         for offset, reward in traj.token_rewards():  # the final reward on the last action token
             rewards[row, start + offset] = reward
     episode_rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float)
-    return Batch(tokens, attention, action, behaviour, rewards, episode_rewards, action.sum(1))
+    batch = Batch(tokens, attention, action, behaviour, rewards, episode_rewards, action.sum(1))
+    if device is not None and torch.device(device) != tokens.device:
+        batch = Batch(*(getattr(batch, f.name).to(device) for f in dataclasses.fields(batch)))
+    return batch

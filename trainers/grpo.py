@@ -14,6 +14,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from testbed.device import of as device_of
 from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
 from trainers.advantages import broadcast_to_tokens, group_advantages
@@ -71,7 +72,7 @@ class GRPOTrainer:
             warnings.warn(G1_WARNING, stacklevel=2)
 
     def update(self, batch: list[Trajectory]) -> dict[str, Any]:
-        data = collate(batch, self.pad_id)
+        data = collate(batch, self.pad_id, device=device_of(self.policy))
         per_episode = group_advantages(data.episode_rewards, [t.group_id for t in batch], kind=self.cfg.advantage)
         advantages = broadcast_to_tokens(per_episode, data.action_mask)
         metrics: dict[str, float] = {}
@@ -101,6 +102,7 @@ class GRPOTrainer:
         if stepped:  # the version moves with the parameters, even if a later epoch was skipped
             self.version += 1
         groups = {t.group_id for t in batch}
+        zero = (per_episode == 0).tolist()  # one copy from the device, not one per episode
         return {
             **metrics,
             "nonfinite": nonfinite,
@@ -108,7 +110,7 @@ class GRPOTrainer:
             "reward_mean": float(data.episode_rewards.mean()),
             "advantage_abs_mean": float(per_episode.abs().mean()),
             "zero_advantage_groups": float(sum(
-                1 for g in groups if all(per_episode[i] == 0 for i, t in enumerate(batch) if t.group_id == g)
+                1 for g in groups if all(zero[i] for i, t in enumerate(batch) if t.group_id == g)
             ) / len(groups)),
             "response_tokens_mean": float(data.action_lengths.float().mean()),
         }

@@ -133,7 +133,7 @@ def kl_to_reference(logprobs: Tensor, ref_logprobs: Tensor, action_mask: Tensor)
     never negative, and its gradient pulls pi_theta towards pi_ref (the reference is constant)."""
     dtype = _float_like(logprobs)
     mask = action_mask.bool()
-    d = torch.where(mask, ref_logprobs.detach().to(dtype) - logprobs.to(dtype), torch.zeros((), dtype=dtype))
+    d = torch.where(mask, ref_logprobs.detach().to(dtype) - logprobs.to(dtype), logprobs.new_zeros((), dtype=dtype))
     return token_mean(torch.exp(d) - d - 1.0, mask)
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from testbed.device import of as device_of
 from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
 from trainers.advantages import SlidingWindowBaseline, broadcast_to_tokens
@@ -63,13 +64,13 @@ class RunningMeanTrainer:
         self.reference = reference_for(policy, self.cfg.kl_coef, temperature)
 
     def update(self, batch: list[Trajectory]) -> dict[str, Any]:
-        data = collate(batch, self.pad_id)
+        data = collate(batch, self.pad_id, device=device_of(self.policy))
         baseline_before = self.baseline.state_dict()
         # The window runs over the whole batch in order, also when this is one data-parallel shard.
         per_episode = full_batch(
             self.baseline.advantages, [t.reward for t in batch], [t.prompt_id for t in batch] if self.cfg.per_prompt else None
         )
-        advantages = broadcast_to_tokens(torch.tensor(per_episode, dtype=torch.float), data.action_mask)
+        advantages = broadcast_to_tokens(torch.tensor(per_episode, dtype=torch.float, device=data.tokens.device), data.action_mask)
 
         self.policy.train()
         logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask, self.temperature,
@@ -100,7 +101,7 @@ class RunningMeanTrainer:
             "grad_norm": float(grad_norm),
             "entropy": float(token_mean(entropy.detach(), data.action_mask)),
             "reward_mean": float(data.episode_rewards.mean()),
-            "baseline": float(data.episode_rewards.mean() - torch.tensor(per_episode).mean()),
+            "baseline": float(data.episode_rewards.mean().cpu() - torch.tensor(per_episode).mean()),
             "advantage_abs_mean": float(torch.tensor(per_episode).abs().mean()),
             "response_tokens_mean": float(data.action_lengths.float().mean()),
             **{k: float(v) for k, v in stats.items()},

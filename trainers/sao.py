@@ -32,6 +32,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from testbed.device import of as device_of
 from testbed.models.critic import Critic, ModulePatterns, trainable_parameter_counts
 from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
@@ -121,7 +122,7 @@ class SAOTrainer:
         batch = self._drop_stale(batch)
         if not batch:
             return {"dropped_stale": float(self.dropped_stale), "nonfinite": None, "skipped_steps": 0}
-        data = collate(batch, self.pad_id)
+        data = collate(batch, self.pad_id, device=device_of(self.policy))
 
         # Values before this batch's critic updates: their explained variance is out of sample.
         # They come from the first critic step's own forward (same parameters, same batch), so
@@ -250,7 +251,7 @@ class SAOTrainer:
             self.rng.shuffle(order)
             losses, evs = [], []
             for i in range(0, len(order), size):
-                data = collate([trajectories[j] for j in order[i : i + size]], self.pad_id)
+                data = collate([trajectories[j] for j in order[i : i + size]], self.pad_id, device=device_of(self.critic))
                 with torch.no_grad():
                     before, _ = self.critic(data.tokens, data.attention_mask)
                 _, returns = policy_and_critic_advantages(

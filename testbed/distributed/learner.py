@@ -145,8 +145,10 @@ class LearnerWorker:
 
     def call(self, method: str, *args: Any) -> Any:
         """A trainer method or attribute (the warm-up hooks, state_dict, version ...)."""
+        from testbed.device import to_cpu
+
         value = getattr(self.trainer, method)
-        return value(*args) if callable(value) else value
+        return to_cpu(value(*args) if callable(value) else value)  # the driver keeps its states on the CPU
 
     def flat_state(self) -> dict[str, Any]:
         return flat_state(self.trainer.state_dict())

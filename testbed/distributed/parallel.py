@@ -209,7 +209,8 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: 
         return refs[starts[seed].key], starts[seed].tokenizer, starts[seed].key
 
     worker = worker_settings(scenario)
-    warming = [warm_up_task.options(num_cpus=scenario.runtime.task_cpus).remote(data, arm.name, seed, *args(seed), worker)
+    slot = {"num_cpus": scenario.runtime.task_cpus, "num_gpus": scenario.runtime.gpus("task")}  # runtime.task_gpus on CUDA
+    warming = [warm_up_task.options(**slot).remote(data, arm.name, seed, *args(seed), worker)
                for arm, seed in first_jobs(scenario, jobs, key=lambda seed: starts[seed].key)]
     if warming:
         log(f"warming up {len(warming)} trainer(s) side by side (as each arm's first job would)")
@@ -217,7 +218,7 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: 
     install_cache_files(warmed)
     board = ProgressBoard.remote()
     warmed_ref = ray.put(warmed)
-    pending = {run_arm_task.options(num_cpus=scenario.runtime.task_cpus).remote(
+    pending = {run_arm_task.options(**slot).remote(
         data, arm.name, seed, *args(seed), worker, board, warmed_ref): (arm.name, seed) for arm, seed in jobs}
     log(f"running {len(pending)} arm x seed tasks side by side on Ray")
     bars: dict[tuple[str, int], Any] = {}

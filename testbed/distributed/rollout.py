@@ -19,13 +19,13 @@ import torch
 from testbed.types import Trajectory
 
 
-def build_policy(config: Any, state: dict[str, torch.Tensor]) -> torch.nn.Module:
-    """The policy from its transformers config and weights (no checkpoint directory needed)."""
+def build_policy(config: Any, state: dict[str, torch.Tensor], device: torch.device | str = "cpu") -> torch.nn.Module:
+    """The policy from its transformers config and weights (no checkpoint directory needed), on `device`."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(state)
-    return model.eval()
+    return model.to(device).eval()
 
 
 class LazyReview:
@@ -54,12 +54,13 @@ class LazyReview:
 @ray.remote
 class RolloutActor:
     def __init__(self, policy_config: Any, policy_state: dict, tokenizer: Any, engine: tuple[str, dict], sampling: Any,
-                 seed: int, threads: int, episodes: Any = None, scenario_data: dict | None = None):
+                 seed: int, threads: int, episodes: Any = None, scenario_data: dict | None = None, device: str = "cpu"):
         from testbed import registry
+        from testbed.device import for_this_process
         from testbed.loop import seed_everything
 
         torch.set_num_threads(threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
-        policy = build_policy(policy_config, policy_state)
+        policy = build_policy(policy_config, policy_state, for_this_process(device))  # runtime.device
         name, args = engine
         self.engine = registry.load("engine", name)(policy, tokenizer, sampling, **args)
         self.episodes = episodes  # the env's episode runner (testbed.envs: SingleTurn, Revision)

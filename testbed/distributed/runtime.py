@@ -33,6 +33,7 @@ from typing import Any
 import ray
 import torch
 
+from testbed import device
 from testbed.collect import Round
 from testbed.config import ArmConfig, Scenario
 from testbed.distributed.learner import LearnerGroup
@@ -43,6 +44,16 @@ from testbed.models.tokenizer import WordTokenizer
 from testbed.types import Trajectory
 
 ACTOR_DIED = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
+
+
+def check_gpus(per_actor: float, actors: int) -> None:
+    """Refuse, naming the field, actors whose GPUs the cluster does not have: Ray would leave them
+    pending for ever."""
+    have = ray.cluster_resources().get("GPU", 0.0)
+    if per_actor * actors > have:
+        raise RunStopped(f"runtime.actor_gpus is {per_actor:g} for each of {actors} rollout actors and learners, "
+                         f"{per_actor * actors:g} GPUs, but the Ray cluster has {have:g}: set runtime.actor_gpus to at most "
+                         f"{have / actors:.3g} (a share of one GPU) or use fewer workers")
 
 
 @dataclasses.dataclass
@@ -58,6 +69,7 @@ class TrainerFactory:
     seed: int
     threads: int
     mismatch: bool = False  # engine.mismatch: the learner measures it (testbed/rollout/mismatch.py)
+    device: str = "cpu"  # runtime.device: where the learner places the policy (and so its reference and critic)
 
     def probe(self, trainer: Any) -> Any:
         """The learner's mismatch probe on the trainer's policy, or None when it is off."""
@@ -68,10 +80,11 @@ class TrainerFactory:
         return MismatchProbe(trainer.policy, self.pad_id, self.temperature, trainer_band(trainer))
 
     def __call__(self) -> Any:
+        from testbed.device import for_this_process
         from testbed.distributed.rollout import build_policy
 
         torch.set_num_threads(self.threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
-        policy = build_policy(self.policy_config, self.policy_state)
+        policy = build_policy(self.policy_config, self.policy_state, for_this_process(self.device))
         return self.arm.trainer_class()(policy, self.arm.args, pad_id=self.pad_id, temperature=self.temperature, seed=self.seed)
 
 
@@ -106,21 +119,25 @@ class RayRunner(ArmRunner):
         rt = self.rt = scenario.runtime_for(arm)
         threads = rt.torch_threads
         seed_everything(seed)
-        policy = copy.deepcopy(base_policy)
+        state = {k: v.detach().clone() for k, v in base_policy.state_dict().items()}  # on the CPU: it travels
+        # The driver's copy samples and runs the trainer's warm-up (SAO's value pretraining): on the device too.
+        policy = copy.deepcopy(base_policy).to(device.for_this_process(rt.device))
         self.local_engine = make_engine(scenario, policy, tokenizer)  # the warm-up samples the starting policy here
-        state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
         factory = TrainerFactory(arm, policy.config, state, tokenizer.pad_id, scenario.sampling.temperature, seed, threads,
-                                 scenario.engine.measure_mismatch)
+                                 scenario.engine.measure_mismatch, rt.device)
         self.name = f"testbed-{self.store.root.name}-{arm.name}-seed{seed}"  # named, so a fault test can find them
-        self.learner = LearnerGroup(factory, rt.learner_workers, torch_threads=threads, actor_cpus=rt.actor_cpus, name=self.name)
+        gpus = rt.gpus("actor")
+        check_gpus(gpus, rt.rollout_workers + rt.learner_workers)
+        self.learner = LearnerGroup(factory, rt.learner_workers, torch_threads=threads, actor_cpus=rt.actor_cpus,
+                                    actor_gpus=gpus, name=self.name)
         self.trainer = LearnerProxy(make_trainer(arm, policy, tokenizer, scenario, seed), self.learner)
         self.weights = [ray.put(state)]
         spec = (scenario.engine.name, scenario.engine.args)
         scenario_data = scenario.model_dump(mode="json", by_alias=True)  # an actor builds its editor's judge from it
         self.new_actor = lambda i: RolloutActor.options(  # noqa: E731
-            num_cpus=rt.actor_cpus, name=f"{self.name}-rollout{i}-r{self.restarts}").remote(
+            num_cpus=rt.actor_cpus, num_gpus=gpus, name=f"{self.name}-rollout{i}-r{self.restarts}").remote(
             policy.config, state, tokenizer, spec, scenario.sampling, seed + 1000 * i, threads, self.env.episode_runner(),
-            scenario_data)
+            scenario_data, rt.device)
         self.restarts = 0
         self.actors = [self.new_actor(i) for i in range(rt.rollout_workers)]
         self.eval_engine = ActorEngine(self, 0)
@@ -134,7 +151,7 @@ class RayRunner(ArmRunner):
         super().start(resume, policy_key, self.local_engine)
         self.next_group = self.state.groups  # group ids of issued rounds, judged or not
         if resume is None and self.trainer.warmup_samples > 0:
-            self.learner.load_warmup_state(self.trainer.shadow.warmup_state())
+            self.learner.load_warmup_state(device.to_cpu(self.trainer.shadow.warmup_state()))
         if resume is not None:  # the actors start from the checkpoint's policy
             if "policy" not in resume["trainer"]:
                 raise RunStopped("the Ray runtime resumes a trainer whose state_dict() holds its policy weights under 'policy'")

@@ -56,8 +56,8 @@ class LeanDecoder:
 
     def _rope(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin for positions 0..length-1, computed exactly as the HF rotary embedding does."""
-        if length > self._rope_len:
-            freqs = torch.arange(length, dtype=torch.float)[:, None] * self.inv_freq.float()[None]
+        if length > self._rope_len or self._cos.device != self.inv_freq.device:
+            freqs = torch.arange(length, dtype=torch.float, device=self.inv_freq.device)[:, None] * self.inv_freq.float()[None]
             emb = torch.cat((freqs, freqs), dim=-1)
             dtype = self.model.model.embed_tokens.weight.dtype  # as HF casts them to the activations' dtype
             self._cos, self._sin = (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
@@ -114,17 +114,18 @@ class LeanDecoder:
         self.step_weights = self._step_weights(self.weights)
         length = W + max_new_tokens
         dtype = self.model.model.embed_tokens.weight.dtype
-        self.k_cache = torch.zeros(len(self.weights), B, self.n_kv, length, self.head_dim, dtype=dtype)
+        device = input_ids.device
+        self.k_cache = torch.zeros(len(self.weights), B, self.n_kv, length, self.head_dim, dtype=dtype, device=device)
         self.v_cache = torch.zeros_like(self.k_cache)
-        self.valid = torch.zeros(B, 1, 1, length, dtype=torch.bool)
+        self.valid = torch.zeros(B, 1, 1, length, dtype=torch.bool, device=device)
         self.valid[:, 0, 0, :W] = attention.bool()
         positions = (attention.cumsum(1) - 1).clamp(min=0)
         self.next_position = positions[:, -1] + 1
         self.cursor = W
         cos, sin = self._rope(int(positions.max()) + max_new_tokens + 1)
         # Causal and padding mask; every row may see itself, so a padding row is never all-masked (NaN).
-        causal = torch.ones(W, W, dtype=torch.bool).tril()
-        mask = (causal[None] & attention.bool()[:, None, :]) | torch.eye(W, dtype=torch.bool)[None]
+        causal = torch.ones(W, W, dtype=torch.bool, device=device).tril()
+        mask = (causal[None] & attention.bool()[:, None, :]) | torch.eye(W, dtype=torch.bool, device=device)[None]
         return self._forward(input_ids, cos[positions], sin[positions], mask[:, None], slice(0, W))[:, -1]
 
     @torch.no_grad()
@@ -145,7 +146,8 @@ class LeanDecoder:
         B, nh, nkv, d, half = tokens.shape[0], self.n_heads, self.n_kv, self.head_dim, self.step_weights["half"]
         cos, sin = self._cos[pos][:, None], self._sin_signed[pos][:, None]  # [B, 1, d]
         # Additive mask, once per step for every layer: 0 on the columns a row may see, -inf elsewhere.
-        bias = torch.zeros(self.valid.shape[0], 1, 1, col + 1).masked_fill_(~self.valid[..., : col + 1], float("-inf"))
+        bias = torch.zeros(self.valid.shape[0], 1, 1, col + 1, device=self.valid.device)
+        bias.masked_fill_(~self.valid[..., : col + 1], float("-inf"))
         x = F.embedding(tokens, self.model.model.embed_tokens.weight)  # [B, H]
         for li, w in enumerate(sw["layers"]):
             qkv = F.linear(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps), w["qkv"]).view(B, nh + 2 * nkv, d)

@@ -38,7 +38,7 @@ def _rms(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tens
 
 def _rope_tables(backbone: torch.nn.Module, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     rotary = backbone.rotary_emb
-    freqs = torch.arange(length, dtype=torch.float)[:, None] * rotary.inv_freq.float()[None]
+    freqs = torch.arange(length, dtype=torch.float, device=rotary.inv_freq.device)[:, None] * rotary.inv_freq.float()[None]
     emb = torch.cat((freqs, freqs), dim=-1)
     return (emb.cos() * rotary.attention_scaling).to(dtype), (emb.sin() * rotary.attention_scaling).to(dtype)
 
@@ -84,8 +84,8 @@ def backbone_forward(backbone: torch.nn.Module, tokens: torch.Tensor, attention_
     x = F.embedding(tokens, backbone.embed_tokens.weight)
     cos, sin = _rope_tables(backbone, T, x.dtype)
     # Causal within each row and never onto padding; every row sees itself, so no row is all-masked.
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
-    mask = ((causal[None] & real[:, None, :]) | torch.eye(T, dtype=torch.bool)[None])[:, None]
+    causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()
+    mask = ((causal[None] & real[:, None, :]) | torch.eye(T, dtype=torch.bool, device=tokens.device)[None])[:, None]
     routers = []
     for layer in backbone.layers:
         x = x + _attention(layer, _rms(x, layer.input_layernorm.weight, eps), cos, sin, mask, eps)

@@ -78,7 +78,7 @@ def token_logprobs_and_routing(
     picked = logp_all.gather(-1, tokens[:, 1:][need][:, None]).squeeze(-1)
     with torch.no_grad():  # a diagnostic only: no graph for it
         entropy_picked = -(logp_all.exp() * logp_all).sum(-1)
-    zeros = torch.zeros(tokens.shape[0], tokens.shape[1], dtype=picked.dtype)
+    zeros = torch.zeros(tokens.shape[0], tokens.shape[1], dtype=picked.dtype, device=tokens.device)
     logp = zeros.masked_scatter(F.pad(need, (1, 0)), picked)
     entropy = zeros.masked_scatter(F.pad(need, (1, 0)), entropy_picked)
     return logp, entropy, router

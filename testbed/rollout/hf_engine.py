@@ -22,8 +22,8 @@ def sample_categorical(logp: torch.Tensor, u: torch.Tensor | None = None) -> tor
     (a quarter of the decoding time in the profile). The CDF is summed in float64 so its rounding
     stays far below any probability that matters."""
     cdf = logp.double().exp().cumsum(-1)
-    if u is None:
-        u = torch.rand(logp.shape[0], 1, dtype=torch.float64)
+    if u is None:  # drawn by the CPU generator (the one checkpoints save), on any device
+        u = torch.rand(logp.shape[0], 1, dtype=torch.float64).to(logp.device)
     # right=True: the first index whose cdf exceeds u, so cdf[i-1] <= u < cdf[i]; clamp for nan rows
     return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_(max=logp.shape[-1] - 1)
 
@@ -59,7 +59,7 @@ class HFEngine:
         self.lean = LeanDecoder(model) if lean and LeanDecoder.supports(model) else None
         # A Hub tokenizer may end a response at several ids (its eos and the generation config's).
         self.stop_ids = tuple(getattr(tokenizer, "stop_ids", (tokenizer.eos_id,)))
-        self._stops = torch.tensor(self.stop_ids)
+        self._stops = torch.tensor(self.stop_ids)  # moved to the model's device per batch
 
     def load_weights(self, state_dict: dict | None, version: int) -> None:
         if state_dict is not None:
@@ -109,6 +109,8 @@ class HFEngine:
         for row, ids in enumerate(encoded):  # left padding: every row continues at the right edge
             input_ids[row, width - len(ids) :] = torch.tensor(ids)
             attention[row, width - len(ids) :] = 1
+        device = next(self.model.parameters()).device  # built on the CPU, moved once per batch
+        input_ids, attention, stops = input_ids.to(device), attention.to(device), self._stops.to(device)
 
         was_training = self.model.training
         self.model.eval()
@@ -120,19 +122,20 @@ class HFEngine:
             logits, advance = self._hf_decoder(input_ids, attention)
         # Rows run until their <eos>; tokens after it are cut below, so a finished row may keep
         # running until enough have finished to be worth dropping from the batch (lean path only).
-        generated = torch.full((batch, steps), tok.eos_id, dtype=torch.long)
-        logprob_table = torch.zeros(batch, steps)
-        active = torch.arange(batch)  # the original row of each row still in the batch
-        finished = torch.zeros(batch, dtype=torch.bool)
+        generated = torch.full((batch, steps), tok.eos_id, dtype=torch.long, device=device)
+        logprob_table = torch.zeros(batch, steps, device=device)
+        active = torch.arange(batch, device=device)  # the original row of each row still in the batch
+        finished = torch.zeros(batch, dtype=torch.bool, device=device)
         for step in range(steps):
             logp = F.log_softmax(logits.float() / temperature, dim=-1)
             # One uniform per row of the whole batch at every step: each row's draws are the same
-            # whichever other rows are still running.
-            u = torch.rand(batch, 1, dtype=torch.float64)
+            # whichever other rows are still running. Drawn by the CPU generator (the one checkpoints
+            # save), so a run samples the same stream and resumes exactly on any device.
+            u = torch.rand(batch, 1, dtype=torch.float64).to(device)
             sampled = sample_categorical(logp, u[active])
             generated[active, step] = sampled[:, 0]
             logprob_table[active, step] = logp.gather(-1, sampled)[:, 0]
-            finished[active] |= torch.isin(sampled[:, 0], self._stops)
+            finished[active] |= torch.isin(sampled[:, 0], stops)
             if finished.all() or step == steps - 1:
                 break
             done = finished[active]
@@ -142,7 +145,8 @@ class HFEngine:
                 self.lean.keep(keep)
             logits = advance(sampled[:, 0])
         self.model.train(was_training)
-        generated, logprob_table = generated[:, : step + 1], logprob_table[:, : step + 1]
+        # Back to the CPU once per batch (not per row): the rows below are Python lists.
+        generated, logprob_table = generated[:, : step + 1].cpu(), logprob_table[:, : step + 1].cpu()
 
         # One check per batch instead of one per step: non-finite logits (weights blown up by an
         # update) make the sampled token's log-prob nan or inf; say so, not "index out of range".

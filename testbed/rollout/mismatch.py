@@ -95,7 +95,8 @@ class MismatchProbe:
         fresh = [t for t in batch if t.policy_version == version]
         if not fresh:
             return mismatch_metrics(torch.zeros(0), torch.zeros(0), torch.zeros(0, dtype=torch.bool))
-        tokens, attention, action, behaviour = padded_batch(fresh, self.pad_id)
+        device = next(self.policy.parameters()).device
+        tokens, attention, action, behaviour = (x.to(device) for x in padded_batch(fresh, self.pad_id))
         was_training = self.policy.training
         self.policy.eval()
         try:
