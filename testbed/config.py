@@ -153,22 +153,10 @@ class RuntimeConfig(Strict):
     parallel_arms: bool = Field(False, description="run arms x seeds side by side as Ray tasks")
     task_cpus: float = Field(1.0, gt=0, description="CPUs Ray reserves per arm x seed task (parallel_arms); 1: one task per core")
     device: str = Field("cpu", pattern=r"^(cpu|auto|cuda(:[0-9]+)?)$", description=(
-        "where the policy an arm trains, its reference and critic, and the batches live: cpu, cuda, cuda:N, "
-        "or auto (cuda where torch sees it, else cpu)"))
-    actor_gpus: float | None = Field(None, ge=0, description=(
-        "GPUs Ray reserves per rollout actor and per learner (default: 1 when the device is cuda, else 0; "
-        "a fraction shares one GPU)"))
-    task_gpus: float | None = Field(None, ge=0, description=(
-        "GPUs Ray reserves per arm x seed task (parallel_arms; default: 1 when the device is cuda, else 0)"))
-
-    def gpus(self, kind: Literal["actor", "task"]) -> float:
-        """The GPUs Ray reserves for one `kind` of process: as set, else one per process on CUDA."""
-        set_ = self.actor_gpus if kind == "actor" else self.task_gpus
-        if set_ is not None:
-            return set_
-        from testbed.device import resolve  # torch, only when a runtime asks
-
-        return 1.0 if resolve(self.device).type == "cuda" else 0.0
+        "where each arm's policy, its reference and critic, and the batches live: cpu, cuda, cuda:N, or auto (cuda if seen)"))
+    actor_gpus: float | None = Field(None, ge=0, description="GPUs Ray reserves per rollout actor and learner "
+                                     "(default: 1 on cuda, else 0; a fraction shares one; testbed.device.gpus)")
+    task_gpus: float | None = Field(None, ge=0, description="GPUs Ray reserves per arm x seed task (parallel_arms; default as actor_gpus)")
 
 
 class BudgetConfig(Strict):

@@ -55,16 +55,26 @@ def scenario_problems(scenario: Any) -> list[str]:
     for i, arm in enumerate(scenario.arms):
         rt, prefix = scenario.runtime_for(arm), ("runtime" if "device" not in arm.runtime else f"arms.{i}.runtime")
         found = problem(rt.device, f"{prefix}.device")
-        if found is None and rt.kind == "ray" and resolve(rt.device).type == "cuda" and rt.gpus("actor") == 0:
+        if found is None and rt.kind == "ray" and resolve(rt.device).type == "cuda" and gpus(rt, "actor") == 0:
             found = (f"runtime.actor_gpus is 0 but {prefix}.device is '{rt.device}': Ray hides the GPUs from an actor that "
                      "reserved none; give it a share (e.g. 0.25)")
         if found and found not in out:
             out.append(found)
     rt = scenario.runtime
-    if not out and rt.parallel_arms and resolve(rt.device).type == "cuda" and rt.gpus("task") == 0:
+    if not out and rt.parallel_arms and resolve(rt.device).type == "cuda" and gpus(rt, "task") == 0:
         out.append(f"runtime.task_gpus is 0 but runtime.device is '{rt.device}': Ray hides the GPUs from a task that "
                    "reserved none; give it a share (e.g. 0.25)")
     return out
+
+
+def gpus(runtime: Any, kind: str) -> float:
+    """The GPUs Ray reserves for one process of `kind` ("actor": a rollout actor or a learner;
+    "task": a parallel arm x seed): `runtime.actor_gpus` / `task_gpus` as set, else one per
+    process on CUDA and none on the CPU."""
+    set_ = runtime.actor_gpus if kind == "actor" else runtime.task_gpus
+    if set_ is not None:
+        return set_
+    return 1.0 if resolve(runtime.device).type == "cuda" else 0.0
 
 
 def to_cpu(value: Any) -> Any:

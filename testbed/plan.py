@@ -313,12 +313,12 @@ def schedule_plan(scenario: Scenario, schedule: Any) -> dict[str, Any]:
 def runtime_plan(scenario: Scenario) -> dict[str, Any]:
     rt = scenario.runtime
     ray = rt.parallel_arms or any(scenario.runtime_for(arm).kind == "ray" for arm in scenario.arms)
-    from testbed.device import resolve
+    from testbed.device import gpus, resolve
 
     devices = sorted({f"{resolve(scenario.runtime_for(arm).device)}" for arm in scenario.arms})
     return {"kind": rt.kind, "parallel_arms": rt.parallel_arms, "ray": ray, "task_cpus": rt.task_cpus,
             "device": rt.device, "resolved_device": ", ".join(devices),
-            **({"actor_gpus": rt.gpus("actor"), "task_gpus": rt.gpus("task")} if ray else {}),
+            **({"actor_gpus": gpus(rt, "actor"), "task_gpus": gpus(rt, "task")} if ray else {}),
             "torch_threads": rt.torch_threads, "address": public_args(rt.address or os.environ.get("RAY_ADDRESS"), "address")
             if ray else None}
 

@@ -21,6 +21,7 @@ from typing import Any
 import ray
 import torch
 
+from testbed.device import gpus
 from testbed.store import TABLES, RunStore, read_table
 
 
@@ -209,7 +210,7 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: 
         return refs[starts[seed].key], starts[seed].tokenizer, starts[seed].key
 
     worker = worker_settings(scenario)
-    slot = {"num_cpus": scenario.runtime.task_cpus, "num_gpus": scenario.runtime.gpus("task")}  # runtime.task_gpus on CUDA
+    slot = {"num_cpus": scenario.runtime.task_cpus, "num_gpus": gpus(scenario.runtime, "task")}  # runtime.task_gpus on CUDA
     warming = [warm_up_task.options(**slot).remote(data, arm.name, seed, *args(seed), worker)
                for arm, seed in first_jobs(scenario, jobs, key=lambda seed: starts[seed].key)]
     if warming:

@@ -126,7 +126,7 @@ class RayRunner(ArmRunner):
         factory = TrainerFactory(arm, policy.config, state, tokenizer.pad_id, scenario.sampling.temperature, seed, threads,
                                  scenario.engine.measure_mismatch, rt.device)
         self.name = f"testbed-{self.store.root.name}-{arm.name}-seed{seed}"  # named, so a fault test can find them
-        gpus = rt.gpus("actor")
+        gpus = device.gpus(rt, "actor")
         check_gpus(gpus, rt.rollout_workers + rt.learner_workers)
         self.learner = LearnerGroup(factory, rt.learner_workers, torch_threads=threads, actor_cpus=rt.actor_cpus,
                                     actor_gpus=gpus, name=self.name)

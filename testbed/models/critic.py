@@ -22,7 +22,9 @@ class Critic(nn.Module):
     def __init__(self, backbone: nn.Module, hidden_size: int, patterns: ModulePatterns | None = None):
         super().__init__()
         self.backbone = backbone
-        self.value_head = nn.Linear(hidden_size, 1)
+        # Beside the backbone (runtime.device); made on the CPU first, so the CPU random stream is
+        # the same on any device.
+        self.value_head = nn.Linear(hidden_size, 1).to(next(backbone.parameters()).device)
         self.patterns = patterns  # None: the defaults (testbed.models.modules.DEFAULT_PATTERNS)
         # Start at V = 0 everywhere, so an un-pretrained critic makes advantages = returns.
         nn.init.zeros_(self.value_head.weight)
