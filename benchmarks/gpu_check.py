@@ -18,7 +18,8 @@ are built on the CPU under --work, or given. For each:
      `mismatch_abs_mean` (engine.mismatch on), and the driver's peak GPU memory (the Ray actors'
      memory is their own processes': `nvidia-smi` while it runs, if wanted).
 
-Prints one JSON object at the end (and a line per step on stderr).
+Prints one JSON object at the end, after the runs' own output, and writes it to WORK/gpu_check.json
+(a line per step goes to stderr).
 """
 
 from __future__ import annotations
@@ -158,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             entry[kind] = run_recipe(directory, args.episodes, kind, args.device, Path(args.work) / "runs",
                                      f"{name}-{kind}-{int(time.time())}")
         report["checkpoints"][name] = entry
+    (Path(args.work) / "gpu_check.json").write_text(json.dumps(report, indent=1))
+    print(f"gpu_check result (also in {Path(args.work) / 'gpu_check.json'}):")
     print(json.dumps(report, indent=1))
     failed = [f"{n}/{k}" for n, e in report["checkpoints"].items() for k in ("sync", "ray") if k in e and e[k]["exit_code"] != 0]
     if failed:
