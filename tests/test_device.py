@@ -127,9 +127,9 @@ BUILT_ON_THE_CPU = {
     ("testbed/rollout/hf_engine.py", "sample_categorical", "rand"): 1,  # the CPU generator: the one checkpoints save
     ("testbed/rollout/hf_engine.py", "_sample", "rand"): 1,
     ("testbed/rollout/hf_engine.py", "__init__", "tensor"): 1,  # the stop ids, moved per batch
-    ("testbed/rollout/hf_engine.py", "_sample", "full"): 1,  # the prompts, filled row by row, moved once
-    ("testbed/rollout/hf_engine.py", "_sample", "zeros"): 1,
-    ("testbed/rollout/hf_engine.py", "_sample", "tensor"): 1,
+    ("testbed/rollout/hf_engine.py", "left_padded", "full"): 1,  # the prompts, filled row by row, moved once
+    ("testbed/rollout/hf_engine.py", "left_padded", "zeros"): 1,
+    ("testbed/rollout/hf_engine.py", "left_padded", "tensor"): 1,
     ("testbed/rollout/mismatch.py", "padded_batch", "full"): 1,  # moved to the policy's device by the probe
     ("testbed/rollout/mismatch.py", "padded_batch", "zeros"): 3,
     ("testbed/rollout/mismatch.py", "__call__", "zeros"): 3,  # empty: no token to measure

@@ -28,6 +28,18 @@ def sample_categorical(logp: torch.Tensor, u: torch.Tensor | None = None) -> tor
     return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_(max=logp.shape[-1] - 1)
 
 
+def left_padded(encoded: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention) [B, W] of left-padded contexts, built on the CPU: every row continues at
+    the right edge."""
+    batch, width = len(encoded), max(len(e) for e in encoded)
+    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((batch, width), dtype=torch.long)
+    for row, ids in enumerate(encoded):
+        input_ids[row, width - len(ids) :] = torch.tensor(ids)
+        attention[row, width - len(ids) :] = 1
+    return input_ids, attention
+
+
 # Drop finished rows from the lean decoder's batch once they are 1/COMPACT_SHARE of it: each drop
 # copies the KV cache, so dropping at every single <eos> would cost more than it saves.
 COMPACT_SHARE = 4
@@ -103,14 +115,10 @@ class HFEngine:
         """One continuation per context, up to and including its first <eos> (or max_new_tokens),
         with the behaviour log-prob of every sampled token."""
         tok, temperature = self.tokenizer, self.sampling.temperature
-        batch, width = len(encoded), max(len(e) for e in encoded)
-        input_ids = torch.full((batch, width), tok.pad_id, dtype=torch.long)
-        attention = torch.zeros((batch, width), dtype=torch.long)
-        for row, ids in enumerate(encoded):  # left padding: every row continues at the right edge
-            input_ids[row, width - len(ids) :] = torch.tensor(ids)
-            attention[row, width - len(ids) :] = 1
-        device = next(self.model.parameters()).device  # built on the CPU, moved once per batch
-        input_ids, attention, stops = input_ids.to(device), attention.to(device), self._stops.to(device)
+        batch = len(encoded)
+        device = next(self.model.parameters()).device
+        input_ids, attention = (t.to(device) for t in left_padded(encoded, tok.pad_id))  # moved once per batch
+        stops = self._stops.to(device)
 
         was_training = self.model.training
         self.model.eval()
