@@ -80,7 +80,7 @@ def backbone_forward(backbone: torch.nn.Module, tokens: torch.Tensor, attention_
     B, T = tokens.shape
     eps = cfg.rms_norm_eps
     real = attention_mask.bool()
-    flat_real = real.reshape(-1)
+    rows = (real.reshape(-1).nonzero().squeeze(1),)  # the real positions of the flattened batch, once
     x = F.embedding(tokens, backbone.embed_tokens.weight)
     cos, sin = _rope_tables(backbone, T, x.dtype)
     # Causal within each row and never onto padding; every row sees itself, so no row is all-masked.
@@ -90,10 +90,10 @@ def backbone_forward(backbone: torch.nn.Module, tokens: torch.Tensor, attention_
     for layer in backbone.layers:
         x = x + _attention(layer, _rms(x, layer.input_layernorm.weight, eps), cos, sin, mask, eps)
         flat = x.reshape(B * T, -1)
-        h = _rms(flat[flat_real], layer.post_attention_layernorm.weight, eps)
-        out, logits = _moe(layer.mlp, h)
-        x = flat.index_put((flat_real.nonzero().squeeze(1),), flat[flat_real] + out).view(B, T, -1)
+        residual = flat[rows]
+        out, logits = _moe(layer.mlp, _rms(residual, layer.post_attention_layernorm.weight, eps))
+        x = flat.index_put(rows, residual + out).view(B, T, -1)
         if routing:
-            routers.append(logits.new_zeros(B * T, logits.shape[-1]).index_put((flat_real.nonzero().squeeze(1),), logits))
+            routers.append(logits.new_zeros(B * T, logits.shape[-1]).index_put(rows, logits))
     x = _rms(x, backbone.norm.weight, eps)
     return x, (tuple(routers) if routing else None)
