@@ -2,17 +2,38 @@
 
 One function, so every cache agrees on the folder. An empty ``TESTBED_CACHE`` counts as unset
 (``TESTBED_CACHE= python ...`` must not put the cache in the current directory).
+
+`source_fingerprint` goes into the keys of cached models: a change to the code that computes them
+(even one that only moves float rounding) must retrain, not reuse what older code built.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+from functools import cache
 from pathlib import Path
 
-__all__ = ["cache_dir"]
+__all__ = ["cache_dir", "source_fingerprint"]
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def cache_dir() -> Path:
     """``$TESTBED_CACHE`` if it is set and not empty, else ``~/.cache/testbed``. Not created here."""
     value = os.environ.get("TESTBED_CACHE", "")
     return Path(value).expanduser() if value else Path.home() / ".cache" / "testbed"
+
+
+@cache
+def source_fingerprint(*parts: str, root: Path = ROOT) -> str:
+    """A hash of the Python sources under `parts` (paths relative to `root`: files or packages),
+    by relative path and content, so it is the same in every clone of one commit."""
+    digest = hashlib.sha256()
+    for part in parts:
+        path = root / part
+        if not path.exists():
+            raise FileNotFoundError(f"source_fingerprint: no {path}")
+        for file in sorted([path] if path.is_file() else path.rglob("*.py")):
+            digest.update(file.relative_to(root).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]

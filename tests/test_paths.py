@@ -9,7 +9,9 @@ import pytest
 
 from judges.cache import VerdictCache, default_cache_path
 from testbed.models.sft import cache_root
-from testbed.paths import cache_dir
+from testbed.config import PolicyConfig
+from testbed.models import sft
+from testbed.paths import cache_dir, source_fingerprint
 
 
 @pytest.mark.parametrize("value", [None, ""])
@@ -33,3 +35,29 @@ def test_set_moves_every_cache(monkeypatch, tmp_path):
     finally:
         cache.close()
     assert not (Path.cwd() / "judge_cache.sqlite").exists()
+
+
+def test_source_fingerprint_follows_python_code_only(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "a.py").write_text("x = 1\n")
+    (pkg / "sub" / "b.py").write_text("y = 2\n")
+    first = source_fingerprint("pkg", root=tmp_path)
+    (pkg / "notes.md").write_text("not code")
+    assert source_fingerprint("pkg", root=tmp_path) == first  # lru-cached per arguments, so recompute below
+    source_fingerprint.cache_clear()
+    assert source_fingerprint("pkg", root=tmp_path) == first
+    (pkg / "sub" / "b.py").write_text("y = 2.0\n")  # a change that only moves rounding still counts
+    source_fingerprint.cache_clear()
+    assert source_fingerprint("pkg", root=tmp_path) != first
+    assert source_fingerprint("pkg/a.py", root=tmp_path) != source_fingerprint("pkg", root=tmp_path)
+    with pytest.raises(FileNotFoundError, match="missing"):
+        source_fingerprint("missing", root=tmp_path)
+
+
+def test_the_sft_key_changes_with_the_code_that_trains_it(monkeypatch):
+    """A cached policy trained by older code is never reused (a stale cache once hid a golden-row change)."""
+    cfg = PolicyConfig()
+    before = sft.policy_key(cfg, ["cute", "plain"])
+    monkeypatch.setattr(sft, "source_fingerprint", lambda *parts: "other-code")
+    assert sft.policy_key(cfg, ["cute", "plain"]) != before

@@ -28,7 +28,7 @@ from testbed import registry
 from testbed.config import PolicyConfig
 from testbed.models.policy import build_policy, count_parameters, hidden_states
 from testbed.models.tokenizer import WordTokenizer
-from testbed.paths import cache_dir
+from testbed.paths import cache_dir, source_fingerprint
 from testbed.world import generate, prompts, render_prompt, vocabulary
 
 CACHE_FORMAT = 2  # bump when the corpus or training recipe changes meaning (2: stops early at the bar)
@@ -49,6 +49,8 @@ def policy_key(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> str
         "archetypes": archetypes,
         "vocabulary": hashlib.sha256("\n".join(vocabulary()).encode()).hexdigest(),
         "torch": torch.__version__.split("+")[0],
+        # the code that builds, trains and accepts the policy: new code retrains, even for rounding
+        "code": source_fingerprint("testbed/models", "testbed/world", "testbed/world_rules.py", "judges"),
     }
     env_cls = registry.load("env", env.name) if env is not None else None
     if getattr(env_cls, "sft_examples", None) is not None:
