@@ -18,8 +18,11 @@ $(VENV)/.installed: pyproject.toml
 run: $(VENV)/.installed
 	$(PY) -m testbed.run $(SCENARIO)
 
+# Two pytest workers (one per core here): the suite's tests are single-threaded. worksteal
+# balances the few long tests (Ray runtime, SFT) across workers.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/throughput.py

@@ -163,6 +163,8 @@ def build_policy_shape(scenario: Scenario) -> tuple[dict[str, Any], Any, int]:
     """The policy on the meta device (its shapes only), its description, and the pad id trainers need."""
     import torch
 
+    from testbed.models.modules import moe_shape
+
     cfg = scenario.policy
     if cfg.checkpoint:
         from transformers import AutoConfig, AutoModelForCausalLM
@@ -190,8 +192,7 @@ def build_policy_shape(scenario: Scenario) -> tuple[dict[str, Any], Any, int]:
         described = {"shape": cfg.model_dump(exclude={"checkpoint", "sft"}), "vocab_size": tokenizer.vocab_size}
         pad_id = tokenizer.pad_id
     hf = model.config
-    experts = getattr(hf, "num_experts", None) or getattr(hf, "num_local_experts", None)
-    top_k = getattr(hf, "num_experts_per_tok", None)
+    experts, top_k = moe_shape(hf) or (None, None)
     sizes = {name: p.numel() for name, p in model.named_parameters()}
     described.update(family=type(model).__name__, parameters=sum(sizes.values()), num_experts=experts, top_k=top_k,
                      active_parameters=active_parameters(sizes, experts, top_k))

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from testbed.protocols import Judge
     from testbed.store import RunStore
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # never break a path or a command inside a message
 MAX_ERROR = 4_000  # characters of an error printed to the terminal
 
 

@@ -261,3 +261,24 @@ def test_router_aux_loss_coef_changes_the_router_gradient(kind):
     else:  # same parameters, same batch: the loss grows by exactly coef x L_aux
         assert m_on["policy_loss"] - m_off["policy_loss"] == pytest.approx(m_on["router_aux_loss"], rel=1e-5)
 
+
+
+def test_router_aux_reads_each_familys_expert_count():
+    """Mixtral names its experts num_local_experts, DeepSeek n_routed_experts: both must work, and a
+    dense config with the loss switched on is an error naming the fields, not an AttributeError."""
+    from transformers import LlamaConfig, MixtralConfig
+
+    from trainers.router_balance import with_router_aux
+
+    model = policy()
+    data = collate(rollouts(model, 4), TOK.pad_id)
+    _, _, router = token_logprobs_and_routing(model, data.tokens, data.attention_mask)
+    e, k = model.config.num_experts, model.config.num_experts_per_tok
+    want = float(load_balancing_loss_func(router, e, k, data.attention_mask).detach())
+    zero = torch.zeros(())
+    mixtral = MixtralConfig(num_local_experts=e, num_experts_per_tok=k, hidden_size=16, num_attention_heads=2)
+    stats: dict = {}
+    with_router_aux(zero, stats, 1.0, router, data.attention_mask, mixtral)
+    assert stats["router_aux_loss"] == pytest.approx(want, rel=1e-6)
+    with pytest.raises(ValueError, match="num_local_experts"):
+        with_router_aux(zero, {}, 1.0, router, data.attention_mask, LlamaConfig(hidden_size=16, num_attention_heads=2))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from testbed.models.modules import EXPERT_COUNT_FIELDS, moe_shape
 from trainers import data_parallel
 
 
@@ -55,6 +56,9 @@ def with_router_aux(
     (the default: no extra work, behaviour unchanged)."""
     if coef <= 0 or not router_logits:
         return loss
-    aux, stats[key] = router_balance_loss(router_logits, attention_mask, model_config.num_experts,
-                                          model_config.num_experts_per_tok)
+    shape = moe_shape(model_config)
+    if shape is None:
+        raise ValueError(f"router_aux_loss_coef is {coef} but {type(model_config).__name__} names no routed experts "
+                         f"(none of {', '.join(EXPERT_COUNT_FIELDS)} with num_experts_per_tok)")
+    aux, stats[key] = router_balance_loss(router_logits, attention_mask, *shape)
     return loss + coef * aux

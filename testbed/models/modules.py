@@ -89,3 +89,15 @@ def missing_parts(model, patterns: ModulePatterns, parts: tuple[str, ...] = (ATT
     """The parts no parameter of `model` matches (a sign the patterns do not fit its family)."""
     found = {module_family(name, patterns) for name, _ in model.named_parameters()}
     return [p for p in parts if p not in found]
+
+
+# transformers' families name the routed-expert count differently (Qwen: num_experts, Mixtral and
+# most others: num_local_experts, DeepSeek and GLM-MoE: n_routed_experts).
+EXPERT_COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def moe_shape(config) -> tuple[int, int] | None:
+    """(routed experts, experts per token) of a transformers config, or None for a dense model."""
+    experts = next((getattr(config, f) for f in EXPERT_COUNT_FIELDS if getattr(config, f, None)), None)
+    top_k = getattr(config, "num_experts_per_tok", None)
+    return (int(experts), int(top_k)) if experts and top_k else None
