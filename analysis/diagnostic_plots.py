@@ -27,13 +27,22 @@ TRAINING_PANELS = [
 DIAGNOSTIC_POINTS = 60
 
 
+# Explained variance explodes negatively on a batch whose rewards are (almost) all equal (its
+# variance ~0): one such update would drag a rolling mean far below the curve, so it takes medians.
+MEDIAN_SMOOTHED = ("value_explained_variance",)
+
+
 def _smooth(updates: pd.DataFrame, cols: list[str], span: int = 5, points: int = DIAGNOSTIC_POINTS) -> pd.DataFrame:
-    """Each arm and seed's rolling mean over `span` updates, its clock rounded onto a grid of at
-    most `points` values (mean_lineplot then averages a seed's updates within a bin)."""
+    """Each arm and seed's rolling mean over `span` updates (rolling median for MEDIAN_SMOOTHED),
+    its clock rounded onto a grid of at most `points` values (mean_lineplot then averages a seed's
+    updates within a bin)."""
+    medians = [c for c in cols if c in MEDIAN_SMOOTHED]
+    means = [c for c in cols if c not in MEDIAN_SMOOTHED]
     parts = []
     for _, g in updates.sort_values("t").groupby(["arm", "seed"], sort=True):
         g = g.copy()
-        g[cols] = g[cols].rolling(span, min_periods=1).mean()
+        g[means] = g[means].rolling(span, min_periods=1).mean()
+        g[medians] = g[medians].rolling(span, min_periods=1).median()
         parts.append(g)
     if not parts:
         return updates
@@ -102,7 +111,7 @@ def critic_figure(updates: pd.DataFrame | None, switch_points: Sequence[int], bu
     if n == 0:
         return None
     fig, axes = panel_grid(n, ncols=2, w=5.2, h=3.1,
-                            title=title or "Critic and module diagnostics (rolling mean of 5 updates)")
+                            title=title or "Critic and module diagnostics (rolling mean of 5 updates; EV: median)")
     it = iter(axes)
     smooth = _smooth(updates, [c for c, _ in scalar] + load_cols)
     for col, label in scalar:

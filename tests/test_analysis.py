@@ -325,3 +325,16 @@ def test_turns_overview_measures_what_revising_added():
     assert row["final_reward_end"] == 0.5 and row["first_reward_end"] == 0.0 and row["gain_end"] == 0.5
     single = episodes(np.ones(4)).assign(turns=1, editor_calls=0, turn_rewards="")
     assert training_data.turns_overview(single).empty
+
+
+def test_critic_ev_curve_ignores_one_exploded_batch_but_the_loss_curve_is_a_mean():
+    """One batch with (almost) constant rewards has EV ~ -1000; a rolling mean would sink the
+    whole window, the rolling median keeps the curve where the other updates are."""
+    from analysis.diagnostic_plots import _smooth
+
+    ev = [0.5, 0.6, -1000.0, 0.55, 0.5, 0.6]
+    updates = pd.DataFrame({"arm": "sao", "seed": 0, "t": range(0, 192, 32), "value_explained_variance": ev,
+                            "critic_loss": [1.0, 1.0, 7.0, 1.0, 1.0, 1.0]})
+    smooth = _smooth(updates, ["value_explained_variance", "critic_loss"], span=5, points=1000).set_index("t")
+    assert smooth["value_explained_variance"].min() > 0.4  # the median of every window
+    assert smooth.loc[160, "critic_loss"] == pytest.approx(11 / 5)  # the mean of 1, 7, 1, 1, 1
