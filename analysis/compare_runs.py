@@ -25,6 +25,7 @@
 # would use for these runs).
 
 # %%
+import functools
 import os
 import sys
 from pathlib import Path
@@ -35,31 +36,16 @@ from IPython.display import Image, Markdown, display
 ROOT = Path.cwd().parent if Path.cwd().name == "analysis" else Path.cwd()
 sys.path.insert(0, str(ROOT))
 from analysis import plots, realign, report, tables  # noqa: E402
+from analysis.notebook_io import newest_runs, save_and_show  # noqa: E402
 
 pd.set_option("display.width", 200)
 pd.set_option("display.max_columns", 40)
 
-
-def newest_runs(n=1):
-    runs = sorted((p for p in (ROOT / "runs").glob("*/manifest.json")), key=lambda p: p.stat().st_mtime)
-    return [str(p.parent) for p in runs[-n:]]
-
-
-def show(fig, name):
-    """Save a figure as FIG_DIR/name.png and show it (nothing to show: say so)."""
-    if fig is None:
-        display(Markdown(f"_{name}: nothing to draw for this run_"))
-        return None
-    FIG_DIR.mkdir(parents=True, exist_ok=True)
-    path = FIG_DIR / f"{name}.png"
-    fig.savefig(path)
-    display(Image(filename=str(path)))
-    return path
-
 RUN_DIRS = [p for p in (os.environ.get("TESTBED_RUN_DIRS") or os.environ.get("TESTBED_RUN_DIR") or "")
-            .split(os.pathsep) if p] or newest_runs(2)
+            .split(os.pathsep) if p] or newest_runs(ROOT, 2)
 FIG_DIR = Path(os.environ.get("TESTBED_NOTEBOOK_OUT") or report.default_out_dir([Path(p) for p in RUN_DIRS])
                / "figures")
+show = functools.partial(save_and_show, fig_dir=FIG_DIR)  # show(fig, name): save as FIG_DIR/name.png and show
 WINDOW, FRACTION, HORIZON = None, 0.9, 512
 print("runs:", *RUN_DIRS, sep="\n  ")
 print("figures:", FIG_DIR)

@@ -24,39 +24,25 @@
 # saved to `TESTBED_NOTEBOOK_OUT` (default: the run's `figures/`).
 
 # %%
+import functools
 import os
 import sys
 from pathlib import Path
 
 import pandas as pd
-from IPython.display import Image, Markdown, display
+from IPython.display import Markdown, display
 
 ROOT = Path.cwd().parent if Path.cwd().name == "analysis" else Path.cwd()
 sys.path.insert(0, str(ROOT))
 from analysis import plots, realign, report, tables  # noqa: E402
+from analysis.notebook_io import newest_runs, save_and_show  # noqa: E402
 
 pd.set_option("display.width", 200)
 pd.set_option("display.max_columns", 40)
 
-
-def newest_runs(n=1):
-    runs = sorted((p for p in (ROOT / "runs").glob("*/manifest.json")), key=lambda p: p.stat().st_mtime)
-    return [str(p.parent) for p in runs[-n:]]
-
-
-def show(fig, name):
-    """Save a figure as FIG_DIR/name.png and show it (nothing to show: say so)."""
-    if fig is None:
-        display(Markdown(f"_{name}: nothing to draw for this run_"))
-        return None
-    FIG_DIR.mkdir(parents=True, exist_ok=True)
-    path = FIG_DIR / f"{name}.png"
-    fig.savefig(path)
-    display(Image(filename=str(path)))
-    return path
-
-RUN_DIR = os.environ.get("TESTBED_RUN_DIR") or (newest_runs(1) or [""])[0]
+RUN_DIR = os.environ.get("TESTBED_RUN_DIR") or (newest_runs(ROOT, 1) or [""])[0]
 FIG_DIR = Path(os.environ.get("TESTBED_NOTEBOOK_OUT") or Path(RUN_DIR) / "figures")
+show = functools.partial(save_and_show, fig_dir=FIG_DIR)  # show(fig, name): save as FIG_DIR/name.png and show
 WINDOW = None      # rolling-reward window in episodes; None: 128, at most a quarter of the shortest phase
 FRACTION = 0.9     # recovered = rolling reward >= FRACTION x pre-switch plateau
 HORIZON = 512      # episodes after a switch for the mean reward (None: the whole phase)
@@ -122,6 +108,20 @@ a.per_seed
 
 # %%
 display(Markdown(tables.md_table(tables.SWITCH_HEADER, tables.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"))
+
+# %% [markdown]
+# ## Between switches, pooled, and the Goodhart gap
+#
+# Per segment between switches: the reward area and the dynamic regret against the best arm's
+# plateau; then every metric pooled over switches and segments with rliable's mean and IQM
+# intervals and the probability that one arm beats another. With a gold judge
+# (`judge.gold`), the gap between the training judge's reward and the gold judge's. The same
+# sections as `summary.md`.
+
+# %%
+display(Markdown("\n".join(tables.nonstationary_markdown(a)) or "_no segment metrics for this run_"))
+if not a.goodhart.empty:
+    display(Markdown(tables.md_table(tables.GOODHART_HEADER, tables.goodhart_rows(a.goodhart))))
 
 # %% [markdown]
 # ## Realignment speed

@@ -78,6 +78,8 @@ def test_realignment_notebook_runs(tiny_run, tmp_path):
     assert len(outputs(nb, lambda o: "image/png" in o.get("data", {}))) >= 5
     for name in ("realignment", "realignment_speed", "target_share", "reward_vs_judge_calls", "training_diagnostics"):
         assert (tmp_path / f"{name}.png").stat().st_size > 10_000, name
+    markdown = " ".join(o["data"]["text/markdown"] for o in outputs(nb, lambda o: "text/markdown" in o.get("data", {})))
+    assert "Per segment" in markdown and "dynamic regret" in markdown  # the tables summary.md has
 
 
 def test_compare_notebook_runs(tiny_run, tmp_path):
