@@ -9,10 +9,10 @@ export OMP_NUM_THREADS := 1
 
 .PHONY: run test bench clean vllm test-vllm
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
 run: $(VENV)/.installed
