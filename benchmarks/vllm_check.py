@@ -18,9 +18,10 @@ import time
 import torch
 
 from testbed.config import PolicyConfig, SamplingConfig, load_scenario
-from testbed.models.policy import build_policy, token_logprobs
+from testbed.models.policy import build_policy
 from testbed.models.tokenizer import WordTokenizer
 from testbed.rollout.hf_engine import HFEngine
+from testbed.rollout.mismatch import logprob_gaps
 from testbed.rollout.vllm_engine import VLLMEngine
 from testbed.world import prompts, render_prompt
 
@@ -40,13 +41,7 @@ def policy(checkpoint: str | None) -> tuple[torch.nn.Module, object]:
 
 def gaps(model: torch.nn.Module, trajs: list) -> dict[str, float]:
     """|vLLM - trainer| log-prob over every sampled token, trainer in float32."""
-    out = []
-    for traj in trajs:
-        tokens, mask, behaviour = traj.token_layout()
-        with torch.no_grad():
-            lp, _ = token_logprobs(model, tokens[None], torch.ones_like(tokens)[None], 1.0)
-        out.append((behaviour[mask].double() - lp[0][mask].double()).abs())
-    d = torch.cat(out)
+    d = logprob_gaps(model, trajs)
     return {"mean": float(d.mean()), "max": float(d.max()), "tokens": int(d.numel())}
 
 

@@ -13,7 +13,7 @@ from testbed.config import PolicyConfig, SamplingConfig, load_scenario
 from testbed.models.policy import build_policy
 from testbed.models.tokenizer import WordTokenizer
 from testbed.rollout.hf_engine import HFEngine
-from testbed.rollout.mismatch import DIS_BAND, MismatchProbe, mismatch_metrics
+from testbed.rollout.mismatch import DIS_BAND, MismatchProbe, logprob_gaps, mismatch_metrics
 from testbed.rollout.vllm_engine import checkpoint_tensors, stacked_experts
 from testbed.store import read_table
 from testbed.world import prompts, render_prompt
@@ -76,6 +76,13 @@ def test_probe_on_hf_samples_is_float_rounding_and_skips_stale_episodes():
     # corrupted behaviour log-probs are seen
     trajs[1].segments[0].logprobs = [lp - 1.0 for lp in trajs[1].segments[0].logprobs]
     assert probe(trajs, version=0)["mismatch_abs_max"] == pytest.approx(1.0, abs=1e-4)
+    # the unbatched reference the vLLM checks use agrees: ~0 but on the corrupted episode, exactly 1 there
+    gaps = logprob_gaps(model, trajs)
+    n1 = len(trajs[1].response_tokens)
+    assert len(gaps) == m["mismatch_tokens"]
+    first = len(trajs[0].response_tokens)
+    assert torch.allclose(gaps[first:first + n1], torch.ones(n1, dtype=torch.float64), atol=1e-4)
+    assert gaps[:first].max() < 1e-4 and gaps[first + n1:].max() < 1e-4
 
 
 def test_vllm_weight_layout_matches_the_trainers_experts():

@@ -12,8 +12,9 @@ import torch
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make vllm` builds .venv-vllm (docs/vllm.md)")
 
 from testbed.config import PolicyConfig, SamplingConfig  # noqa: E402
-from testbed.models.policy import build_policy, token_logprobs  # noqa: E402
+from testbed.models.policy import build_policy  # noqa: E402
 from testbed.models.tokenizer import WordTokenizer  # noqa: E402
+from testbed.rollout.mismatch import logprob_gaps  # noqa: E402
 from testbed.rollout.vllm_engine import VLLMEngine  # noqa: E402
 from testbed.store import read_table  # noqa: E402
 from testbed.world import prompts, render_prompt  # noqa: E402
@@ -39,13 +40,7 @@ def texts(n):
 
 def gaps(model, trajs):
     """|behaviour - trainer| log-prob per sampled token, over all trajectories."""
-    out = []
-    for traj in trajs:
-        tokens, mask, behaviour = traj.token_layout()
-        with torch.no_grad():
-            lp, _ = token_logprobs(model, tokens[None], torch.ones_like(tokens)[None], 1.0)
-        out.append((behaviour[mask].double() - lp[0][mask].double()).abs())
-    return torch.cat(out)
+    return logprob_gaps(model, trajs)
 
 
 def test_trajectories_and_logprobs_agree_with_the_trainer(setup):

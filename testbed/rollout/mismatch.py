@@ -76,6 +76,20 @@ def padded_batch(trajs: list[Trajectory], pad_id: int) -> tuple[torch.Tensor, ..
     return tokens, attention, action, behaviour
 
 
+def logprob_gaps(policy: torch.nn.Module, trajs: list[Trajectory], temperature: float = 1.0) -> torch.Tensor:
+    """|behaviour - trainer| log-prob of every sampled token of `trajs` (float64), each trajectory
+    scored alone and unpadded: the plain reference the batched probe and the engine checks compare to."""
+    from testbed.models.policy import token_logprobs
+
+    out = []
+    for traj in trajs:
+        tokens, mask, behaviour = traj.token_layout()
+        with torch.no_grad():
+            lp, _ = token_logprobs(policy, tokens[None], torch.ones_like(tokens)[None], temperature)
+        out.append((behaviour[mask].double() - lp[0][mask].double()).abs())
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
+
+
 def trainer_band(trainer: Any) -> tuple[float, float]:
     """The trainer's DIS band where its config has one (SAO's `eps_low`, `eps_high`), else DIS's default."""
     cfg = getattr(getattr(trainer, "shadow", trainer), "cfg", None)
