@@ -81,13 +81,14 @@ def logprob_gaps(policy: torch.nn.Module, trajs: list[Trajectory], temperature: 
     scored alone and unpadded: the plain reference the batched probe and the engine checks compare to."""
     from testbed.models.policy import token_logprobs
 
-    out = []
+    device = next(policy.parameters()).device
+    out = [torch.zeros(0, dtype=torch.float64, device=device)]  # so no trajectories give an empty result
     for traj in trajs:
-        tokens, mask, behaviour = traj.token_layout()
+        tokens, mask, behaviour = (x.to(device) for x in traj.token_layout())
         with torch.no_grad():
             lp, _ = token_logprobs(policy, tokens[None], torch.ones_like(tokens)[None], temperature)
         out.append((behaviour[mask].double() - lp[0][mask].double()).abs())
-    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
+    return torch.cat(out).cpu()
 
 
 def trainer_band(trainer: Any) -> tuple[float, float]:
