@@ -6,6 +6,16 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
 # The policy is tiny: one BLAS thread per process is fastest (see runtime.torch_threads)
 export OMP_NUM_THREADS := 1
+# Portable numerics (testbed/cpu_numerics.py): the x86-64 baseline kernels, so a seed writes the
+# same rows on every x86-64 processor. `make run TESTBED_NUMERICS=native` for the fastest kernels.
+TESTBED_NUMERICS ?= portable
+export TESTBED_NUMERICS
+ifeq ($(TESTBED_NUMERICS),portable)
+export ATEN_CPU_CAPABILITY := default
+export MKL_CBWR := COMPATIBLE
+export ONEDNN_MAX_CPU_ISA := SSE41
+export TESTBED_NUMERICS_PINNED := ATEN_CPU_CAPABILITY MKL_CBWR ONEDNN_MAX_CPU_ISA
+endif
 
 .PHONY: run test bench clean vllm test-vllm
 
@@ -22,7 +32,7 @@ run: $(VENV)/.installed
 # balances the few long tests (Ray runtime, SFT) across workers.
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/throughput.py

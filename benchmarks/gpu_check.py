@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import testbed  # noqa: F401  first: it pins the CPU kernels before torch loads (numerics)
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,9 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import testbed  # noqa: E402,F401  first: it pins the CPU kernels before torch loads (numerics)
+import torch  # noqa: E402
 
 from testbed import registry  # noqa: E402
 from testbed.config import load_scenario  # noqa: E402

@@ -24,11 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-from rich.console import Console
-from rich.table import Table
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import testbed  # noqa: E402,F401  first: it pins the CPU kernels before torch loads (numerics)
+import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
 
 from testbed import loop, run  # noqa: E402
 from testbed.config import load_scenario  # noqa: E402

@@ -15,6 +15,7 @@ import argparse
 import json
 import time
 
+import testbed  # noqa: F401  first: it pins the CPU kernels before torch loads (numerics)
 import torch
 
 from testbed.config import PolicyConfig, SamplingConfig, load_scenario

@@ -28,6 +28,7 @@ from pathlib import Path
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import testbed  # noqa: E402,F401  first: it pins the CPU kernels before torch loads (numerics)
 import torch  # noqa: E402
 
 from testbed.config import PolicyConfig, SamplingConfig  # noqa: E402

@@ -199,6 +199,10 @@ class Scenario(Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     reliability: ReliabilityConfig = Field(default_factory=ReliabilityConfig)
+    numerics: Literal["portable", "native"] = Field(
+        "portable", description="CPU kernels: portable (the x86-64 baseline kernels: the same rows for a seed on "
+        "every x86-64 processor) or native (the fastest kernels: the same rows on the same processor only); "
+        "testbed/cpu_numerics.py")
 
     def runtime_for(self, arm: ArmConfig) -> RuntimeConfig:
         """The scenario's runtime with the arm's own overrides (e.g. a max_staleness per arm)."""

@@ -320,7 +320,7 @@ def runtime_plan(scenario: Scenario) -> dict[str, Any]:
     return {"kind": rt.kind, "parallel_arms": rt.parallel_arms, "ray": ray, "task_cpus": rt.task_cpus,
             "device": rt.device, "resolved_device": ", ".join(devices),
             **({"actor_gpus": gpus(rt, "actor"), "task_gpus": gpus(rt, "task")} if ray else {}),
-            "torch_threads": rt.torch_threads, "address": public_args(rt.address or os.environ.get("RAY_ADDRESS"), "address")
+            "torch_threads": rt.torch_threads, "numerics": scenario.numerics, "address": public_args(rt.address or os.environ.get("RAY_ADDRESS"), "address")
             if ray else None}
 
 

@@ -113,7 +113,7 @@ def budget_table(plan: dict[str, Any]) -> Table:
     ray = f"Ray{' at ' + _args(rt['address']) if rt['address'] else ' (local)'}" if rt["ray"] else "no Ray"
     evals = ", ".join(f"{k} {_n(v)}" for k, v in ep["eval"]["per_arm_seed"].items())
     rows = [("runtime", f"{rt['kind']}, parallel arms {'on' if rt['parallel_arms'] else 'off'}, {ray}, task cpus {rt['task_cpus']}, "
-                        f"torch threads {rt['torch_threads']}"),
+                        f"torch threads {rt['torch_threads']}, numerics {rt['numerics']}"),
             ("device", f"{rt['device']} -> {rt['resolved_device']}"
                        + (f", GPUs per actor {rt['actor_gpus']:g}, per task {rt['task_gpus']:g}" if rt["ray"] else "")),
             ("episodes", f"{_n(ep['per_arm_seed'])} per arm x seed x {ep['arm_seeds']} = {_n(ep['total'])}"),

@@ -195,7 +195,21 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def start(args: argparse.Namespace, opened: dict[str, Any]) -> int | None:
+def check_numerics(args: argparse.Namespace, scenario: Scenario, reexec: bool) -> int | None:
+    """The scenario's `numerics` against the kernels this process loaded (testbed/cpu_numerics.py).
+    The CLI starts itself again with the scenario's mode; a caller in-process gets exit 2."""
+    from testbed import cpu_numerics
+
+    problem = cpu_numerics.mode_problem(scenario.numerics)
+    if problem is None:
+        return None
+    if reexec and cpu_numerics.requested_mode() != scenario.numerics:
+        console.print(f"numerics: {scenario.numerics}: starting again with {cpu_numerics.ENV_VAR}={scenario.numerics}")
+        cpu_numerics.reexec(scenario.numerics, args.argv, "testbed.run")
+    return error(problem)
+
+
+def start(args: argparse.Namespace, opened: dict[str, Any], reexec: bool = False) -> int | None:
     """Everything that can fail on bad input, before anything trains: the scenario, its judge and
     schedule, then the run directory. Fills `opened` as it goes (main closes what is there);
     returns the exit code of a run that does not start, or None."""
@@ -205,12 +219,17 @@ def start(args: argparse.Namespace, opened: dict[str, Any]) -> int | None:
 
     try:
         if args.resume:
+            saved = Path(args.resume) / "scenario.yaml"  # without it, open_resume says it is not a run directory
+            if saved.is_file() and (code := check_numerics(args, load_scenario(saved), reexec)) is not None:
+                return code
             opened["scenario"], opened["store"], opened["manifest"], opened["resume_state"] = open_resume(Path(args.resume))
         else:
             overrides = args.overrides + ([f"runtime.kind={args.runtime}"] if args.runtime else [])
             opened["scenario"] = load_scenario(args.scenario, overrides)
         if args.dry_run:
             return dry_run(args, opened["scenario"])  # the plan warns about the device
+        if not args.resume and (code := check_numerics(args, opened["scenario"], reexec)) is not None:
+            return code
         from testbed.device import scenario_problems
 
         if problems := scenario_problems(opened["scenario"]):
@@ -283,14 +302,17 @@ def close(opened: dict[str, Any]) -> None:
         opened["store"].unlock()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, reexec: bool = False) -> int:
+    """`reexec`: may start this module again in a fresh process when the scenario's `numerics` is
+    not the process's (the command line does; an in-process caller gets an error instead)."""
     args = parse_arguments(argv)  # first: --help and argument mistakes need no heavy imports
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     problem = argument_problem(args)
     if problem:
         return error(problem)
     opened: dict[str, Any] = {}
     try:
-        code = start(args, opened)
+        code = start(args, opened, reexec=reexec)
         return code if code is not None else run_scenario(**opened, write_report=not args.no_report)
     except KeyboardInterrupt:  # in start-up; run_scenario handles its own
         return interrupted(opened.get("store"), opened.get("manifest"))
@@ -301,8 +323,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStore, manifest: dict[str, Any],
                  resume_state: dict[str, Any] | None, write_report: bool = True) -> int:
     """Every arm x seed of a started run into its run directory, then the report."""
-    import torch
-
+    from testbed import cpu_numerics
     from testbed.learn import RunStopped
 
     manifest["switch_points"] = list(schedule.switch_points())
@@ -310,7 +331,8 @@ def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStor
     store.write_manifest(manifest)
     console.print(f"run directory: {store.root}")
 
-    torch.set_num_threads(scenario.runtime.torch_threads)
+    cpu_numerics.configure_torch(scenario.runtime.torch_threads)
+    manifest["numerics"] = cpu_numerics.describe()
     try:
         starts = starting_policies(scenario, log=console.print, load=load_or_train_policy)
         reports = {seed: start.report for seed, start in starts.items()}
@@ -369,4 +391,4 @@ def report_outages(manifest: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(reexec=True))

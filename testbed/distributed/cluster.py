@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from testbed.config import RuntimeConfig
+from testbed.cpu_numerics import worker_env
 
 WORKER_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -27,13 +28,14 @@ def ray_session(runtime: RuntimeConfig) -> Iterator[None]:
         yield
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    env = {**WORKER_ENV, **worker_env()}  # the workers compute with the driver's kernels
     address = runtime.address or os.environ.get("RAY_ADDRESS")
     if address:
         root = Path(__file__).resolve().parents[2]
         modules = [str(root / name) for name in ("testbed", "trainers", "judges") if (root / name).is_dir()]
-        ray.init(address=address, runtime_env={"env_vars": WORKER_ENV, "py_modules": modules})
+        ray.init(address=address, runtime_env={"env_vars": env, "py_modules": modules})
     else:
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, runtime_env={"env_vars": WORKER_ENV},
+        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, runtime_env={"env_vars": env},
                  log_to_driver=False)
     try:
         yield

@@ -24,6 +24,7 @@ from typing import Any
 import ray
 import torch
 
+from testbed.cpu_numerics import configure_torch
 from testbed.distributed.shard import shard_weight
 from testbed.types import Trajectory
 
@@ -99,7 +100,7 @@ def digest(state: dict[str, Any]) -> str:
 # -- the worker (a Ray actor) -------------------------------------------------------------------
 class LearnerWorker:
     def __init__(self, make_trainer: Callable[[], Any], rank: int, world: int, torch_threads: int):
-        torch.set_num_threads(torch_threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
+        configure_torch(torch_threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         self.rank, self.world = rank, world
         self.make_trainer = make_trainer
         self.trainer: Any = None

@@ -21,6 +21,7 @@ from typing import Any
 import ray
 import torch
 
+from testbed.cpu_numerics import configure_torch
 from testbed.device import gpus
 from testbed.store import TABLES, RunStore, read_table
 
@@ -76,7 +77,7 @@ def enter_task(threads: int, cache: str) -> None:
     """Ray sets OMP_NUM_THREADS=1 in its workers, so torch's threads are set explicitly; and the
     workers of a Ray session started before TESTBED_CACHE was set (a notebook's, a test's) would
     otherwise read and write another cache than the driver's."""
-    torch.set_num_threads(threads)
+    configure_torch(threads)
     os.environ["TESTBED_CACHE"] = cache
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import ray
 import torch
 
+from testbed.cpu_numerics import configure_torch
 from testbed.types import Trajectory
 
 
@@ -59,7 +60,7 @@ class RolloutActor:
         from testbed.device import for_this_process
         from testbed.loop import seed_everything
 
-        torch.set_num_threads(threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
+        configure_torch(threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         policy = build_policy(policy_config, policy_state, for_this_process(device))  # runtime.device
         name, args = engine
         self.engine = registry.load("engine", name)(policy, tokenizer, sampling, **args)

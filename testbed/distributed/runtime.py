@@ -33,6 +33,7 @@ from typing import Any
 import ray
 import torch
 
+from testbed.cpu_numerics import configure_torch
 from testbed import device
 from testbed.collect import Round
 from testbed.config import ArmConfig, Scenario
@@ -83,7 +84,7 @@ class TrainerFactory:
         from testbed.device import for_this_process
         from testbed.distributed.rollout import build_policy
 
-        torch.set_num_threads(self.threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
+        configure_torch(self.threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         policy = build_policy(self.policy_config, self.policy_state, for_this_process(self.device))
         return self.arm.trainer_class()(policy, self.arm.args, pad_id=self.pad_id, temperature=self.temperature, seed=self.seed)
 

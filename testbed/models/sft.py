@@ -28,6 +28,7 @@ from testbed import registry
 from testbed.config import PolicyConfig
 from testbed.models.policy import build_policy, count_parameters, hidden_states
 from testbed.models.tokenizer import WordTokenizer
+from testbed.cpu_numerics import numerics_tag
 from testbed.paths import cache_dir, source_fingerprint
 from testbed.world import generate, prompts, render_prompt, vocabulary
 
@@ -49,6 +50,8 @@ def policy_key(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> str
         "archetypes": archetypes,
         "vocabulary": hashlib.sha256("\n".join(vocabulary()).encode()).hexdigest(),
         "torch": torch.__version__.split("+")[0],
+        # the CPU kernels: portable policies are the same bits everywhere, native ones are the processor's
+        "numerics": numerics_tag(),
         # the code that builds, trains and accepts the policy: new code retrains, even for rounding
         "code": source_fingerprint("testbed/models", "testbed/world", "testbed/world_rules.py", "judges"),
     }
@@ -240,6 +243,7 @@ def load_or_train_policy(
         "parameters": count_parameters(model),
         "steps": len(losses),
         "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
+        "loss_curve": loss_curve(losses),
         "seconds": round(time.time() - start, 1),
         "eval": report,
         "passed": bool(report) and sft_passes(report, cfg, archetypes),
@@ -247,6 +251,14 @@ def load_or_train_policy(
     save_policy(directory, model, tok, full_report)
     log(f"SFT done in {full_report['seconds']} s: {report}")
     return model, tok, full_report
+
+
+LOSS_CURVE_EVERY = 50  # steps per point of the report's loss curve
+
+
+def loss_curve(losses: list[float], every: int = LOSS_CURVE_EVERY) -> list[float]:
+    """The mean loss of each full block of `every` steps (tests/test_sft_quality.py holds it in a band)."""
+    return [round(sum(losses[i:i + every]) / every, 5) for i in range(0, len(losses) - every + 1, every)]
 
 
 def save_policy(directory: Path, model: torch.nn.Module, tok: WordTokenizer, report: dict) -> None:
