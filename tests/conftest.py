@@ -6,6 +6,10 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the models are tiny: one BLAS thread is fastest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Portable numerics: the same rows on every x86-64 processor. `import testbed` pins the kernels
+# from TESTBED_NUMERICS; it must come before anything loads torch (testbed/cpu_numerics.py).
+os.environ["TESTBED_NUMERICS"] = "portable"
+import testbed  # noqa: E402,F401
 
 
 from pathlib import Path  # noqa: E402

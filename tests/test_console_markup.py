@@ -10,6 +10,7 @@ import yaml
 import testbed.run as cli
 from judges.scrub import REDACTED, Scrubber
 from testbed.types import Verdict
+from tests.test_golden import POLICY
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "sk-console-test-0123456789"
@@ -35,7 +36,8 @@ def test_error_messages_keep_bracketed_text(capsys):
 
 def test_a_run_stopped_by_judge_failures_shows_redacted_on_the_console(tmp_path, monkeypatch, capsys, shared_cache):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-    scenario = yaml.safe_load((ROOT / "tests/data/golden.yaml").read_text())  # its SFT policy is cached by the golden test
+    scenario = yaml.safe_load((ROOT / "tests/data/golden.yaml").read_text())
+    scenario["policy"]["checkpoint"] = str(POLICY)  # the golden test's shipped policy: no SFT here
     scenario.update(name="refused", arms=scenario["arms"][:1], judge={"class": f"{__name__}:RefusedJudge"},
                     reliability={"judge_failure_budget": 2})
     path = tmp_path / "refused.yaml"

@@ -20,7 +20,7 @@ from testbed.device import gpus, resolve, scenario_problems
 from testbed.learn import warm_up, warmup_cache_path
 from testbed.run import main
 from testbed.store import read_table
-from tests.test_golden import COLUMNS, GOLDEN, KEYS, ROOT
+from tests.test_golden import COLUMNS, FROM_POLICY, GOLDEN, KEYS, ROOT
 from tests.test_trainers import TOK, policy, rollouts
 from trainers.batching import collate
 from trainers.running_mean import RunningMeanTrainer
@@ -35,7 +35,7 @@ ONE_ARM = "arms=[{name: running_mean, trainer: running_mean, args: {window: 32, 
 def test_auto_is_the_cpu_here_and_writes_the_reference_rows(tmp_path, monkeypatch, shared_cache):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     assert resolve("auto") == torch.device("cpu")
-    code = main([SCENARIO, "--set", "runtime.device=auto", "--set", ONE_ARM, "--out", str(tmp_path), "--run-name", "auto",
+    code = main([SCENARIO, *FROM_POLICY, "--set", "runtime.device=auto", "--set", ONE_ARM, "--out", str(tmp_path), "--run-name", "auto",
                  "--no-report"])
     assert code == 0
     for table, columns in COLUMNS.items():  # an arm x seed's rows do not depend on the other arms

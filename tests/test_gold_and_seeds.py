@@ -28,9 +28,11 @@ def test_the_gold_judge_scores_a_share_of_episodes_beside_a_lenient_training_jud
     picked = judged["t"].map(lambda t: unit_hash("gold", int(t)) < 0.5)
     assert judged["gold_reward"].notna().tolist() == picked.tolist() and 16 <= picked.sum() <= 48
     scored = judged[picked]
-    # the lenient judge passes everything the strict one passes, and more
+    # the lenient judge passes everything the strict one passes, and more: its quality checks are
+    # a subset of the strict one's (the reward also needs the style, which both judge alike)
     assert (scored["reward"] >= scored["gold_reward"]).all()
-    assert scored["reward"].sum() > scored["gold_reward"].sum()
+    assert (scored["r_quality"] >= scored["gold_quality"]).all()
+    assert scored["r_quality"].sum() > scored["gold_quality"].sum()
     summary = (run / "summary.md").read_text()
     assert "Goodhart gap" in summary and (run / "goodhart.csv").exists()
 
