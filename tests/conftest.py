@@ -22,4 +22,11 @@ def shared_cache(tmp_path_factory):
     """One TESTBED_CACHE for the CLI tests that do not test caching itself: the tiny SFT runs once.
     TESTBED_TEST_CACHE names a directory to reuse across sessions (a developer's convenience)."""
     reuse = os.environ.get("TESTBED_TEST_CACHE")
-    return Path(reuse) if reuse else tmp_path_factory.mktemp("testbed-cache")
+    if reuse:
+        return Path(reuse)
+    # One cache for every pytest-xdist worker of this session (their base folders share a parent):
+    # each SFT policy is trained once, the other worker waits for it (a file lock in the cache).
+    root = tmp_path_factory.getbasetemp()
+    path = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "testbed-cache"
+    path.mkdir(exist_ok=True)
+    return path

@@ -37,3 +37,29 @@ def test_training_stops_at_the_first_passing_check():
 def test_without_a_passing_check_the_round_runs_to_the_end():
     losses = train_sft(build_policy(SMALL, TOK), data(), steps=8, batch_size=4, lr=1e-3, seed=0, accept=lambda: False, checks=4)
     assert len(losses) == 8
+
+
+TWO_AT_ONCE = """
+import sys
+import testbed
+from testbed.config import PolicyConfig, SFTConfig
+from testbed.models.sft import load_or_train_policy
+cfg = PolicyConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, num_experts=2, expert_size=8,
+                   sft=SFTConfig(steps=40, batch_size=8, corpus_size=64))
+load_or_train_policy(cfg, ["cute", "academic"], log=lambda m: print(m.split(" (")[0].split(";")[0]))
+"""
+
+
+def test_two_processes_asking_for_the_same_policy_train_it_once(tmp_path):
+    """The second waits on the cache's lock and loads what the first trained."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TESTBED_CACHE": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", TWO_AT_ONCE], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    said = sorted(p.communicate(timeout=300)[0].strip().splitlines()[0] for p in procs)
+    assert all(p.returncode == 0 for p in procs)
+    assert said[0] == "SFT policy from cache " + str(next(tmp_path.glob("policy-*"))) and said[1].startswith("Training")
+    assert len([p for p in tmp_path.glob("policy-*")]) == 1

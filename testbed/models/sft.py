@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from filelock import FileLock
 from transformers import AutoModelForCausalLM
 
 from testbed import registry
@@ -204,14 +205,32 @@ def load_or_train_policy(
         return load_checkpoint(cfg.checkpoint)
     key = policy_key(cfg, archetypes, env)
     directory = cache_root() / f"policy-{key}"
-    if (directory / "sft_report.json").exists():
-        tok = WordTokenizer.load(directory / "tokenizer.json")
-        model = AutoModelForCausalLM.from_pretrained(directory)
-        model.eval()
-        report = json.loads((directory / "sft_report.json").read_text())
-        log(f"SFT policy from cache {directory} (quality {report['eval'].get('quality', float('nan')):.2f})")
-        return model, tok, report
+    if (cached := load_cached(directory, log)) is not None:
+        return cached
+    locks = directory.parent / ".locks"  # beside the cached policies, not among them
+    locks.mkdir(parents=True, exist_ok=True)
+    # Another process (a test worker, a second run) training the same policy: wait for it, then load.
+    with FileLock(locks / f"{directory.name}.lock"):
+        if (cached := load_cached(directory, log)) is not None:
+            return cached
+        return train_policy(cfg, archetypes, evaluate, log, env, key, directory)
 
+
+def load_cached(directory: Path, log: Callable[[str], None]) -> tuple[torch.nn.Module, WordTokenizer, dict] | None:
+    """The cached SFT policy in `directory`, or None."""
+    if not (directory / "sft_report.json").exists():
+        return None
+    tok = WordTokenizer.load(directory / "tokenizer.json")
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    model.eval()
+    report = json.loads((directory / "sft_report.json").read_text())
+    log(f"SFT policy from cache {directory} (quality {report['eval'].get('quality', float('nan')):.2f})")
+    return model, tok, report
+
+
+def train_policy(cfg: PolicyConfig, archetypes: list[str], evaluate: Evaluate | None, log: Callable[[str], None],
+                 env: Any, key: str, directory: Path) -> tuple[torch.nn.Module, WordTokenizer, dict]:
+    """Train the SFT policy (rounds of `sft.steps` until `evaluate` accepts it) and cache it."""
     tok, corpus = tokenizer_and_corpus(cfg, archetypes, env)
     model = build_policy(cfg, tok, seed=cfg.sft.seed)
     log(f"Training the SFT policy ({count_parameters(model):,} parameters, {cfg.num_experts} experts, top-{cfg.top_k}); cached as {directory}")
