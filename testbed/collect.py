@@ -87,8 +87,9 @@ class Collector:
         verdicts = self.env.step_batch(at_judge, [tr.response_text for tr in trajs])
         clocks = self.env.episode_clocks(t0, verdicts)
         scored = []  # what the gold judge sees: each judged episode as the training judge saw it
-        for i, (traj, made, verdict, t) in enumerate(zip(trajs, round_.starts, verdicts, clocks)):
-            judged = self.env.retarget(made, t)  # the target of the clock the episode really got
+        for i, (traj, made, judged, verdict, t) in enumerate(zip(trajs, round_.starts, at_judge, verdicts, clocks)):
+            # `judged`: the target the judge scored against (clock t0 + i). After a failure earlier in
+            # a batch that straddles a switch, that can be a phase ahead of the episode's own clock t.
             traj.verdict, traj.t, traj.target_style = verdict, t, judged.target.style
             traj.candidates, traj.generation_target, traj.generation_t = judged.target.candidates, made.target.style, made.t
             traj.prompt_id, traj.topic, traj.arm, traj.seed = made.prompt_id, made.topic, self.arm, self.seed

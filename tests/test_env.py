@@ -299,3 +299,30 @@ def test_envs_package_never_imports_judges():
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 names = [node.module or ""]
             assert not any(n == "judges" or n.startswith("judges.") for n in names), f"{path.name} imports {names}"
+
+
+def test_after_a_failure_in_a_batch_across_a_switch_each_episode_keeps_the_target_it_was_judged_against():
+    """Episode 1 of 6 fails; the batch straddles the switch at 4. Episode 4 is judged at clock 4
+    (chuunibyou) but numbered 3 (cute's clock): its row must say chuunibyou, the judged target."""
+    from testbed.collect import Collector, Round
+    from testbed.types import Trajectory
+
+    judge = FlakyJudge(fail_at={1})
+    seen = []
+    rubric_judge = judge.judge
+
+    async def recording(requests):
+        seen.extend(r.target_style for r in requests)
+        return await rubric_judge(requests)
+
+    judge.judge = recording
+    env = make_env(judge=judge)
+    collector = Collector(env, "arm", 0, group_size=1, budget=20)
+    round_ = collector.issue(6, first_group=0)
+    trajs = [Trajectory(prompt_tokens=[], segments=[], response_text=on_and_off_target(s)[0]) for s in round_.starts]
+    collector.judge(round_, trajs)
+    assert seen == ["cute"] * 4 + ["chuunibyou"] * 2
+    assert [tr.t for tr in trajs] == [0, 1, 1, 2, 3, 4]
+    ok = [i for i in range(6) if i != 1]
+    assert [trajs[i].target_style for i in ok] == [seen[i] for i in ok]  # episode 4 (clock 3): chuunibyou
+    assert trajs[4].target_style == "chuunibyou" and env._target(trajs[4].t).style == "cute"
