@@ -298,32 +298,6 @@ def make_figures(a: Analysis, fig_dir: Path, log=print) -> list[Path]:
 # entry points
 
 
-def numerics_warnings(runs: list[RunData]) -> list[str]:
-    """Runs compared side by side whose CPU numerics differ (testbed/cpu_numerics.py): the same seed
-    gives other rows under other kernels, so a difference between them is partly the kernels'.
-    Each such run also gets a note (summary.md shows it)."""
-    from testbed.cpu_numerics import comparison_key
-
-    if len(runs) < 2:
-        return []
-    keys = {run.name: comparison_key(run.manifest.get("numerics")) for run in runs}
-    if len(set(keys.values())) == 1 and None not in keys.values():
-        return []
-
-    def said(run: RunData) -> str:
-        numerics = run.manifest.get("numerics")
-        if not numerics:
-            return f"{run.name} (not recorded)"
-        cpu = numerics.get("cpu", {}).get("model", "?")
-        return f"{run.name} ({numerics.get('mode')}, {numerics.get('torch_cpu_capability')} kernels, {cpu})"
-
-    for run in runs:
-        run.notes.append(f"numerics: {said(run).split(' (', 1)[1].rstrip(')')}")
-    return ["the runs compared used different CPU numerics, so the same seed computes other rows: "
-            + "; ".join(said(run) for run in runs)
-            + ". Rerun them with numerics: portable to compare like with like."]
-
-
 def default_out_dir(run_dirs: list[Path]) -> Path:
     first = Path(run_dirs[0])
     if len(run_dirs) == 1:
@@ -350,6 +324,8 @@ def report(run_dirs: str | Path | list[str | Path], out_dir: str | Path | None =
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     runs = [load_run(p) for p in paths]
+    from analysis.run_numerics import numerics_warnings
+
     for warning in numerics_warnings(runs):
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     a = analyse(runs, window=window, fraction=fraction, horizon=horizon, old_level=old_level)

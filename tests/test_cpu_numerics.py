@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 import torch
 
-from analysis.report import RunData, numerics_warnings
+from analysis.report import RunData
+from analysis.run_numerics import numerics_warnings
 from testbed import cpu_numerics
 from testbed.config import ScenarioError, load_scenario
 from testbed.models.sft import loss_curve
