@@ -113,7 +113,7 @@ class ArmRunner:
         if resume is None:
             seed_everything(self.seed)  # the warm-up (or its cache) must not change what RL samples
         self.log_parameter_split()
-        from testbed.run import build_gold_judge
+        from testbed.judging import build_gold_judge
 
         self.gold = build_gold_judge(self.scenario)
         self.collector = Collector(self.env, self.arm.name, self.seed, self.trainer.group_size, self.budget, gold=self.gold,

@@ -86,7 +86,8 @@ def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
                  worker: tuple[int, str], board: Any, warmed: dict[str, bytes]) -> tuple[dict, dict[str, list[dict]]]:
     from testbed.config import parse_scenario
     from testbed.distributed.rollout import build_policy
-    from testbed.run import arm_runner, build_judge
+    from testbed.judging import build_judge
+    from testbed.run import arm_runner
 
     enter_task(*worker)
     install_cache_files(warmed)
@@ -117,7 +118,7 @@ def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
     from testbed.config import parse_scenario
     from testbed.distributed.rollout import build_policy
     from testbed.loop import warm_up_job
-    from testbed.run import build_judge
+    from testbed.judging import build_judge
 
     enter_task(*worker)
     scenario = parse_scenario(scenario_data, "<scenario>")
@@ -137,7 +138,7 @@ def sft_task(scenario_data: dict, policy_data: dict, worker: tuple[int, str]) ->
     """`load_or_train_policy` in a task; returns the cache directory's name and files."""
     from testbed.config import PolicyConfig, parse_scenario
     from testbed.models.sft import cache_root, load_or_train_policy
-    from testbed.run import sft_evaluator
+    from testbed.starting import sft_evaluator
 
     enter_task(*worker)
     scenario = parse_scenario(scenario_data, "<scenario>")

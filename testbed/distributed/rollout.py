@@ -42,7 +42,7 @@ class LazyReview:
 
         if self.judge is None:
             from testbed.config import parse_scenario
-            from testbed.run import build_judge
+            from testbed.judging import build_judge
 
             self.judge = build_judge(parse_scenario(self.scenario_data, "<scenario>"))
             self.runner = asyncio.Runner()
