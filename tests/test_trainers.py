@@ -210,3 +210,34 @@ def test_kl_anchor_pulls_the_policy_back_towards_where_it_started(kind):
 def test_without_kl_coef_there_is_no_reference_copy():
     trainer = RunningMeanTrainer(policy(), {"batch_size": 8}, pad_id=TOK.pad_id)
     assert trainer.reference is None and "kl_ref" not in trainer.update(rollouts(trainer.policy, 8))
+
+
+@pytest.mark.parametrize("order", ["fitted", "pre_update"])
+def test_sao_advantages_from_sets_which_critic_scores_the_batch(order):
+    """'fitted' scores the batch with the critic after its K steps, 'pre_update' with the critic
+    before it saw the batch; both log |A| from each and the shrinkage between them."""
+    model = policy()
+    trainer = SAOTrainer(model, {"batch_size": 8, "value_warmup_updates": 0, "critic_lr": 1e-2,
+                                 "value_updates_per_policy_update": 4, "advantages_from": order}, pad_id=TOK.pad_id)
+    m = trainer.update(rollouts(model, 8, rewards=[1, 0, 0, 1, 1, 0, 1, 0]))
+    chosen = m["advantage_abs_fitted"] if order == "fitted" else m["advantage_abs_pre"]
+    assert m["advantage_abs_mean"] == pytest.approx(chosen, rel=1e-5)
+    assert m["advantage_abs_pre"] != pytest.approx(m["advantage_abs_fitted"], rel=1e-3)  # the K steps moved the critic
+    assert m["advantage_shrink"] == pytest.approx(m["advantage_abs_fitted"] / m["advantage_abs_pre"])
+    assert -1.0 <= m["advantage_return_corr_pre"] <= 1.0
+
+
+def test_advantage_shrinkage_by_hand():
+    from trainers.diagnostics import advantage_shrinkage
+
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    before = torch.tensor([[1.0, -1.0, 9.0], [2.0, 2.0, 2.0]])  # the masked 9 must not count
+    fitted = before / 2
+    rewards = torch.tensor([0.0, 1.0])
+    m = advantage_shrinkage(before, fitted, mask, rewards)
+    assert m["advantage_abs_pre"] == pytest.approx((1 + 1 + 2 + 2 + 2) / 5)
+    assert m["advantage_shrink"] == pytest.approx(0.5)
+    # row means 0 and 2 against rewards 0 and 1: perfectly correlated
+    assert m["advantage_return_corr_pre"] == pytest.approx(1.0) and m["advantage_return_corr_fitted"] == pytest.approx(1.0)
+    flat = advantage_shrinkage(before, fitted, mask, torch.tensor([1.0, 1.0]))
+    assert flat["advantage_return_corr_pre"] != flat["advantage_return_corr_pre"]  # nan: no spread in the rewards

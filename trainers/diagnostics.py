@@ -66,3 +66,31 @@ def first_value_metrics(values: torch.Tensor, action_mask: torch.Tensor, rewards
     var_r = r.var(unbiased=False)
     ev = float(1.0 - (r - v0).var(unbiased=False) / var_r) if var_r > 0 else float("nan")
     return {"first_value_mean": float(v0.mean()), "first_value_std": float(v0.std(unbiased=False)), "first_value_ev": ev}
+
+
+def _corr(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Pearson correlation; nan when either side has no spread."""
+    a, b = a - a.mean(), b - b.mean()
+    denom = float(a.pow(2).sum().sqrt() * b.pow(2).sum().sqrt())
+    return float((a * b).sum()) / denom if denom > 0 else float("nan")
+
+
+@torch.no_grad()
+def advantage_shrinkage(before: torch.Tensor, fitted: torch.Tensor, action_mask: torch.Tensor,
+                        rewards: torch.Tensor) -> dict[str, float]:
+    """How much fitting the critic to a batch's returns shrank the advantages it then scores:
+    token-mean |A| from the critic before and after its K steps, their ratio (1 = untouched), and
+    per critic the correlation over the batch between an episode's mean advantage and its own
+    reward. A baseline pulled toward the returns it is subtracted from leaves smaller advantages
+    that track the episode's own return less."""
+    mask = action_mask.to(before.dtype)
+    tokens = mask.sum().clamp(min=1)
+    per_row = mask.sum(dim=1).clamp(min=1)
+    r = rewards.detach().to(torch.float32)
+    out: dict[str, float] = {}
+    for name, adv in (("pre", before), ("fitted", fitted)):
+        out[f"advantage_abs_{name}"] = float((adv.abs() * mask).sum() / tokens)
+        out[f"advantage_return_corr_{name}"] = _corr(((adv * mask).sum(dim=1) / per_row).to(torch.float32), r)
+    pre = out["advantage_abs_pre"]
+    out["advantage_shrink"] = out["advantage_abs_fitted"] / pre if pre > 0 else float("nan")
+    return out

@@ -15,6 +15,9 @@ One rollout per prompt and a critic, made stable by four designs. Where each pie
   4. value pretraining on Monte-Carlo returns of the fixed SFT policy, then a value warm-up with
      the policy frozen  -> `SAOTrainer.warmup` (the trainer protocol's warm-up hook), `value_warmup_updates`
 Value loss 0.5 * token_mean[(V - G)^2] (optional clipping) -> `trainers.losses.value_loss`.
+Advantage order (`advantages_from`): from the critic after its K steps (default, the paper's "catch up
+  before it is used"), or from the critic before it saw the batch; every update logs how much the K
+  steps shrank |A| (`trainers.diagnostics.advantage_shrinkage`).
 Policy loss DIS against the rollout engine's own log-probs, r = exp(log pi - log pi_rollout),
   L = -token_mean[sg(f(r)) A log pi], f(r) = r inside (1 - eps_low, 1 + eps_high), else 0
   -> `trainers.losses.dis_policy_loss`; vanilla VAPO (`policy_loss: ppo_clip`) -> `ppo_clip_loss`.
@@ -39,7 +42,7 @@ from testbed.types import Trajectory
 from trainers import data_parallel
 from trainers.advantages import critic_mask, length_adaptive_lambda, policy_and_critic_advantages
 from trainers.batching import Batch, collate
-from trainers.diagnostics import expert_load, first_value_metrics, grad_norms_by_family
+from trainers.diagnostics import advantage_shrinkage, expert_load, first_value_metrics, grad_norms_by_family
 from trainers.losses import dis_policy_loss, explained_variance, ppo_clip_loss, token_mean, value_loss
 from trainers.numerics import guarded_step
 from trainers.reference import reference_for
@@ -70,6 +73,10 @@ class SAOConfig(BaseModel):
     clip_low: float = Field(0.2, gt=0, lt=1)
     clip_high: float = Field(0.28, gt=0)
     value_clip: float | None = Field(None, gt=0, description="PPO-style value clipping (off by default)")
+    advantages_from: Literal["fitted", "pre_update"] = Field("fitted", description=(
+        "'fitted': advantages from the critic after its K steps on this batch (the paper's order: the critic "
+        "catches up first); 'pre_update': from the critic as it was before it saw the batch, so the baseline "
+        "cannot have been pulled toward the returns it is subtracted from"))
     staleness_bound: int | None = Field(None, ge=0, description="drop rollouts more than this many versions old")
     value_pretrain_samples: int = Field(2048, ge=0, description="judged SFT samples for value pretraining (0: none)")
     value_pretrain_epochs: int = Field(6, ge=1)
@@ -130,7 +137,7 @@ class SAOTrainer:
         self.critic.train()
         first_forward = self.critic(data.tokens, data.attention_mask, output_router_logits=True)
         values_before = first_forward[0].detach()
-        _, returns = self._advantages(data, values_before)
+        advantages_pre, returns = self._advantages(data, values_before)
         metrics: dict[str, Any] = {"value_explained_variance": explained_variance(values_before, returns,
                                                                                   critic_mask(data.action_mask, self.cfg.gae)),
                                    **first_value_metrics(values_before, data.action_mask, data.episode_rewards)}
@@ -144,10 +151,9 @@ class SAOTrainer:
                 skipped.append(nonfinite)
                 break  # same batch, same critic: the remaining critic steps would fail the same way
 
-        # 2. Advantages from the updated critic (observation-skipping GAE, decoupled lambda).
-        with torch.no_grad():
-            values, _ = self.critic(data.tokens, data.attention_mask)
-        advantages, _ = self._advantages(data, values)
+        # 2. Advantages (observation-skipping GAE, decoupled lambda) from the critic after its K
+        # steps ("fitted") or before them ("pre_update").
+        values, advantages = self._scoring_advantages(data, values_before, advantages_pre, metrics)
 
         # 3. The policy step, unless still in the value warm-up.
         self.updates += 1
@@ -172,6 +178,18 @@ class SAOTrainer:
             "dropped_stale": float(self.dropped_stale),
         })
         return metrics
+
+    def _scoring_advantages(self, data: Batch, values_before: torch.Tensor, advantages_pre: torch.Tensor,
+                            metrics: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(values, advantages) the policy step uses, per `advantages_from`. The fitted critic's are
+        computed either way, to log how much fitting it to this batch shrank the advantages."""
+        with torch.no_grad():
+            values_fitted, _ = self.critic(data.tokens, data.attention_mask)
+        advantages_fitted, _ = self._advantages(data, values_fitted)
+        metrics.update(advantage_shrinkage(advantages_pre, advantages_fitted, data.action_mask, data.episode_rewards))
+        if self.cfg.advantages_from == "fitted":
+            return values_fitted, advantages_fitted
+        return values_before, advantages_pre
 
     def _advantages(self, data: Batch, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.cfg.lambda_policy == "adaptive":
