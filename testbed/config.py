@@ -29,14 +29,7 @@ Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
 # The plugin sections (judge, gold judge, schedule, engine, env) live in their own module.
-from testbed.plugin_config import (  # noqa: E402,F401
-    EngineConfig,
-    EnvConfig,
-    GoldJudgeConfig,
-    JudgeConfig,
-    ScheduleSpec,
-    Strict,
-)
+from testbed.plugin_config import EngineConfig, EnvConfig, GoldJudgeConfig, JudgeConfig, ScheduleSpec, Strict  # noqa: E402,F401
 
 
 class WorldConfig(Strict):
@@ -166,6 +159,8 @@ class BudgetConfig(Strict):
 class EvalConfig(Strict):
     every: int = Field(200, gt=0, description="episodes between held-out evaluations")
     prompts: int = Field(64, gt=0, description="held-out prompts per evaluation")
+    reference_samples: int = Field(4, ge=0, description="samples per held-out prompt and phase of the starting policy "
+                                   "told the target: the arms' common reference (testbed/reference_policy.py); 0 = none")
 
 
 class OutputConfig(Strict):

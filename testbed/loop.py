@@ -39,6 +39,7 @@ from testbed.envs.style_shift import StyleShiftEnv
 from testbed.learn import Guard, LoopState, RunStopped, counter_delta, judge_counters, update_row, warm_up, warmup_cache_key
 from testbed.models.tokenizer import WordTokenizer
 from testbed.protocols import DriftSchedule, Engine, Judge
+from testbed.reference_policy import reference_rows
 from testbed.rollout.mismatch import mismatch_probe
 from testbed.store import RunStore
 from testbed.types import Trajectory
@@ -110,7 +111,7 @@ class ArmRunner:
             self.restore(resume)
         else:
             self.warm_up(policy_key, starting_engine)
-        if resume is None:
+            self.evaluate_reference(starting_engine)
             seed_everything(self.seed)  # the warm-up (or its cache) must not change what RL samples
         self.log_parameter_split()
         from testbed.judging import build_gold_judge
@@ -148,6 +149,15 @@ class ArmRunner:
         key = warmup_cache_key(self.scenario, self.arm, self.trainer.warmup_key(), self.schedule, policy_key)
         samples = lambda n: judged_samples(self.env, starting_engine, prompts("train"), n, seed=0)  # noqa: E731
         self.state.pretrain = warm_up(self.trainer, samples, key, self.log)
+
+    def evaluate_reference(self, starting_engine: Engine) -> None:
+        """The arm-independent reference per phase: the starting policy told the target
+        (`testbed.reference_policy`), written to the `reference` table."""
+        if self.scenario.eval.reference_samples <= 0:
+            return
+        rows = reference_rows(self.env, starting_engine, self.heldout, list(self.schedule.switch_points()),
+                              self.budget, self.scenario.eval.reference_samples, self.seed)
+        self.store.append("reference", [{"arm": self.arm.name, "seed": self.seed, **r} for r in rows])
 
     def restore(self, resume: dict[str, Any]) -> None:
         if (resume["arm"], resume["seed"]) != (self.arm.name, self.seed):

@@ -6,6 +6,7 @@
       episodes.parquet/  one row per judged (or failed) episode
       updates.parquet/   one row per trainer update
       evals.parquet/     held-out style shares over time
+      reference.parquet/ per phase, the reward of the starting policy told the target (the arms' common bar)
       checkpoints/
       .lock              held by the one process writing the directory (see RunStore.lock)
 
@@ -37,7 +38,8 @@ import pyarrow.parquet as pq
 import yaml
 from filelock import FileLock, Timeout
 
-TABLES = ("episodes", "updates", "evals", "dropped")  # dropped: episodes too stale to train on (async runtime)
+# dropped: episodes too stale to train on (async runtime); reference: the starting policy told the target, per phase
+TABLES = ("episodes", "updates", "evals", "dropped", "reference")
 PART = re.compile(r"^part-(\d{6})-([0-9a-f]{16})\.parquet$")  # index and the first 16 hex of its sha256
 RUN_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")  # as arm names; "." and ".." are refused besides
 LOCK_NAME = ".lock"

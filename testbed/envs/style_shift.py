@@ -325,6 +325,14 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         randomness, no clock change."""
         return [self._start(spec, t) for spec in specs]
 
+    def told_target_starts(self, specs: Sequence[PromptSpec], t: int) -> list[EpisodeStart]:
+        """As `eval_starts`, but each prompt offers only the target style at ``t``: the episodes of
+        a reference policy told the target (`testbed/reference_policy.py`)."""
+        target = self._target(t)
+        told = Target(style=target.style, candidates=(target.style,))
+        return [EpisodeStart(prompt_text=self._render(spec, told), prompt_id=spec.prompt_id, topic=spec.topic, t=t,
+                             target=told) for spec in specs]
+
     async def aevaluate_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
         """Judge evaluation responses in one judge call. The clock and ``judge_errors`` are untouched."""
         return await self._judge(starts, responses)

@@ -1,0 +1,51 @@
+"""The reference a realignment is measured against, independent of the arms.
+
+For each phase of the schedule, the reward of the seed's starting (SFT) policy when its prompt
+offers only the target style: a policy *told* the target, with no RL at all. Every arm of a seed
+starts from the same policy, so every arm writes the same rows for it; the analysis grades all
+arms of a seed against one bar (`analysis/realign.py`, `episodes_to_bar`) and measures dynamic
+regret against it (`analysis/nonstationary.py`).
+
+Sampled under its own seed inside `torch.random.fork_rng`, so the training rows never depend on
+whether or how often the reference was evaluated.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from testbed.envs.style_shift import StyleShiftEnv
+from testbed.protocols import Engine
+from testbed.world import PromptSpec
+
+REFERENCE_SEED_OFFSET = 7919  # the reference's sampling seed is the run seed plus this (a stream of its own)
+
+
+def phase_clocks(switch_points: list[int], budget: int) -> list[tuple[int, int]]:
+    """(start, end) of each phase: [0, T1), [T1, T2), ..., [Tn, budget)."""
+    bounds = [0, *switch_points, budget]
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def reference_rows(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], switch_points: list[int], budget: int,
+                   samples: int, seed: int) -> list[dict]:
+    """One row per phase: the starting policy, told the target of the phase's first clock, on
+    `samples` episodes per held-out prompt. Failed verdicts are left out (`n` counts the rest)."""
+    rows = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + REFERENCE_SEED_OFFSET)
+        for phase, (start, end) in enumerate(phase_clocks(switch_points, budget)):
+            starts = [s for s in env.told_target_starts(specs, start) for _ in range(samples)]
+            trajs = env.rollout(engine, starts)
+            verdicts = [v for v in env.evaluate_batch(starts, [t.response_text for t in trajs]) if v.error is None]
+            n = len(verdicts)
+            target = starts[0].target.style
+            styles = Counter(v.style for v in verdicts)
+            rows.append({"phase": phase, "start": start, "end": end, "target_style": target,
+                         "candidates": ", ".join(starts[0].target.candidates), "samples": len(starts),
+                         "n": n, "reward": sum(v.reward for v in verdicts) / n if n else None,
+                         "quality": sum(v.quality for v in verdicts) / n if n else None,
+                         "target_share": styles[target] / n if n else None})
+    return rows
