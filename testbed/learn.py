@@ -119,6 +119,8 @@ def update_row(arm: str, seed: int, state: LoopState, t: int, metrics: dict[str,
     return {"arm": arm, "seed": seed, "update": state.updates, "t": t,
             "judge_calls": state.judge_calls, "judge_failures": state.failures,
             "eval_judge_calls": state.eval_judge_calls, "eval_judge_failures": state.eval_failures,
+            # what the trainer's warm-up spent before RL (SAO's value pretraining), so every arm's calls are counted
+            "warmup_judge_calls": int(state.pretrain.get("judge_calls", 0)),
             **metrics, **judge_used}
 
 
