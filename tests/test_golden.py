@@ -75,5 +75,8 @@ def test_tiny_run_writes_the_reference_rows(tmp_path, monkeypatch, shared_cache)
             got.to_csv(GOLDEN / f"{table}.csv", index=False)
             continue
         pd.testing.assert_frame_equal(got, golden_rows(table), check_exact=False, rtol=1e-5, atol=1e-6, obj=table)
+    # the arm-independent reference: one row per arm and phase, the same for every arm of the seed
+    ref = read_table(tmp_path / "golden", "reference")
+    assert len(ref) == 3 * 2 and ref.groupby("phase")["reward"].nunique().eq(1).all()
     if regen:
         pytest.skip("reference tables regenerated")
