@@ -61,17 +61,19 @@ a.arms
 # %% [markdown]
 # ## Side by side
 #
-# One row per run, arm and switch: recovered seeds, episodes and judge calls to recover, plateau and
-# dip, mean reward over the horizon, the old style's held-out half-life and the crossover (definitions
-# in `realignment.ipynb` and `summary.md`); brackets are 95% bootstrap intervals over seeds.
+# One row per run, arm and switch: the common bar, seeds that reached it, episodes (restricted mean,
+# censored seeds at the phase's length, and Kaplan-Meier median) and judge calls to it, mean reward
+# over the horizon, plateau and dip, the own-plateau metric, the old style's held-out half-life and
+# the crossover (definitions in `realignment.ipynb` and `summary.md`); brackets are 95% bootstrap
+# intervals over seeds. Arms of different runs share no seeds, so paired.csv compares them unpaired.
 
 # %%
 display(Markdown(tables.md_table(tables.SWITCH_HEADER, tables.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"))
 
 # %%
 # the same numbers as a wide table, one column per run:arm
-metrics = ["recovered", "episodes_to_recover", "judge_calls_to_recover", "dip", "horizon_reward", "old_half_life",
-           "crossover"]
+metrics = ["reached_bar", "episodes_to_bar", "km_median", "judge_calls_to_bar", "auc_after", "dip",
+           "recovered_own_plateau", "episodes_to_own_plateau", "old_half_life", "crossover"]
 a.switches.set_index(["switch", "arm"])[metrics].unstack("arm").T if not a.switches.empty else None
 
 # %% [markdown]

@@ -1,5 +1,5 @@
 """Curves over the drift clock, from a run directory's tables: the rolling training reward (also
-against cumulative judge calls) and the held-out style shares. Pure functions of DataFrames; the
+against cumulative judge calls, a trainer's warm-up calls included) and the held-out style shares. Pure functions of DataFrames; the
 figures in `analysis.plots` draw them and `analysis.realign` measures on them."""
 
 from __future__ import annotations
@@ -18,19 +18,29 @@ def judged(episodes: pd.DataFrame) -> pd.DataFrame:
     return episodes[ok]
 
 
+def warmup_judge_calls(updates: pd.DataFrame | None) -> int:
+    """The judge calls one arm x seed's trainer spent before RL (e.g. SAO's value pretraining):
+    the updates table's `warmup_judge_calls` (constant per arm x seed), 0 if absent."""
+    if updates is None or updates.empty or "warmup_judge_calls" not in updates:
+        return 0
+    w = updates["warmup_judge_calls"].dropna()
+    return int(w.max()) if not w.empty else 0
+
+
 def judge_call_counter(episodes: pd.DataFrame, updates: pd.DataFrame | None):
-    """A function t -> cumulative judge calls for one arm x seed at clock t (calls made for
-    episodes with clock < t)."""
+    """A function t -> cumulative judge calls for one arm x seed at clock t: the trainer's warm-up
+    calls (`warmup_judge_calls`) plus the calls made for episodes with clock < t. A difference of
+    two counts (the calls from a switch to a recovery) does not depend on the warm-up."""
+    warmup = float(warmup_judge_calls(updates))
     if updates is not None and not updates.empty and {"t", "judge_calls"} <= set(updates.columns):
         u = updates[["t", "judge_calls"]].dropna().sort_values("t")
         if not u.empty:
             ts = np.concatenate([[0.0], u["t"].to_numpy(float)])
-            calls = np.concatenate([[0.0], u["judge_calls"].to_numpy(float)])
+            calls = warmup + np.concatenate([[0.0], u["judge_calls"].to_numpy(float)])
             # beyond the last update: one call per episode row, as counted in the episodes table
-            rate = 1.0
-            return lambda x: float(np.interp(x, ts, calls)) if x <= ts[-1] else float(calls[-1] + rate * (x - ts[-1]))
+            return lambda x: float(np.interp(x, ts, calls)) if x <= ts[-1] else float(calls[-1] + (x - ts[-1]))
     t_all = np.sort(episodes["t"].to_numpy(float)) if not episodes.empty else np.zeros(0)
-    return lambda x: float(np.searchsorted(t_all, x, side="left"))
+    return lambda x: warmup + float(np.searchsorted(t_all, x, side="left"))
 
 
 def rolling_reward(episodes: pd.DataFrame, window: int) -> pd.DataFrame:
@@ -73,7 +83,9 @@ def reward_curve(episodes: pd.DataFrame, window: int, points: int = CURVE_POINTS
 
 def judge_call_curve(episodes: pd.DataFrame, updates: pd.DataFrame | None, window: int,
                      points: int = CURVE_POINTS) -> pd.DataFrame:
-    """`reward_curve` with a `judge_calls` column: the cumulative judge calls at each t."""
+    """`reward_curve` with a `judge_calls` column: the cumulative judge calls at each t, warm-up
+    calls included (so an arm whose trainer spent calls before RL starts where its first judged
+    sample was spent)."""
     curve = reward_curve(episodes, window, points)
     if curve.empty:
         return curve.assign(judge_calls=pd.Series(dtype=float))

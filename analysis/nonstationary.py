@@ -17,11 +17,19 @@ Per arm, seed and segment (`segment_metrics`), with `window` as in `realign.auto
   plateau         the seed's plateau: the mean reward of its last `window` judged episodes of the
                   segment (all of them if the segment has fewer).
   best_plateau    the highest plateau that any arm reached in the segment, where an arm's plateau
-                  is the mean over its seeds of their plateaus; `best_arm` is that arm. It is shared
-                  by all arms of one call, so regret is comparable across them; a seed that beat
-                  the best arm's mean plateau for the whole segment has a negative regret.
-  regret          the sum over the n judged episodes of (best_plateau - reward).
-  dynamic_regret  regret / n = best_plateau - auc: the regret per episode.
+                  is the mean over its seeds of their plateaus; `best_arm` is that arm.
+  reference_reward  what the regret is measured against (`regret_against` says which):
+                  "reference": the run's `reference` table, the mean reward of the seed's starting
+                  SFT policy prompted with the segment's target only (`recovery.reference_rewards`;
+                  independent of the arms compared, so adding or dropping an arm changes nothing);
+                  "best arm": without one (older runs), best_plateau, shared by all arms of one
+                  call so regret stays comparable across them, but it moves with the arms compared.
+                  Either way a seed that beat it for the whole segment has a negative regret.
+  regret          the sum over the n judged episodes of (reference_reward - reward).
+  dynamic_regret  regret / n = reference_reward - auc: the regret per episode.
+
+Segment 0 is initial learning, not realignment: it keeps its own rows, but the pooled "all" rows of
+the segment metrics pool the segments after switches only.
 
 Per arm, seed and switch at clock T from style O to style N, before the next switch (`old_fall`):
 
@@ -37,13 +45,12 @@ Intervals (`interval_estimates`): per arm, metric and task, rliable's mean and i
 (IQM: the mean of the middle 50% of values; scipy trims int(n / 4) values from each end, so with
 fewer than four values it equals the mean) with stratified-bootstrap percentile 95% intervals
 (`rly.get_interval_estimates`). A task is one switch (metrics per switch) or one segment (metrics
-per segment); a row "all" pools the tasks when there are several. Missing values (a seed that
-never recovered has no episodes_to_recover; a seed without data has nothing): per task the seeds
-without a value are dropped and `n` counts the rest; one value gives a point and no interval
-(NaN bounds). rliable needs a full seeds x tasks matrix, so a pooled row uses only the tasks
-where every seed of every arm in the table has a value (listed in `tasks`; none: NaN). Dropping
-a seed that never recovered flatters its arm: read episodes to recover with realign's recovered
-count.
+per segment); a row "all" pools the tasks when there are several (segments after switches only).
+Missing values (a seed without data): per task the seeds without a value are dropped and `n`
+counts the rest; one value gives a point and no interval (NaN bounds). rliable needs a full seeds
+x tasks matrix, so a pooled row uses only the tasks where every seed of every arm has a value
+(listed in `tasks`; none: NaN). Episodes to the bar are censored, never missing for a seed with
+data (`analysis.recovery`): a seed that failed to reach the bar is not dropped.
 
 Probability of improvement (`probability_of_improvement`): for every ordered pair of arms (X, Y),
 P(X better than Y) = P(x > y) + P(x = y) / 2 for a random seed x of X and y of Y, averaged over
@@ -51,8 +58,8 @@ the tasks (rliable's `metrics.probability_of_improvement`, a Mann-Whitney U stat
 bootstrap interval that resamples each arm's seeds independently within each task. "Better" is
 lower for the metrics in LOWER_IS_BETTER (episodes, regret: the scores are negated), higher
 otherwise; the `better` column says which. Identical values give 0.5, and P(Y better than X) =
-1 - P(X better than Y). Within a segment the best plateau is one number for all arms, so
-dynamic_regret and auc order the seeds alike and have the same probability of improvement.
+1 - P(X better than Y). The arms' seeds are compared as if independent; `analysis.paired` compares
+them seed by seed (the arms of a seed share its SFT policy).
 
 The bootstrap is rliable's (`rly.get_interval_estimates`, `reps` resamples, percentile
 intervals), run once per metric and task for all arms together (each arm's seeds resampled on
@@ -73,7 +80,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import realign
-from analysis.curves import judged
+from analysis.shares import first_crossing, share_series
 
 DEFAULT_OLD_LEVEL = 0.1
 DEFAULT_CONFIDENCE = realign.DEFAULT_CONFIDENCE
@@ -87,15 +94,13 @@ POOLED = "all"
 # The metrics that `interval_estimates` covers, by the table they come from (name -> what a
 # reader sees); the switch ones are columns of `realign.switch_metrics` (old_fall merged in).
 SEGMENT_METRICS: dict[str, str] = {"auc": "reward area", "dynamic_regret": "dynamic regret"}
-SWITCH_METRICS: dict[str, str] = {"episodes_to_recover": "episodes to recover", "dip": "dip",
+SWITCH_METRICS: dict[str, str] = {"episodes_to_bar": "episodes to the bar", "dip": "dip",
                                   "old_fall": "old share to level"}
-LOWER_IS_BETTER = frozenset({"episodes_to_recover", "judge_calls_to_recover", "old_half_life", "crossover",
-                             "old_fall", "regret", "dynamic_regret"})
+LOWER_IS_BETTER = frozenset({"episodes_to_bar", "judge_calls_to_bar", "episodes_to_own_plateau",
+                             "judge_calls_to_own_plateau", "old_half_life", "crossover", "old_fall", "regret",
+                             "dynamic_regret"})
 # The probability of improvement costs far more than an interval: the report draws it for these.
-IMPROVEMENT_METRICS: dict[str, str] = {"switch": "episodes_to_recover", "segment": "dynamic_regret"}
-
-SEGMENT_COLUMNS = ["arm", "seed", "segment", "start", "end", "target_style", "window", "episodes", "auc", "plateau",
-                   "best_plateau", "best_arm", "regret", "dynamic_regret"]
+IMPROVEMENT_METRICS: dict[str, str] = {"switch": "episodes_to_bar", "segment": "dynamic_regret"}
 FALL_COLUMNS = ["arm", "seed", "switch", "t", "from_style", "to_style", "old_level", "old_share_at_switch",
                 "old_fall"]
 INTERVAL_COLUMNS = ["arm", "metric", "better", "unit", "task", "tasks", "n", "mean", "mean_lo", "mean_hi", "iqm",
@@ -124,39 +129,9 @@ def over_label(unit: str, task, tasks: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# per segment
+# per segment: in their own module, re-exported here
 
-
-def segment_metrics(episodes: pd.DataFrame, switch_points: Sequence[int], budget: int,
-                    window: int | None = None) -> pd.DataFrame:
-    """One row per arm, seed and segment (columns `SEGMENT_COLUMNS`; see the module docstring).
-    A seed without judged episodes in a segment has a row with episodes 0 and NaN metrics."""
-    window = realign.auto_window(switch_points, budget, window)
-    bounds = realign.phase_bounds(switch_points, budget)
-    targets = realign.phase_targets(episodes, None, switch_points, budget)
-    ok = judged(episodes)
-    if ok.empty:
-        return pd.DataFrame(columns=SEGMENT_COLUMNS)
-    rows = []
-    for (arm, seed), g in ok.sort_values("t").groupby(["arm", "seed"], sort=True):
-        t, r = g["t"].to_numpy(), g["reward"].to_numpy(float)
-        for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
-            seg = r[(t >= a) & (t < b)]
-            rows.append({"arm": arm, "seed": seed, "segment": k, "start": a, "end": b, "target_style": targets[k],
-                         "window": window, "episodes": int(seg.size), "reward_sum": float(seg.sum()),
-                         "auc": float(seg.mean()) if seg.size else np.nan,
-                         "plateau": float(seg[-window:].mean()) if seg.size else np.nan})
-    out = pd.DataFrame(rows)
-    # the reference: per segment, the best arm's mean plateau over its seeds
-    arm_plateau = out.groupby(["segment", "arm"], sort=True)["plateau"].mean().dropna()
-    best = {k: (float(p.max()), p.idxmax()[1]) for k, p in arm_plateau.groupby(level="segment")}
-    out["best_plateau"] = out["segment"].map(lambda k: best.get(k, (np.nan, None))[0])
-    out["best_arm"] = out["segment"].map(lambda k: best.get(k, (np.nan, None))[1])
-    # sum of (best - reward) over the episodes; NaN where the segment has none
-    has = out["episodes"] > 0
-    out["regret"] = (out["episodes"] * out["best_plateau"] - out["reward_sum"]).where(has)
-    out["dynamic_regret"] = out["regret"] / out["episodes"].where(has)
-    return out[SEGMENT_COLUMNS]
+from analysis.segments import BEST_ARM, REFERENCE, SEGMENT_COLUMNS, segment_metrics  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------------------------
@@ -178,7 +153,7 @@ def fall_time(t: Sequence[float], share: Sequence[float], switch: float, end: fl
     sel = (t >= t[before[-1]]) & (t < end)  # as realign's old_half_life: samples up to the next switch
     ts, ys = t[sel].copy(), share[sel]
     ts[0] = switch
-    hit = realign._first_crossing(ts, ys, level, above=False)
+    hit = first_crossing(ts, ys, level, above=False)
     return hit - float(switch) if np.isfinite(hit) else float("nan")
 
 
@@ -196,7 +171,7 @@ def old_fall(evals: pd.DataFrame | None, switch_points: Sequence[int], budget: i
     for (arm, seed), ev in evals.groupby(["arm", "seed"], sort=True):
         for i, switch in enumerate(switch_points):
             old, new = targets[i], targets[i + 1]
-            et, share = realign._share_series(ev, old)
+            et, share = share_series(ev, old)
             at_switch = share[et <= switch]
             rows.append({"arm": arm, "seed": seed, "switch": i + 1, "t": int(switch), "from_style": old,
                          "to_style": new, "old_level": old_level,
@@ -230,12 +205,18 @@ def complete_tasks(table: pd.DataFrame, metric: str, unit: str) -> list:
     return out
 
 
+def poolable(unit: str, tasks: Sequence) -> list:
+    """The tasks a pooled row may use: every switch; every segment but 0 (initial learning)."""
+    return [t for t in tasks if not (unit == "segment" and t == 0)]
+
+
 def _task_groups(table: pd.DataFrame, metric: str, unit: str) -> list[tuple[object, list]]:
-    """(label, tasks): each task on its own, then the complete tasks pooled when there are several."""
+    """(label, tasks): each task on its own, then the complete poolable tasks pooled when there
+    are several tasks."""
     tasks = sorted(table[unit].dropna().unique())
     groups = [(task, [task]) for task in tasks]
     if len(tasks) > 1:
-        groups.append((POOLED, complete_tasks(table, metric, unit)))
+        groups.append((POOLED, poolable(unit, complete_tasks(table, metric, unit))))
     return groups
 
 

@@ -3,9 +3,10 @@ tables: intervals are rliable's, so they are drawn as given rather than re-estim
 Every function returns a matplotlib `Figure`, or None when there is nothing to draw.
 
   segment_figure      per segment and arm: reward area and dynamic regret, points at the mean
-                      over seeds with rliable's 95% interval, dots = seeds; the best plateau
-                      (regret's reference) dashed over the reward-area panel.
-  improvement_figure  per metric (episodes to recover, dynamic regret): P(X better than Y) for
+                      over seeds with rliable's 95% interval, dots = seeds; what the regret is
+                      against (the reference policy's reward, mean over seeds, or the best
+                      plateau) dashed over the reward-area panel.
+  improvement_figure  per metric (episodes to the bar, dynamic regret): P(X better than Y) for
                       every ordered pair of arms, pooled over switches or segments, as an arms x
                       arms map (blue: X better), with the 95% interval in each cell up to six arms.
 """
@@ -23,7 +24,7 @@ from analysis.figure_style import arm_palette, new_figure
 
 CMAP = sns.color_palette("vlag_r", as_cmap=True)  # blue: X better, white: even, red: Y better
 SEGMENT_PANELS = [("auc", "reward area: mean reward over the segment"),
-                  ("dynamic_regret", "dynamic regret per episode (best plateau - reward)")]
+                  ("dynamic_regret", "dynamic regret per episode (reference - reward)")]
 
 
 def _interval(ax, x: float, mean: float, lo: float, hi: float, color: str) -> None:
@@ -64,8 +65,10 @@ def segment_figure(segments: pd.DataFrame, intervals: pd.DataFrame, palette: dic
                 ax.plot(x + rng.uniform(-0.25, 0.25, len(seeds)) * width, seeds, "o", color="#222222",
                         markersize=3, alpha=0.6, zorder=5)
         if metric == "auc":
+            col = "reference_reward" if "reference_reward" in segments else "best_plateau"
+            against = segments.groupby("segment")[col].mean()
             for i, k in enumerate(keys):
-                ax.hlines(info.loc[k, "best_plateau"], i - 0.45, i + 0.45, color="#222222", lw=1.4, ls="--", zorder=2)
+                ax.hlines(against.get(k, np.nan), i - 0.45, i + 0.45, color="#222222", lw=1.4, ls="--", zorder=2)
             ax.set_ylim(-0.02, 1.05)
             ax.set_ylabel("reward")
         else:
@@ -78,7 +81,7 @@ def segment_figure(segments: pd.DataFrame, intervals: pd.DataFrame, palette: dic
     handles = [Line2D([], [], color=palette[a], marker="o", lw=2.2) for a in arms]
     handles += [Line2D([], [], color="#222222", marker="o", markersize=3, lw=0, alpha=0.6),
                 Line2D([], [], color="#222222", lw=1.4, ls="--")]
-    fig.legend(handles, [*arms, "seeds", "best plateau"], title="arm", loc="outside right upper", fontsize=8,
+    fig.legend(handles, [*arms, "seeds", "regret reference"], title="arm", loc="outside right upper", fontsize=8,
                title_fontsize=8)
     fig.suptitle(title or "Per segment: mean over seeds with rliable's stratified-bootstrap 95% interval",
                  fontweight="bold")

@@ -1,5 +1,6 @@
-"""The non-stationary metrics (analysis/nonstationary.py) over a report's runs: runs that share a
-schedule are grouped, so their segments share one best plateau and their arms are compared in one
+"""The non-stationary metrics (analysis/nonstationary.py) and the paired comparisons
+(analysis/paired.py) over a report's runs: runs that share a schedule are grouped, so their
+segments share one best plateau (the fallback reference) and their arms are compared in one
 bootstrap. Used by analysis.report.analyse."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import nonstationary
+from analysis import nonstationary, paired
 
 
 def schedule_groups(runs: list[Any]) -> list[list[Any]]:
@@ -28,21 +29,36 @@ def _with_old_fall(per_seed: pd.DataFrame, falls: pd.DataFrame, old_level: float
     return per_seed.merge(falls[[*keys, "old_level", "old_fall"]], on=keys, how="left").assign(old_level=old_level)
 
 
-def _nonstationary(runs: list[Any], per_seed: pd.DataFrame, windows: dict[str, int], labelled: bool,
-                   reps: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Per schedule group: the segment table (the best plateau over all the group's arms), and
-    rliable's intervals and probabilities of improvement over its switches and segments."""
-    segments, intervals, improvement = [], [], []
+def _labelled(df: pd.DataFrame, run: Any, labelled: bool) -> pd.DataFrame:
+    """The table with a `run` column and, for several runs, arms labelled 'run:arm'."""
+    arm = run.name + ":" + df["arm"].astype(str) if labelled else df["arm"]
+    return df.assign(arm=arm, run=run.name)
+
+
+def _cat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
+    dfs = [d for d in dfs if d is not None and not d.empty]
+    return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
+
+
+def _group_tables(group: list[Any], labelled: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The group's episodes and reference tables, each with `run` (and labelled arms)."""
+    eps = [_labelled(r.episodes, r, labelled) for r in group if not r.episodes.empty]
+    refs = [_labelled(r.reference, r, labelled) for r in group
+            if getattr(r, "reference", None) is not None and not r.reference.empty and "arm" in r.reference]
+    return _cat(eps), _cat(refs)
+
+
+def _nonstationary(runs: list[Any], per_seed: pd.DataFrame, windows: dict[str, int], labelled: bool, reps: int,
+                   arm_order: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Per schedule group: the segment table (regret against each run's reference table, else the
+    best plateau over all the group's arms), rliable's intervals and probabilities of improvement
+    over its switches and segments, and the paired comparisons (`analysis.paired`) of its arms in
+    `arm_order`: (segments, intervals, improvement, paired)."""
+    segments, intervals, improvement, pairs = [], [], [], []
     for group in schedule_groups(runs):
         head, names = group[0], [r.name for r in group]
-        parts = []
-        for run in group:
-            if not run.episodes.empty:
-                arm = run.episodes["arm"].astype(str)
-                parts.append(run.episodes.assign(arm=run.name + ":" + arm if labelled else run.episodes["arm"],
-                                                 run=run.name))
-        ep = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-        seg = nonstationary.segment_metrics(ep, head.switch_points, head.budget, windows[head.name])
+        ep, ref = _group_tables(group, labelled)
+        seg = nonstationary.segment_metrics(ep, head.switch_points, head.budget, windows[head.name], reference=ref)
         if not seg.empty:
             seg.insert(0, "run", seg["arm"].map(ep.groupby("arm")["run"].first()))
             segments.append(seg)
@@ -54,9 +70,5 @@ def _nonstationary(runs: list[Any], per_seed: pd.DataFrame, windows: dict[str, i
             nonstationary.probability_of_improvement(seg, [nonstationary.IMPROVEMENT_METRICS["segment"]], "segment",
                                                      reps),
         ]
-
-    def cat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
-        dfs = [d for d in dfs if not d.empty]
-        return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
-
-    return cat(segments), cat(intervals), cat(improvement)
+        pairs += [paired.paired_table(sw, None, "switch", arm_order), paired.paired_table(seg, None, "segment", arm_order)]
+    return _cat(segments), _cat(intervals), _cat(improvement), _cat(pairs)

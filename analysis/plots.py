@@ -6,8 +6,10 @@
                        phases shaded in the target style's colour, switches dashed.
   target_share_figure  per arm: held-out share of the current target style, and held-out reward.
   speed_figure         realignment speed per arm and switch: bars = mean over seeds, whiskers =
-                       bootstrap 95% interval, dots = seeds.
-  judge_calls_figure   rolling training reward against cumulative judge calls.
+                       bootstrap 95% interval, dots = seeds (episodes to the common bar, censored
+                       seeds at the phase's length; the own-plateau metric beside it).
+  judge_calls_figure   rolling training reward against cumulative judge calls, each arm starting
+                       at its trainer's warm-up calls.
   training_figure      trainer diagnostics from the updates table (loss, gradient norm, entropy,
                        KL, masked fraction, |advantage|), whichever columns are present.
   critic_figure        critic diagnostics where present: value explained variance, critic loss,
@@ -137,8 +139,9 @@ def target_share_figure(evals: pd.DataFrame | None, switch_points: Sequence[int]
 def judge_calls_figure(episodes: pd.DataFrame, updates: pd.DataFrame | None, switch_points: Sequence[int],
                        budget: int, window: int | None = None, palette: dict[str, str] | None = None,
                        title: str | None = None) -> Figure | None:
-    """Rolling training reward against the cumulative judge calls of each arm; a dotted line in
-    the arm's colour where it reached each switch."""
+    """Rolling training reward against the cumulative judge calls of each arm (warm-up calls
+    included: an arm starts where its first judged sample was spent); a dotted line in the arm's
+    colour where it reached each switch."""
     if episodes is None or episodes.empty:
         return None
     window = realign.auto_window(switch_points, budget, window)
@@ -160,7 +163,7 @@ def judge_calls_figure(episodes: pd.DataFrame, updates: pd.DataFrame | None, swi
             if not near.empty and (near["t"] - s).abs().min() <= window:
                 ax.axvline(float(near["judge_calls"].mean()), color=palette[arm], ls=":", lw=1.2)
     ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("judge calls (cumulative, failed calls included)")
+    ax.set_xlabel("judge calls (cumulative, warm-up and failed calls included)")
     ax.set_ylabel(f"training reward\n(rolling mean, {window} episodes)")
     ax.set_title("Training reward per judge call (dotted: target switches)", loc="left")
     legend_right(ax, "arm")
@@ -174,13 +177,16 @@ def judge_calls_figure(episodes: pd.DataFrame, updates: pd.DataFrame | None, swi
 
 
 SPEED_PANELS = [
-    ("episodes_to_recover", "episodes until the reward recovers"),
-    ("judge_calls_to_recover", "judge calls until the reward recovers"),
+    ("episodes_to_bar", "episodes until the reward reaches the common bar (censored at the phase end)"),
+    ("judge_calls_to_bar", "judge calls until the reward reaches the common bar"),
     ("dip", "dip: lowest rolling reward after the switch"),
-    ("horizon_reward", "mean reward over the horizon after the switch"),
+    ("auc_after", "mean reward over the horizon after the switch"),
+    ("episodes_to_own_plateau", "episodes until the reward reaches the arm's own plateau"),
     ("old_half_life", "old style's held-out share: half-life (episodes)"),
     ("crossover", "episodes until the new style's share passes the old"),
 ]
+BAR_PANELS = ("episodes_to_bar", "judge_calls_to_bar")
+REWARD_PANELS = ("dip", "auc_after")
 
 
 def switch_labels(per_seed: pd.DataFrame) -> dict:
@@ -196,34 +202,39 @@ def switch_labels(per_seed: pd.DataFrame) -> dict:
     return out
 
 
-def _recovery_note(ax, seeds: pd.DataFrame, x: float, rotate: bool) -> None:
-    """'k/n recovered' at the foot of a bar (red when not every seed with data recovered)."""
-    data_seeds = int(seeds["status"].isin(["recovered", "not recovered"]).sum())
-    rec = int(seeds["recovered"].astype(bool).sum())
-    text = f"{rec}/{data_seeds}\nrecovered" if data_seeds else "n/a"
-    if data_seeds and rec < data_seeds:
-        text += f"\nwithin {int(seeds['episodes_after'].max())}"
+def _recovery_note(ax, seeds: pd.DataFrame, x: float, rotate: bool, own: bool) -> None:
+    """'k/n reached' (the common bar) or 'k/n recovered' (the own plateau) at the foot of a bar, red
+    when not every seed got there; the others count at the phase's length (censored)."""
+    if own:
+        n = int(seeds["status"].isin(["recovered", "not recovered"]).sum())
+        k, word = int(seeds["recovered_own_plateau"].astype(bool).sum()), "recovered"
+    else:
+        n = int(seeds["episodes_to_bar"].notna().sum())
+        k, word = int(seeds["reached_bar"].astype(bool).sum()), "reached"
+    text = f"{k}/{n}\n{word}" if n else "n/a"
+    if n and k < n:
+        text += f"\ncensored at {int(seeds['follow_up'].max())}"
     ax.annotate(text, (x, 0), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=7,
-                color="#b00000" if rec < data_seeds or not data_seeds else "#222222", rotation=90 if rotate else 0)
+                color="#b00000" if k < n or not n else "#222222", rotation=90 if rotate else 0)
 
 
 def _speed_marks(ax, metric: str, per_seed: pd.DataFrame, summary: pd.DataFrame, keys: list, arms: list[str],
                  palette: dict[str, str]) -> None:
-    """What seaborn does not draw: the recovered count under the recovery bars, the pre-switch
-    plateau over the dip and horizon bars. Bars sit where seaborn dodges them."""
+    """What seaborn does not draw: the reached / recovered count under the time-to bars, the
+    pre-switch plateau over the dip and auc bars. Bars sit where seaborn dodges them."""
     width = 0.8 / max(1, len(arms))
     for j, arm in enumerate(arms):
         for i, key in enumerate(keys):
             x = i - 0.4 + width * (j + 0.5)
             sel = (per_seed["arm"] == arm) & (per_seed["_key"] == key)
-            if metric in ("episodes_to_recover", "judge_calls_to_recover") and sel.any():
-                _recovery_note(ax, per_seed[sel], x, rotate=len(arms) > 2)
+            if metric in (*BAR_PANELS, "episodes_to_own_plateau") and sel.any():
+                _recovery_note(ax, per_seed[sel], x, rotate=len(arms) > 2, own=metric == "episodes_to_own_plateau")
             ssel = (summary["arm"] == arm) & (summary["_key"] == key)
-            if metric in ("dip", "horizon_reward") and "plateau" in summary and ssel.any():
+            if metric in REWARD_PANELS and "plateau" in summary and ssel.any():
                 plateau = float(summary.loc[ssel, "plateau"].iloc[0])
                 if np.isfinite(plateau):
                     ax.hlines(plateau, x - width * 0.45, x + width * 0.45, color=palette[arm], lw=2.2, ls=(0, (2, 1)))
-    if metric in ("dip", "horizon_reward"):
+    if metric in REWARD_PANELS:
         mark = Line2D([], [], color="#555555", lw=2.2, ls=(0, (2, 1)))
         ax.legend([mark], ["pre-switch plateau (dashed, arm colour)"], loc="upper right", fontsize=7)
 
@@ -237,8 +248,8 @@ def _with_keys(df: pd.DataFrame) -> pd.DataFrame:
 def speed_figure(per_seed: pd.DataFrame, summary: pd.DataFrame, palette: dict[str, str] | None = None,
                  title: str | None = None) -> Figure | None:
     """Per switch and arm: a bar at the mean over seeds with seaborn's bootstrap 95% whiskers,
-    and a dot per seed. Seeds that never recovered have no value; the recovery panels say how many
-    of the seeds recovered."""
+    and a dot per seed. A seed that never reaches the bar (or its own plateau) counts at the phase's
+    length (censored); those panels say how many seeds got there."""
     if per_seed is None or per_seed.empty:
         return None
     labels = switch_labels(per_seed)
@@ -248,7 +259,7 @@ def speed_figure(per_seed: pd.DataFrame, summary: pd.DataFrame, palette: dict[st
     arms = sorted(per_seed["arm"].unique(), key=str)
     palette = palette or arm_palette(arms)
     panels = [(m, lab) for m, lab in SPEED_PANELS
-              if m in per_seed and per_seed[m].notna().any() or m == "episodes_to_recover"]
+              if m in per_seed and per_seed[m].notna().any() or m == "episodes_to_bar"]
     fig, axes = panel_grid(len(panels), ncols=2, w=5.6, h=3.2,
                             title=title or "Realignment speed per switch (bars: mean over seeds; whiskers: "
                                            "bootstrap 95% CI; dots: seeds)")
@@ -269,8 +280,8 @@ def speed_figure(per_seed: pd.DataFrame, summary: pd.DataFrame, palette: dict[st
         ax.set_xlim(-0.5, len(keys) - 0.5)
         ax.set_xlabel("")
         ax.set_title(label, loc="left", fontsize=9)
-        ax.set_ylim(0, 1.05) if metric in ("dip", "horizon_reward") else ax.set_ylim(bottom=0)
-        ax.set_ylabel({"dip": "reward", "horizon_reward": "reward", "judge_calls_to_recover": "judge calls"}
+        ax.set_ylim(0, 1.05) if metric in REWARD_PANELS else ax.set_ylim(bottom=0)
+        ax.set_ylabel({"dip": "reward", "auc_after": "reward", "judge_calls_to_bar": "judge calls"}
                       .get(metric, "episodes"))
     handles = [Line2D([], [], color=palette[a], lw=8, alpha=0.75) for a in arms]
     fig.legend(handles, arms, title="arm", loc="outside right upper", fontsize=8, title_fontsize=8)

@@ -34,7 +34,7 @@ from IPython.display import Markdown, display
 
 ROOT = Path.cwd().parent if Path.cwd().name == "analysis" else Path.cwd()
 sys.path.insert(0, str(ROOT))
-from analysis import plots, realign, report, tables  # noqa: E402
+from analysis import plots, realign, report, tables, verdicts  # noqa: E402
 from analysis.notebook_io import newest_runs, save_and_show  # noqa: E402
 
 pd.set_option("display.width", 200)
@@ -44,7 +44,7 @@ RUN_DIR = os.environ.get("TESTBED_RUN_DIR") or (newest_runs(ROOT, 1) or [""])[0]
 FIG_DIR = Path(os.environ.get("TESTBED_NOTEBOOK_OUT") or Path(RUN_DIR) / "figures")
 show = functools.partial(save_and_show, fig_dir=FIG_DIR)  # show(fig, name): save as FIG_DIR/name.png and show
 WINDOW = None      # rolling-reward window in episodes; None: 128, at most a quarter of the shortest phase
-FRACTION = 0.9     # recovered = rolling reward >= FRACTION x pre-switch plateau
+FRACTION = 0.9     # the bar = FRACTION x the reference reward (or the best pre-switch plateau of the seed's arms)
 HORIZON = 512      # episodes after a switch for the mean reward (None: the whole phase)
 print("run:", RUN_DIR)
 print("figures:", FIG_DIR)
@@ -81,15 +81,21 @@ show(plots.realignment_figure(run.episodes, run.evals, run.switch_points, run.bu
 # * **plateau**: the mean reward of the `window` judged episodes before T (what there is to recover).
 # * **dip**: the lowest rolling reward over windows that lie wholly after T (and before the next
 #   switch); `dip_at` is where that window ends, in episodes after T.
-# * **recovered / episodes_to_recover**: the rolling reward, computed from post-switch episodes only,
-#   first reaches `FRACTION` x plateau after `episodes_to_recover` episodes (at least one `window`,
-#   since the first full window ends there). `status` says `not recovered` when it never does before
-#   the next switch, and `no data` when there is nothing after T to judge by.
-# * **judge_calls_to_recover**: judge calls spent from T to the recovery, failed calls included (from
-#   the updates table's cumulative `judge_calls`): the cost of realigning, which differs from the
-#   episode count for arms that sample several answers per prompt (GRPO).
-# * **horizon_reward**: the mean reward over the `HORIZON` episodes after T: the area under the reward
-#   curve, so it rewards both a shallow dip and a fast recovery.
+# * **bar** (`bar_source`): the level every arm of a seed is graded against: `FRACTION` x the reward of
+#   the seed's reference policy (its SFT policy prompted with N only, from the run's `reference`
+#   table), or, for runs without one, `FRACTION` x the best pre-switch plateau over the seed's arms.
+# * **episodes_to_bar**: episodes until the rolling reward, computed from post-switch episodes only,
+#   first reaches the bar (at least one `window`, since the first full window ends there). A seed
+#   that never does before the next switch is **censored** at the phase's length (`censored`,
+#   `reached_bar`): it keeps that value rather than being dropped.
+# * **judge_calls_to_bar**: judge calls spent from T to the bar (or to the phase end if censored),
+#   failed calls included (from the updates table's cumulative `judge_calls`): the cost of
+#   realigning, which differs from the episode count for arms that sample several answers per prompt (GRPO).
+# * **auc_after**: the mean reward over the `HORIZON` episodes after T: the area under the reward
+#   curve, so it rewards both a shallow dip and a fast recovery, with no threshold.
+# * **episodes_to_own_plateau** (secondary; `status`, `recovered_own_plateau`): the same against
+#   `FRACTION` x the arm's own pre-switch plateau, censored likewise. An arm with a lower plateau has
+#   an easier bar there, which is why the common bar leads.
 # * **old_half_life**: episodes until O's held-out share falls to half its value at T (linear between
 #   evaluations): how fast the old habit is unlearned.
 # * **crossover**: episodes until N's held-out share passes O's: when the new style takes over.
@@ -102,23 +108,27 @@ a.per_seed
 # ## Per arm: mean over seeds and 95% bootstrap intervals
 #
 # `aggregate` averages each metric over the seeds that have a value and resamples seeds with
-# replacement for a percentile interval (no interval with a single seed). `recovered` counts the
-# seeds that recovered; episodes to recover is averaged over those seeds only, so read the two
-# together. This is the table `summary.md` shows.
+# replacement for a percentile interval (no interval with a single seed). Episodes to the bar is a
+# restricted mean (censored seeds at the phase's length), shown with reached k/n and the
+# Kaplan-Meier median. This is the table `summary.md` shows.
 
 # %%
 display(Markdown(tables.md_table(tables.SWITCH_HEADER, tables.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"))
 
 # %% [markdown]
-# ## Between switches, pooled, and the Goodhart gap
+# ## Arms compared seed by seed, between switches, pooled, and the Goodhart gap
 #
-# Per segment between switches: the reward area and the dynamic regret against the best arm's
-# plateau; then every metric pooled over switches and segments with rliable's mean and IQM
-# intervals and the probability that one arm beats another. With a gold judge
+# The arms of a seed share its SFT policy, so they are compared by per-seed differences
+# (`analysis/paired.py`): the paired t interval decides, with the run's power to resolve a difference.
+# Per segment between switches: the reward area and the dynamic regret against the reference policy
+# (or the best arm's plateau for older runs); then every metric pooled over switches and segments
+# after a switch with rliable's mean and IQM intervals and the probability that one arm beats
+# another. With a gold judge
 # (`judge.gold`), the gap between the training judge's reward and the gold judge's. The same
 # sections as `summary.md`.
 
 # %%
+display(Markdown("\n".join(verdicts.lead_lines(a) + verdicts.paired_markdown(a)) or "_one arm: nothing to compare_"))
 display(Markdown("\n".join(tables.nonstationary_markdown(a)) or "_no segment metrics for this run_"))
 if not a.goodhart.empty:
     display(Markdown(tables.md_table(tables.GOODHART_HEADER, tables.goodhart_rows(a.goodhart))))
@@ -126,8 +136,9 @@ if not a.goodhart.empty:
 # %% [markdown]
 # ## Realignment speed
 #
-# Bars: the mean over seeds; whiskers: the bootstrap interval; dots: single seeds. The recovery panels
-# say how many seeds recovered (red when not all did); in the dip and horizon panels the dashed mark
+# Bars: the mean over seeds; whiskers: the bootstrap interval; dots: single seeds. The time-to panels
+# say how many seeds reached the bar or their own plateau (red when not all did: the others count at
+# the phase's length); in the dip and auc panels the dashed mark
 # is the pre-switch plateau, so the distance from it to the bar is what the switch cost.
 
 # %%
@@ -146,7 +157,8 @@ show(plots.target_share_figure(run.evals, run.switch_points, run.budget, palette
 # ## Reward per judge call
 #
 # The training reward against the cumulative number of judge calls: with an expensive judge, the
-# budget that matters. Dotted lines: where each arm reached a switch.
+# budget that matters. A trainer's warm-up calls (SAO's value pretraining) count too, so its curve
+# starts where its first judged sample was spent. Dotted lines: where each arm reached a switch.
 
 # %%
 show(plots.judge_calls_figure(run.episodes, run.updates, run.switch_points, run.budget, window, palette=palette, title=run.name), "reward_vs_judge_calls")

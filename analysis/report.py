@@ -8,18 +8,38 @@ Where it writes (`default_out_dir`):
   several      into `comparison-<first run's name>-vs-<n-1>-more/` beside the first run (the
                same runs always land in the same folder, re-running overwrites it); --out wins.
 
+What it reads: each run's manifest and its tables `episodes`, `updates`, `evals`, `dropped` and
+`reference` (the reference policy's reward per arm, seed and phase; older runs lack it: the bar
+falls back to the best pre-switch plateau of the seed's arms and the regret to the best arm, and
+the run's line in summary.md says so).
+
 What it writes:
-  summary.md              the table a person reads first: per arm, then per arm and switch, with
-                          the metrics' definitions and the figures;
+  summary.md              the table a person reads first. It leads with one verdict line per switch
+                          and pair of arms (the first arm against each other one, or every pair for
+                          three arms or fewer): the paired difference in episodes to the bar with
+                          its t interval, P(first arm faster) and the run's power (analysis/verdicts.py);
+                          then per arm, per arm and switch, the metrics' definitions and the figures;
   summary.csv             one row per run, arm and switch (arm-level columns repeated; a run
-                          without switches has one row per arm): means and 95% intervals;
-  switches_by_seed.csv    the per-seed metrics behind it (with `old_fall`, analysis/nonstationary.py);
+                          without switches has one row per arm): means and 95% intervals, the
+                          restricted mean and Kaplan-Meier median of episodes to the bar, reached k/n;
+  switches_by_seed.csv    the per-seed metrics behind it (columns: analysis/realign.py; with `old_fall`,
+                          analysis/nonstationary.py);
   segments_by_seed.csv    per run, arm, seed and segment between switches: reward area (auc), plateau,
-                          the best arm's plateau and the dynamic regret (analysis/nonstationary.py);
-  intervals.csv           per arm, metric and switch or segment, and pooled ("all"): mean and IQM over
-                          seeds with rliable's stratified-bootstrap 95% intervals;
+                          the best arm's plateau, the reference the regret is against and the dynamic
+                          regret (analysis/nonstationary.py);
+  intervals.csv           per arm, metric and switch or segment, and pooled ("all"; segments after
+                          switches only): mean and IQM over seeds with rliable's stratified-bootstrap
+                          95% intervals;
   improvement.csv         per ordered pair of arms: the probability that the first is better (episodes
-                          to recover per switch, dynamic regret per segment), with its interval;
+                          to the bar per switch, dynamic regret per segment), seeds resampled per arm;
+  paired.csv              per pair of arms (first minus second, in the scenario's order), metric
+                          (episodes and judge calls to the bar, auc_after, dip, episodes to the own
+                          plateau per switch; dynamic regret and reward area per segment) and task
+                          (and "all"): the paired per-seed difference, its paired t interval (the
+                          verdict's) and paired bootstrap interval, P(first better) with its interval,
+                          `pairing` (paired / unpaired: Welch, for arms of different runs), the
+                          smallest difference the run resolves (`mde`) and the seeds a 10% / 20%
+                          difference would need (analysis/paired.py defines every column);
   turns.csv               multi-turn runs only: per arm, drafts per episode, early acceptances,
                           first- and last-draft rewards and the gain between them;
   goodhart.csv            runs with a gold judge only: per arm and phase, training and gold reward
@@ -38,12 +58,10 @@ computed is left empty, and a figure that fails is reported on the console and s
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -58,71 +76,10 @@ from analysis.tables import (  # noqa: F401  (the tables were first found here: 
     summary_markdown,
     switch_rows,
 )
-from testbed.store import read_table
 
 
-@dataclass
-class RunData:
-    """A run directory's manifest and tables."""
-
-    path: Path
-    manifest: dict[str, Any]
-    episodes: pd.DataFrame
-    updates: pd.DataFrame
-    evals: pd.DataFrame
-    dropped: pd.DataFrame = field(default_factory=pd.DataFrame)  # too stale to train on (async runtime)
-    name: str = ""
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def switch_points(self) -> list[int]:
-        return [int(s) for s in self.manifest.get("switch_points") or []]
-
-    @property
-    def budget(self) -> int:
-        budget = self.manifest.get("budget")
-        if budget is None:
-            budget = int(self.episodes["t"].max()) + 1 if not self.episodes.empty else 0
-        return int(budget)
-
-    @property
-    def seeds(self) -> list[int]:
-        seeds = self.manifest.get("seeds")
-        if seeds is None and not self.episodes.empty:
-            seeds = sorted(self.episodes["seed"].unique())
-        return [int(s) for s in seeds or []]
-
-    def schedule_key(self) -> tuple:
-        targets = realign.phase_targets(self.episodes, self.evals, self.switch_points, self.budget)
-        return tuple(self.switch_points), self.budget, tuple(targets)
-
-
-def load_run(run_dir: str | Path) -> RunData:
-    """Read a run directory (manifest and the three tables, each possibly empty)."""
-    path = Path(run_dir)
-    if not path.is_dir():
-        raise FileNotFoundError(f"not a run directory: {path}")
-    manifest_path = path / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    tables = {name: read_table(path, name) for name in ("episodes", "updates", "evals")}
-    run = RunData(path=path, manifest=manifest, name=path.name, dropped=read_table(path, "dropped"), **tables)
-    if not manifest_path.exists():
-        run.notes.append("no manifest.json")
-    status = manifest.get("status")
-    if status and status != "done":
-        run.notes.append(f"status: {status}")
-    for name, df in tables.items():
-        if df.empty:
-            run.notes.append(f"no {name}")
-    for arm, seeds in (manifest.get("arms") or {}).items():
-        for seed, totals in seeds.items():
-            outages = totals.get("judge_outages") or []
-            if outages:  # failed judge calls are gaps (excluded), not zero rewards: say where they were
-                at = ", ".join(f"t={o['t']} ({o['failed_calls']} calls)" for o in outages[:3])
-                run.notes.append(f"judge outages in {arm} seed {seed}: {at}{' ...' if len(outages) > 3 else ''}")
-    if manifest.get("resumes"):
-        run.notes.append(f"resumed {len(manifest['resumes'])}x from checkpoints")
-    return run
+# The run directory's tables, read once: in their own module, importable from here as before.
+from analysis.run_data import RunData, load_run  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------------------------
@@ -147,6 +104,8 @@ class Analysis:
     improvement: pd.DataFrame = field(default_factory=pd.DataFrame)  # rliable: per ordered pair of arms
     old_level: float = nonstationary.DEFAULT_OLD_LEVEL
     goodhart: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run, arm and phase: training vs gold reward
+    paired: pd.DataFrame = field(default_factory=pd.DataFrame)  # analysis/paired.py: per pair of arms, metric, task
+    arm_order: list[str] = field(default_factory=list)  # the scenario's order (labelled 'run:arm' for several runs)
 
     @property
     def asynchronous(self) -> bool:
@@ -159,6 +118,41 @@ class Analysis:
 from analysis.nonstationary_runs import _nonstationary, _with_old_fall, schedule_groups  # noqa: E402,F401
 
 
+def _label(df: pd.DataFrame, run: RunData, labelled: bool) -> pd.DataFrame:
+    """The table with a leading `run` column and, for several runs, arms labelled 'run:arm'."""
+    df = df.copy()
+    df.insert(0, "run", run.name)
+    if labelled and "arm" in df:
+        df["arm"] = run.name + ":" + df["arm"].astype(str)
+    return df
+
+
+def _run_tables(run: RunData, labelled: bool, w: int, fraction: float, horizon: int | None,
+                old_level: float) -> dict[str, pd.DataFrame]:
+    """One run's per-seed switch metrics (on the common bar of its reference table, or the best
+    plateau), their aggregate, and its per-arm tables, labelled for the report."""
+    ps = realign.switch_metrics(run.episodes, run.switch_points, run.budget, run.evals, run.updates,
+                                window=w, fraction=fraction, horizon=horizon,
+                                seeds=run.seeds if not run.episodes.empty else None, reference=run.reference)
+    falls = nonstationary.old_fall(run.evals, run.switch_points, run.budget, run.episodes, old_level)
+    ps = _label(_with_old_fall(ps, falls, old_level), run, labelled)
+    out = {"per_seed": ps, "switches": realign.aggregate(ps, metrics=[*realign.METRICS, "old_fall"]),
+           "arms": _label(realign.arm_overview(run.episodes, run.evals, run.updates, window=w), run, labelled)
+           .assign(window=w),
+           "offpolicy": _label(training_data.offpolicy_overview(run.episodes, run.updates, run.dropped), run, labelled),
+           "turns": _label(training_data.turns_overview(run.episodes, window=w), run, labelled)}
+    gap = goodhart.gap_overview(run.episodes, run.switch_points, run.budget)
+    if not gap.empty:
+        gap = gap.merge(goodhart.gap_rise(run.episodes, w), on="arm", how="left", suffixes=("", "_all"))
+        out["goodhart"] = _label(gap, run, labelled)
+    return out
+
+
+def arm_order(runs: list[RunData], labelled: bool) -> list[str]:
+    """Every arm in the runs' order and, within a run, the scenario's (labelled 'run:arm' for several runs)."""
+    return [f"{r.name}:{a}" if labelled else a for r in runs for a in r.arm_order()]
+
+
 def analyse(runs: list[RunData], window: int | None = None, fraction: float = realign.DEFAULT_FRACTION,
             horizon: int | None = realign.DEFAULT_HORIZON, old_level: float = nonstationary.DEFAULT_OLD_LEVEL,
             reps: int = nonstationary.DEFAULT_REPS) -> Analysis:
@@ -169,56 +163,26 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
     for i, run in enumerate(runs):  # two runs with the same directory name get distinct labels
         if names.count(run.name) > 1:
             run.name = f"{run.name}#{i + 1}"
-    per_seed, switches, arms, offpolicy, turns, gaps, windows = [], [], [], [], [], [], {}
-    for run in runs:
-        w = realign.auto_window(run.switch_points, run.budget, window)
-        windows[run.name] = w
-        ps = realign.switch_metrics(run.episodes, run.switch_points, run.budget, run.evals, run.updates,
-                                    window=w, fraction=fraction, horizon=horizon,
-                                    seeds=run.seeds if not run.episodes.empty else None)
-        falls = nonstationary.old_fall(run.evals, run.switch_points, run.budget, run.episodes, old_level)
-        ps = _with_old_fall(ps, falls, old_level)
-        ov = realign.arm_overview(run.episodes, run.evals, run.updates, window=w)
-        ps.insert(0, "run", run.name)
-        ov.insert(0, "run", run.name)
-        if labelled:
-            ps["arm"] = run.name + ":" + ps["arm"].astype(str)
-            ov["arm"] = run.name + ":" + ov["arm"].astype(str)
-        per_seed.append(ps)
-        switches.append(realign.aggregate(ps, metrics=[*realign.METRICS, "old_fall"]))
-        arms.append(ov.assign(window=w))
-        off = training_data.offpolicy_overview(run.episodes, run.updates, run.dropped)
-        off.insert(0, "run", run.name)
-        if labelled:
-            off["arm"] = run.name + ":" + off["arm"].astype(str)
-        offpolicy.append(off)
-        tr = training_data.turns_overview(run.episodes, window=w)
-        tr.insert(0, "run", run.name)
-        if labelled:
-            tr["arm"] = run.name + ":" + tr["arm"].astype(str)
-        turns.append(tr)
-        gap = goodhart.gap_overview(run.episodes, run.switch_points, run.budget)
-        if not gap.empty:
-            gap = gap.merge(goodhart.gap_rise(run.episodes, w), on="arm", how="left", suffixes=("", "_all"))
-            gap.insert(0, "run", run.name)
-            if labelled:
-                gap["arm"] = run.name + ":" + gap["arm"].astype(str)
-            gaps.append(gap)
-    per_seed_df = pd.concat(per_seed, ignore_index=True) if per_seed else pd.DataFrame()
-    switches_df = pd.concat(switches, ignore_index=True) if switches else pd.DataFrame()
-    arms_df = pd.concat(arms, ignore_index=True) if arms else pd.DataFrame()
+    windows = {run.name: realign.auto_window(run.switch_points, run.budget, window) for run in runs}
+    parts = [_run_tables(run, labelled, windows[run.name], fraction, horizon, old_level) for run in runs]
+
+    def cat(name: str) -> pd.DataFrame:
+        dfs = [p[name] for p in parts if name in p and not p[name].empty]
+        return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
+
+    per_seed_df, switches_df, arms_df = cat("per_seed"), cat("switches"), cat("arms")
     if not arms_df.empty:
         right = switches_df.drop(columns=["seeds"], errors="ignore") if not switches_df.empty else None
         summary = arms_df.merge(right, on=["run", "arm"], how="left") if right is not None else arms_df.copy()
         summary = summary.assign(fraction=fraction, horizon=horizon)
     else:
         summary = pd.DataFrame()
-    offpolicy_df = pd.concat(offpolicy, ignore_index=True) if offpolicy else pd.DataFrame()
-    turns_df = pd.concat(turns, ignore_index=True) if turns else pd.DataFrame()
-    segments_df, intervals_df, improvement_df = _nonstationary(runs, per_seed_df, windows, labelled, reps)
-    goodhart_df = pd.concat(gaps, ignore_index=True) if gaps else pd.DataFrame()
-    return Analysis(runs, per_seed_df, switches_df, arms_df, summary, windows, fraction, horizon, labelled, offpolicy_df,
-                    turns_df, segments_df, intervals_df, improvement_df, old_level, goodhart_df)
+    order = arm_order(runs, labelled)
+    segments_df, intervals_df, improvement_df, paired_df = _nonstationary(runs, per_seed_df, windows, labelled, reps,
+                                                                          order)
+    return Analysis(runs, per_seed_df, switches_df, arms_df, summary, windows, fraction, horizon, labelled,
+                    cat("offpolicy"), cat("turns"), segments_df, intervals_df, improvement_df, old_level,
+                    cat("goodhart"), paired_df, order)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -334,6 +298,7 @@ def report(run_dirs: str | Path | list[str | Path], out_dir: str | Path | None =
     a.segments.to_csv(out / "segments_by_seed.csv", index=False)
     a.intervals.to_csv(out / "intervals.csv", index=False)
     a.improvement.to_csv(out / "improvement.csv", index=False)
+    a.paired.to_csv(out / "paired.csv", index=False)
     if a.asynchronous:
         a.offpolicy.to_csv(out / "offpolicy.csv", index=False)
     if not a.turns.empty:

@@ -6,15 +6,16 @@ For each point, its arms' rows are gathered from the runs that computed them (`s
 analysed exactly as one run is (`analysis.report.analyse`). Written into SWEEP_DIR/report/:
 
   grid.csv          one row per point, arm and switch: the axis values, then the realignment
-                    metrics (means over seeds, 95% intervals, seeds recovered) and the arm's
-                    final and mean reward;
+                    metrics (means over seeds, 95% intervals, seeds that reached the common bar)
+                    and the arm's final and mean reward;
                     and, per phase, the medians over updates of what the arm's baseline knew
                     (`analysis.training_data.BASELINE_STATS`: the critic's explained variance, its
                     first-token value's EV and spread, the mean |advantage|), as `<stat>_phase<k>`;
-                    and the segment after each switch: `auc_after`, `dynamic_regret_after`
+                    and the segment after each switch: `segment_auc_after` (its whole reward
+                    area; `auc_after` is the first `horizon` episodes'), `dynamic_regret_after`
                     (analysis/nonstationary.py, rliable intervals);
   grid.md           the same as a markdown table per switch;
-  figures/grid_recovery.png   episodes to recover per point and arm, per switch (mean, interval).
+  figures/grid_recovery.png   episodes to the bar per point and arm, per switch (restricted mean, interval).
 """
 
 from __future__ import annotations
@@ -31,13 +32,19 @@ from analysis.tables import fmt_ci, md_table, rich_table
 from analysis.training_data import BASELINE_STATS, baseline_overview
 
 # the per-switch metrics shown side by side (name -> column header)
-SHOWN = {"episodes_to_recover": "episodes to recover", "dip": "dip", "horizon_reward": "reward over horizon",
+SHOWN = {"episodes_to_bar": "episodes to the bar", "dip": "dip", "auc_after": "reward over horizon",
          "dynamic_regret_after": "dynamic regret after"}
+REACHED = "reached bar"  # the column header of `reached_text`
+
+
+def reached_text(r: pd.Series) -> str:
+    """'k/n': seeds that reached the common bar of those with a time to it."""
+    return f"{int(r['reached_bar'])}/{int(r['bar_seeds'])}" if r["bar_seeds"] else "n/a"
 
 
 def point_run(root: Path, point: dict[str, Any], loaded: dict[str, RunData]) -> RunData:
     """One point's arms as one run: each arm's rows from the run that computed it."""
-    parts: dict[str, list[pd.DataFrame]] = {"episodes": [], "updates": [], "evals": [], "dropped": []}
+    parts: dict[str, list[pd.DataFrame]] = {"episodes": [], "updates": [], "evals": [], "dropped": [], "reference": []}
     manifest: dict[str, Any] = {}
     for arm, owner in point["arms"].items():
         if owner not in loaded:  # a point of this sweep, or a run directory of an earlier one (--reuse)
@@ -53,15 +60,15 @@ def point_run(root: Path, point: dict[str, Any], loaded: dict[str, RunData]) -> 
 
 
 def with_segments(summary: pd.DataFrame, intervals: pd.DataFrame) -> pd.DataFrame:
-    """Each switch row gains the segment after it: `auc_after` and `dynamic_regret_after` (mean
-    over seeds, rliable 95% interval as `_lo`, `_hi`)."""
+    """Each switch row gains the segment after it: `segment_auc_after` and `dynamic_regret_after`
+    (mean over seeds, rliable 95% interval as `_lo`, `_hi`)."""
     if intervals.empty or "switch" not in summary:
         return summary
     seg = intervals[(intervals["unit"] == "segment") & (intervals["task"].astype(str) != "all")]
-    for metric in ("auc", "dynamic_regret"):
+    for metric, name in (("auc", "segment_auc_after"), ("dynamic_regret", "dynamic_regret_after")):
         part = seg[seg["metric"] == metric].assign(switch=lambda d: d["task"].astype(int))
         part = part[["arm", "switch", "mean", "mean_lo", "mean_hi"]].rename(
-            columns={"mean": f"{metric}_after", "mean_lo": f"{metric}_after_lo", "mean_hi": f"{metric}_after_hi"})
+            columns={"mean": name, "mean_lo": f"{name}_lo", "mean_hi": f"{name}_hi"})
         summary = summary.merge(part, on=["arm", "switch"], how="left")
     return summary
 
@@ -97,9 +104,9 @@ def grid_markdown(grid: pd.DataFrame, axes: list[str]) -> str:
     for switch, g in grid.groupby("switch", sort=True):
         first = g.iloc[0]
         out.append(f"### Switch {int(switch)} at t={int(first['t'])} ({first['from_style']} -> {first['to_style']})\n")
-        header = ["point", *axes, "arm", "recovered", *SHOWN.values(), "final reward"]
-        body = [[r["point"], *[str(r[a]) for a in axes], str(r["arm"]), f"{int(r['recovered'])}/{int(r['seeds_with_data'])}",
-                 *[fmt_ci(r, m, 0 if m == "episodes_to_recover" else 3) for m in SHOWN], f"{r['final_reward']:.3f}"]
+        header = ["point", *axes, "arm", REACHED, *SHOWN.values(), "final reward"]
+        body = [[r["point"], *[str(r[a]) for a in axes], str(r["arm"]), reached_text(r),
+                 *[fmt_ci(r, m, 0 if m == "episodes_to_bar" else 3) for m in SHOWN], f"{r['final_reward']:.3f}"]
                 for _, r in g.iterrows()]
         out.append(md_table(header, body))
         out.append("")
@@ -107,7 +114,7 @@ def grid_markdown(grid: pd.DataFrame, axes: list[str]) -> str:
 
 
 def grid_figure(grid: pd.DataFrame, axes: list[str]):
-    """Episodes to recover per point (x) and arm (hue), one panel per switch: mean and 95% interval."""
+    """Episodes to the bar per point (x) and arm (hue), one panel per switch: restricted mean and 95% interval."""
     from analysis.figure_style import arm_palette, new_figure
 
     switches = sorted(grid["switch"].dropna().unique())
@@ -122,12 +129,12 @@ def grid_figure(grid: pd.DataFrame, axes: list[str]):
         for j, arm in enumerate(arms):
             r = g[g["arm"] == arm].set_index("point").reindex(points)
             x = [i - 0.4 + width * (j + 0.5) for i in range(len(points))]
-            mean, lo, hi = r["episodes_to_recover"], r["episodes_to_recover_lo"], r["episodes_to_recover_hi"]
+            mean, lo, hi = r["episodes_to_bar"], r["episodes_to_bar_lo"], r["episodes_to_bar_hi"]
             ax.errorbar(x, mean, yerr=[(mean - lo).clip(lower=0), (hi - mean).clip(lower=0)], fmt="o", capsize=3, label=arm,
                         color=colors.get(arm))
         ax.set_xticks(range(len(points)))
         ax.set_xticklabels([p for p in points], rotation=0)
-        ax.set_ylabel("episodes to recover")
+        ax.set_ylabel("episodes to the bar")
         ax.set_title(f"switch {int(switch)}")
     panels[0, 0].legend(title="arm", fontsize=8)
     labels = grid.drop_duplicates("point").set_index("point")[axes]
@@ -162,10 +169,10 @@ def sweep_report(root: str | Path, console: Any = None) -> Path:
         fig = grid_figure(grid[grid["switch"].notna()], axes)
         fig.savefig(out / "figures" / "grid_recovery.png")
     for switch, g in grid[grid["switch"].notna()].groupby("switch"):
-        rows = [[r["point"], *[str(r[a]) for a in axes], str(r["arm"]), f"{int(r['recovered'])}/{int(r['seeds_with_data'])}",
-                 *[fmt_ci(r, m, 0 if m == "episodes_to_recover" else 3) for m in SHOWN]] for _, r in g.iterrows()]
+        rows = [[r["point"], *[str(r[a]) for a in axes], str(r["arm"]), reached_text(r),
+                 *[fmt_ci(r, m, 0 if m == "episodes_to_bar" else 3) for m in SHOWN]] for _, r in g.iterrows()]
         console.print(rich_table(f"switch {int(switch)}: {g.iloc[0]['from_style']} -> {g.iloc[0]['to_style']} (mean [95% CI] over seeds)",
-                                 ["point", *short_names(axes), "arm", "recovered", *SHOWN.values()], rows))
+                                 ["point", *short_names(axes), "arm", REACHED, *SHOWN.values()], rows))
     return out
 
 

@@ -31,22 +31,44 @@ def fmt_ci(row: pd.Series, metric: str, digits: int = 2) -> str:
     return _num(mean, digits)
 
 
-SWITCH_HEADER = ["arm", "switch", "recovered", "episodes to recover", "judge calls to recover", "plateau -> dip",
-                 "horizon reward", "old half-life", "crossover", "new share at end", "old share to level"]
-ARM_HEADER = ["arm", "seeds", "episodes", "judge calls (failed)", "mean reward", "final reward", "final target share"]
+SWITCH_HEADER = ["arm", "switch", "bar (source)", "reached bar", "episodes to bar (restricted mean)", "KM median",
+                 "judge calls to bar", "auc after", "plateau -> dip", "own plateau: recovered, episodes", "old half-life",
+                 "crossover", "new share at end", "old share to level"]
+ARM_HEADER = ["arm", "seeds", "episodes", "judge calls (failed)", "of which warm-up", "mean reward", "final reward",
+              "final target share"]
+
+
+def km_text(r: pd.Series) -> str:
+    """'median [lo, hi]' of the Kaplan-Meier estimate; '>L' where it is not reached within the follow-up L."""
+    if not r.get("bar_seeds"):
+        return "-"
+    beyond = f">{_num(r.get('follow_up'), 0)}"
+    med, lo, hi = (r.get(k) for k in ("km_median", "km_median_lo", "km_median_hi"))
+    fmt = lambda x: _num(x, 0) if x is not None and np.isfinite(x) else beyond  # noqa: E731
+    return f"{fmt(med)} [{fmt(lo)}, {fmt(hi)}]"
+
+
+def bar_text(r: pd.Series) -> str:
+    source = r.get("bar_source") or ""
+    return f"{_num(r.get('bar'), 2)} ({source})" if source and source != "none" else "-"
 
 
 def switch_rows(switches: pd.DataFrame) -> list[list[str]]:
     rows = []
     for _, r in switches.iterrows():
+        own = (f"{r['recovered_own_plateau']}/{r['seeds_with_data']}, {fmt_ci(r, 'episodes_to_own_plateau', 0)}"
+               if r["seeds_with_data"] else "n/a")
         rows.append([
             str(r["arm"]),
             f"{r['switch']}: {r['from_style']} -> {r['to_style']} @ {r['t']}",
-            f"{r['recovered']}/{r['seeds_with_data']}" if r["seeds_with_data"] else "n/a",
-            fmt_ci(r, "episodes_to_recover", 0),
-            fmt_ci(r, "judge_calls_to_recover", 0),
+            bar_text(r),
+            f"{r['reached_bar']}/{r['bar_seeds']}" if r["bar_seeds"] else "n/a",
+            fmt_ci(r, "episodes_to_bar", 0),
+            km_text(r),
+            fmt_ci(r, "judge_calls_to_bar", 0),
+            fmt_ci(r, "auc_after", 2),
             f"{_num(r['plateau'], 2)} -> {fmt_ci(r, 'dip', 2)}",
-            fmt_ci(r, "horizon_reward", 2),
+            own,
             fmt_ci(r, "old_half_life", 0),
             fmt_ci(r, "crossover", 0),
             fmt_ci(r, "new_share_end", 2),
@@ -58,7 +80,7 @@ def switch_rows(switches: pd.DataFrame) -> list[list[str]]:
 # ----------------------------------------------------------------------------------------------
 # non-stationary metrics (analysis/nonstationary.py): rliable's intervals
 
-SEGMENT_HEADER = ["arm", "segment", "seeds", "reward area", "dynamic regret", "best plateau (arm)"]
+SEGMENT_HEADER = ["arm", "segment", "seeds", "reward area", "dynamic regret", "regret against", "best plateau (arm)"]
 POOLED_HEADER = ["arm", "metric", "better", "over", "seeds", "mean", "IQM"]
 IMPROVEMENT_HEADER = ["metric", "better", "over", "X", "Y", "P(X better than Y)"]
 METRIC_LABELS = {**nonstationary.SWITCH_METRICS, **nonstationary.SEGMENT_METRICS}
@@ -88,8 +110,11 @@ def segment_rows(intervals: pd.DataFrame, segments: pd.DataFrame) -> list[list[s
     rows = []
     for (arm, task), g in iv.groupby(["arm", "task"], sort=False):
         m, s = g.set_index("metric"), info.loc[(arm, task)]
+        ref = segments[(segments["arm"] == arm) & (segments["segment"] == task)]
+        against = (f"{_num(ref['reference_reward'].mean(), 3)} ({', '.join(sorted(set(ref['regret_against'])))})"
+                   if "regret_against" in ref else "-")
         rows.append([str(arm), f"{task}: {s['target_style']} (t {s['start']}-{s['end']})", str(m.loc["auc", "n"]),
-                     fmt_ci(m.loc["auc"], "mean", 3), fmt_ci(m.loc["dynamic_regret"], "mean", 3),
+                     fmt_ci(m.loc["auc"], "mean", 3), fmt_ci(m.loc["dynamic_regret"], "mean", 3), against,
                      f"{_num(s['best_plateau'], 3)} ({s['best_arm']})"])
     return sorted(rows, key=lambda row: int(row[1].split(":")[0]))  # segment by segment, arms side by side
 
@@ -99,7 +124,7 @@ def pooled_rows(intervals: pd.DataFrame) -> list[list[str]]:
     view = pooled_view(intervals)
     if view.empty:
         return []
-    digits = lambda m: 0 if m in ("episodes_to_recover", "old_fall") else 3  # noqa: E731
+    digits = lambda m: 0 if m in ("episodes_to_bar", "old_fall") else 3  # noqa: E731
     return [[str(r["arm"]), METRIC_LABELS.get(r["metric"], r["metric"]), r["better"], _over(r), str(r["n"]),
              fmt_ci(r, "mean", digits(r["metric"])), fmt_ci(r, "iqm", digits(r["metric"]))]
             for _, r in view.sort_values("arm", key=lambda c: c.astype(str), kind="stable").iterrows()]
@@ -136,7 +161,7 @@ def turns_rows(turns: pd.DataFrame) -> list[list[str]]:
 
 def arm_rows(arms: pd.DataFrame) -> list[list[str]]:
     return [[str(r["arm"]), str(r["seeds"]), str(r["episodes"]), f"{r['judge_calls']} ({r['judge_failures']})",
-             _num(r["mean_reward"], 3), _num(r["final_reward"], 3), _num(r["final_target_share"], 2)]
+             str(r.get("warmup_judge_calls", 0)), _num(r["mean_reward"], 3), _num(r["final_reward"], 3), _num(r["final_target_share"], 2)]
             for _, r in arms.iterrows()]
 
 
@@ -167,31 +192,37 @@ def definitions(a: Analysis) -> str:
         f"**horizon** = {horizon}.",
         "- **plateau**: mean reward of the `window` judged episodes before the switch. "
         "**dip**: the lowest rolling reward over full post-switch windows before the next switch.",
-        "- **recovered** k/n: seeds whose rolling reward (post-switch episodes only) reaches fraction x plateau "
-        "before the next switch (n/a: no data around the switch, or a pre-switch plateau of 0: nothing to "
-        "recover). **episodes / judge calls to recover**: from the switch to the end of that first "
-        "window (so at least `window`); averaged over the seeds that recovered.",
-        "- **horizon reward**: mean reward of the episodes in [T, T + horizon).",
+        "- **bar**: fraction x the reference reward of the new phase for the seed (its SFT policy prompted with the new "
+        "target only: 'reference'), or without a reference table fraction x the best pre-switch plateau over the "
+        "seed's arms ('best plateau'); the same for every arm of a seed. **reached bar** k/n: seeds whose rolling "
+        "reward (post-switch episodes only) reaches it before the next switch. **episodes / judge calls to bar**: "
+        "from the switch to the end of that first window (at least `window`); a seed that never reaches it counts "
+        "at the phase's length (censored), so the mean is a restricted mean over every seed. **KM median**: the "
+        "Kaplan-Meier median with its 95% interval ('>L': not reached within the L episodes followed).",
+        "- **auc after**: mean reward of the episodes in [T, T + horizon): the area under the reward curve, no "
+        "threshold. **own plateau** (secondary): seeds that reached fraction x their own arm's plateau, and the "
+        "episodes to it (censored likewise); a lower plateau makes that bar easier, hence the common bar above.",
         "- **old half-life**: episodes until the old target's held-out share falls to half its value at the switch. "
         "**crossover**: episodes until the new target's held-out share passes the old one's (both linear between "
         "evaluations). **new share at end**: the new target's held-out share at the phase's last evaluation. "
         f"**old share to level**: episodes until the old target's held-out share falls to {a.old_level} or below "
         "(0 if it already is at the switch).",
         "- Brackets: 95% bootstrap interval over seeds (rliable's, seeds resampled; none with one seed); '-': no value "
-        "(never happened within the phase, or no data).",
+        "(never happened within the phase, or no data). Arms compared seed by seed: the paired section and paired.csv.",
     ])
 
 
 def nonstationary_definitions(a: Analysis) -> str:
     return "\n".join([
         "- A **segment** is the stretch between two switches (or the run's start or end). **reward area**: the "
-        "mean reward of its judged episodes (the area under the reward curve over its length). **best plateau**: "
-        "the highest mean over seeds, among the arms compared here, of the mean reward of the last `window` "
-        "episodes of the segment. **dynamic regret**: best plateau - reward, summed over the segment's episodes "
-        "and divided by their number (negative for a seed that beat the best arm's mean plateau).",
+        "mean reward of its judged episodes (the area under the reward curve over its length). **regret against**: "
+        "the seed's reference policy reward in the segment ('reference'), or without a reference table the best "
+        "plateau ('best arm': the highest mean over seeds, among the arms compared here, of the mean reward of the "
+        "last `window` episodes of the segment). **dynamic regret**: that reference - reward, summed over the "
+        "segment's episodes and divided by their number (negative for a seed that beat it).",
         "- **mean**, **IQM** (interquartile mean; equal to the mean under four values) over seeds, with rliable's "
-        "stratified-bootstrap 95% intervals. A pooled row averages over the switches or segments in which "
-        "every seed of every arm has a value (a seed that never recovered has none), listed under 'over'.",
+        "stratified-bootstrap 95% intervals. A pooled row averages over the switches, or the segments after a "
+        "switch (segment 0 is initial learning), in which every seed of every arm has a value, listed under 'over'.",
         "- **P(X better than Y)**: the probability that a random seed of X beats one of Y (ties count half), "
         "averaged over the switches or segments, with a bootstrap 95% interval; 'better' says whether lower or "
         "higher values are better. 0.5: no difference.",
@@ -217,7 +248,12 @@ def nonstationary_markdown(a: Analysis) -> list[str]:
 
 
 def summary_markdown(a: Analysis, figures: list[Path], out_dir: Path) -> str:
+    from analysis.verdicts import lead_lines, paired_markdown
+
     parts = ["# Realignment summary", ""]
+    lead = lead_lines(a)
+    if lead:
+        parts += ["## Verdicts: paired differences in episodes to the bar", "", *lead, "", "## Runs", ""]
     for run in a.runs:
         sw = ", ".join(str(s) for s in run.switch_points) or "none"
         note = f" - **{'; '.join(run.notes)}**" if run.notes else ""
@@ -243,6 +279,7 @@ def summary_markdown(a: Analysis, figures: list[Path], out_dir: Path) -> str:
     else:
         parts.append(md_table(SWITCH_HEADER, switch_rows(a.switches)))
     parts += ["", "### How to read it", "", definitions(a), ""]
+    parts += paired_markdown(a)
     parts += nonstationary_markdown(a)
     if figures:
         parts += ["## Figures", ""]
@@ -283,6 +320,10 @@ def print_tables(a: Analysis, console=None) -> None:
         console.print("no switches in this run" if len(a.runs) == 1 else "no switches in these runs")
     else:
         _print_switches(a, console)
+    from analysis.verdicts import lead_lines
+
+    for line in lead_lines(a)[:-2]:  # the verdicts, without the note on the bar
+        console.print(line, highlight=False, markup=False)
     if not a.intervals.empty:
         seg = segment_rows(a.intervals, a.segments)
         if seg:
@@ -311,23 +352,21 @@ def _print_switches(a: Analysis, console) -> None:
     from rich import box
     from rich.table import Table
 
+    title = (f"Realignment after each switch (mean [95% CI] over seeds; window "
+             f"{', '.join(map(str, dict.fromkeys(a.windows.values())))}, fraction {a.fraction}")
     if console.width < 120:  # a narrow console: one line per arm and switch instead of a squeezed table
-        console.print(f"Realignment after each switch (mean [95% CI] over seeds; window "
-                      f"{', '.join(map(str, dict.fromkeys(a.windows.values())))}, fraction {a.fraction}):",
-                      highlight=False)
+        console.print(title + "):", highlight=False)
         for row in switch_rows(a.switches):
-            console.print(f"  {row[0]}  switch {row[1]}: recovered {row[2]}, episodes {row[3]}, judge calls {row[4]}, "
-                          f"plateau -> dip {row[5]}, horizon reward {row[6]}, old half-life {row[7]}, "
-                          f"crossover {row[8]}, new share {row[9]}, old share to {a.old_level} {row[10]}",
-                          highlight=False)
+            console.print(f"  {row[0]}  switch {row[1]}: bar {row[2]}, reached {row[3]}, episodes to bar {row[4]}, "
+                          f"KM median {row[5]}, judge calls {row[6]}, auc after {row[7]}, plateau -> dip {row[8]}, "
+                          f"own plateau {row[9]}, old half-life {row[10]}, crossover {row[11]}, new share {row[12]}, "
+                          f"old share to {a.old_level} {row[13]}", highlight=False)
         return
-    table = Table(title=f"Realignment after each switch (mean [95% CI] over seeds; window "
-                        f"{', '.join(map(str, dict.fromkeys(a.windows.values())))}, fraction {a.fraction}; "
-                        "details in summary.md)", box=box.SIMPLE_HEAD)
-    short = ["arm", "switch", "recov.", "episodes", "judge calls", "plateau -> dip", "horizon rwd", "half-life",
-             "crossover"]
+    table = Table(title=title + "; details in summary.md)", box=box.SIMPLE_HEAD)
+    short = ["arm", "switch", "bar", "reached", "episodes to bar", "KM median", "judge calls", "auc after",
+             "plateau -> dip", "own plateau"]
     for col in short:
         table.add_column(col, justify="left" if col in ("arm", "switch") else "right")
     for row in switch_rows(a.switches):
-        table.add_row(row[0], row[1].replace(": ", " ").replace(" @ ", "\n@ "), *row[2:9])
+        table.add_row(row[0], row[1].replace(": ", " ").replace(" @ ", "\n@ "), *row[2:10])
     console.print(table)

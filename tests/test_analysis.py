@@ -46,32 +46,37 @@ def test_recovers_at_a_known_episode():
     m = realign.switch_metrics(episodes(recovering()), [200], 400, window=10, fraction=0.9, horizon=100)
     row = m.iloc[0]
     assert (row["switch"], row["t"], row["from_style"], row["to_style"]) == (1, 200, "cute", "chuunibyou")
-    assert row["status"] == "recovered" and bool(row["recovered"])
+    assert row["status"] == "recovered" and bool(row["recovered_own_plateau"])
     assert row["plateau"] == 1.0 and row["threshold"] == pytest.approx(0.9)
     # post-switch windows of 10: the first with >= 9 ones ends at post-switch index 58 (t = 258)
-    assert row["episodes_to_recover"] == 59
-    assert row["judge_calls_to_recover"] == 59  # no updates table: one call per episode row
+    assert row["episodes_to_own_plateau"] == 59
+    assert row["judge_calls_to_own_plateau"] == 59  # no updates table: one call per episode row
     assert row["dip"] == 0.0 and row["dip_at"] == 10
-    assert row["horizon_reward"] == pytest.approx(0.5) and row["horizon_episodes"] == 100
+    assert row["auc_after"] == pytest.approx(0.5) and row["horizon_episodes"] == 100
 
 
 def test_fraction_and_window_are_parameters():
     ep = episodes(recovering())
     strict = realign.switch_metrics(ep, [200], 400, window=10, fraction=1.0).iloc[0]
-    assert strict["episodes_to_recover"] == 60  # all ten ones: window ends at index 59
+    assert strict["episodes_to_own_plateau"] == 60  # all ten ones: window ends at index 59
     wide = realign.switch_metrics(ep, [200], 400, window=20, fraction=0.5).iloc[0]
-    assert wide["episodes_to_recover"] == 60  # 10 ones of 20 at index 59
+    assert wide["episodes_to_own_plateau"] == 60  # 10 ones of 20 at index 59
 
 
-def test_never_recovers():
+def test_never_recovers_is_censored_at_the_phase_length_not_dropped():
     r = np.ones(400)
     r[200:] = 0.0
     row = realign.switch_metrics(episodes(r), [200], 400, window=10).iloc[0]
-    assert row["status"] == "not recovered" and not row["recovered"]
-    assert math.isnan(row["episodes_to_recover"]) and math.isnan(row["judge_calls_to_recover"])
-    assert row["dip"] == 0.0 and row["horizon_reward"] == 0.0
+    assert row["status"] == "not recovered" and not row["recovered_own_plateau"]
+    # censored at the 200 episodes of the phase (400 - 200), judge calls likewise
+    assert row["episodes_to_own_plateau"] == 200 and row["judge_calls_to_own_plateau"] == 200
+    assert row["episodes_to_bar"] == 200 and row["censored"] and not row["reached_bar"]
+    assert row["follow_up"] == 200
+    assert row["dip"] == 0.0 and row["auc_after"] == 0.0
     agg = realign.aggregate(realign.switch_metrics(episodes(r), [200], 400, window=10)).iloc[0]
-    assert agg["recovered"] == 0 and agg["seeds_with_data"] == 1 and math.isnan(agg["episodes_to_recover"])
+    assert agg["recovered_own_plateau"] == 0 and agg["seeds_with_data"] == 1
+    assert agg["episodes_to_own_plateau"] == 200 and agg["episodes_to_bar"] == 200
+    assert (agg["reached_bar"], agg["bar_seeds"]) == (0, 1)
 
 
 def test_a_plateau_that_was_never_learned_is_not_a_recovery():
@@ -79,7 +84,7 @@ def test_a_plateau_that_was_never_learned_is_not_a_recovery():
     r = np.where(np.arange(400) < 200, 0.05, 0.10)
     row = realign.switch_metrics(episodes(r), [200], 400, window=10).iloc[0]
     assert row["plateau"] < realign.MIN_PLATEAU
-    assert row["status"] == "no plateau" and not row["recovered"]
+    assert row["status"] == "no plateau" and not row["recovered_own_plateau"]
 
 
 def test_missing_seeds_are_counted_not_invented():
@@ -88,17 +93,17 @@ def test_missing_seeds_are_counted_not_invented():
     assert list(m["seed"]) == [0, 1, 2]
     assert list(m["status"]) == ["recovered", "recovered", "no data"]
     agg = realign.aggregate(m).iloc[0]
-    assert (agg["seeds"], agg["seeds_with_data"], agg["recovered"]) == (3, 2, 2)
-    assert agg["episodes_to_recover"] == pytest.approx((59 + 79) / 2)
-    assert agg["episodes_to_recover_n"] == 2
-    assert agg["episodes_to_recover_lo"] <= agg["episodes_to_recover"] <= agg["episodes_to_recover_hi"]
-    assert agg["episodes_to_recover_lo"] >= 59 and agg["episodes_to_recover_hi"] <= 79
+    assert (agg["seeds"], agg["seeds_with_data"], agg["recovered_own_plateau"]) == (3, 2, 2)
+    assert agg["episodes_to_own_plateau"] == pytest.approx((59 + 79) / 2)
+    assert agg["episodes_to_own_plateau_n"] == 2
+    assert agg["episodes_to_own_plateau_lo"] <= agg["episodes_to_own_plateau"] <= agg["episodes_to_own_plateau_hi"]
+    assert agg["episodes_to_own_plateau_lo"] >= 59 and agg["episodes_to_own_plateau_hi"] <= 79
 
 
 def test_single_seed_has_a_mean_and_no_interval():
     agg = realign.aggregate(realign.switch_metrics(episodes(recovering()), [200], 400, window=10)).iloc[0]
-    assert agg["seeds"] == 1 and agg["episodes_to_recover"] == 59
-    assert math.isnan(agg["episodes_to_recover_lo"]) and math.isnan(agg["episodes_to_recover_hi"])
+    assert agg["seeds"] == 1 and agg["episodes_to_own_plateau"] == 59
+    assert math.isnan(agg["episodes_to_own_plateau_lo"]) and math.isnan(agg["episodes_to_own_plateau_hi"])
 
 
 def test_switch_with_no_data_after_it():
@@ -107,9 +112,9 @@ def test_switch_with_no_data_after_it():
     assert list(m["status"]) == ["no data", "no data"]
     assert list(m["episodes_after"]) == [0, 0]
     assert m["plateau"].iloc[0] == 1.0 and math.isnan(m["plateau"].iloc[1])
-    assert m[["dip", "horizon_reward", "episodes_to_recover"]].isna().all().all()
+    assert m[["dip", "auc_after", "episodes_to_own_plateau"]].isna().all().all()
     agg = realign.aggregate(m)
-    assert list(agg["seeds_with_data"]) == [0, 0] and list(agg["recovered"]) == [0, 0]
+    assert list(agg["seeds_with_data"]) == [0, 0] and list(agg["recovered_own_plateau"]) == [0, 0]
 
 
 def test_failed_judge_calls_are_excluded_but_counted():
@@ -117,8 +122,8 @@ def test_failed_judge_calls_are_excluded_but_counted():
     ep.loc[ep["t"].between(200, 209), ["reward", "judge_error"]] = [np.nan, "timeout"]
     row = realign.switch_metrics(ep, [200], 400, window=10, fraction=0.9).iloc[0]
     # ten failed episodes: the judged ones after the switch start at t = 210
-    assert row["recovered"] and row["episodes_to_recover"] == 59
-    assert row["judge_calls_to_recover"] == 59
+    assert row["recovered_own_plateau"] and row["episodes_to_own_plateau"] == 59
+    assert row["judge_calls_to_own_plateau"] == 59
 
 
 def test_judge_calls_come_from_the_updates_table():
@@ -126,7 +131,7 @@ def test_judge_calls_come_from_the_updates_table():
     updates = pd.DataFrame({"arm": "rm", "seed": 0, "update": range(1, 41), "t": np.arange(10, 410, 10),
                             "judge_calls": np.arange(10, 410, 10) * 4})  # e.g. GRPO, four samples per prompt
     row = realign.switch_metrics(ep, [200], 400, updates=updates, window=10).iloc[0]
-    assert row["judge_calls_to_recover"] == pytest.approx(4 * 59)
+    assert row["judge_calls_to_own_plateau"] == pytest.approx(4 * 59)
 
 
 def test_half_life_and_crossover_from_held_out_shares():
@@ -156,6 +161,7 @@ def test_bootstrap_ci_sanity():
     for n in (2, 3, 5, 20):
         x = rng.normal(size=n)
         mean, lo, hi = realign.bootstrap_ci(x)
+        # symmetric samples at 95%: the percentiles happen to bracket the mean (nothing forces them to)
         assert mean == pytest.approx(x.mean()) and lo <= mean <= hi and lo >= x.min() and hi <= x.max()
     assert realign.bootstrap_ci([0.7, 0.7, 0.7]) == (pytest.approx(0.7), pytest.approx(0.7), pytest.approx(0.7))
     mean, lo, hi = realign.bootstrap_ci([3.0, float("nan")])
@@ -163,6 +169,131 @@ def test_bootstrap_ci_sanity():
     assert all(math.isnan(v) for v in realign.bootstrap_ci([]))
     # reproducible
     assert realign.bootstrap_ci([1, 2, 3, 9]) == realign.bootstrap_ci([1, 2, 3, 9])
+
+
+def test_bootstrap_ci_is_the_bootstraps_percentiles_and_can_miss_the_mean():
+    # a skewed sample: the bootstrap distribution of its mean is right-skewed, so its middle lies
+    # below the mean, and a narrow (low-confidence) percentile interval misses the mean
+    x = 2.5 ** np.arange(8)  # 1, 2.5, ..., 610.4; mean 127.07
+    boot = np.random.default_rng(0).choice(x, size=(200_000, 8)).mean(axis=1)
+    assert np.percentile(boot, 52.5) < x.mean()  # by hand: the middle 5% lies under the mean
+    for seed in (0, 1, 2):
+        mean, lo, hi = realign.bootstrap_ci(x, confidence=0.05, seed=seed)
+        assert mean == pytest.approx(x.mean()) and lo < hi < mean  # a clamped interval would end at the mean
+    mean, lo, hi = realign.bootstrap_ci(x)  # at 95% it is wide and asymmetric
+    assert lo < mean < hi and mean - lo < hi - mean
+
+
+def test_bootstrap_ci_does_not_stretch_an_interval_to_the_mean(monkeypatch):
+    from analysis import nonstationary
+
+    monkeypatch.setattr(nonstationary, "bootstrap_mean", lambda x, reps, confidence, seed: (5.0, 6.0))
+    assert realign.bootstrap_ci([1.0, 2.0, 3.0]) == (2.0, 5.0, 6.0)
+
+
+def two_arms_one_seed(hi_after=(50, 1.0), lo_after=(30, 0.5)):
+    """Arm 'hi' (plateau 1.0) and arm 'lo' (plateau 0.5) of seed 0, switch at 200 of 400: after the
+    switch each is 0 for n episodes, then at its new level."""
+    def arm(name, before, zeros, level):
+        r = np.full(400, float(before))
+        r[200:200 + zeros] = 0.0
+        r[200 + zeros:] = level
+        return episodes(r, arm=name)
+
+    return pd.concat([arm("hi", 1.0, *hi_after), arm("lo", 0.5, *lo_after)], ignore_index=True)
+
+
+def reference_table(rewards: dict[int, list[float]], arms=("hi", "lo")) -> pd.DataFrame:
+    """rewards[seed][phase], the same row for every arm (as the runs write it)."""
+    return pd.DataFrame([{"arm": arm, "seed": seed, "phase": k, "start": 0, "end": 0, "target_style": "x",
+                          "candidates": "x", "samples": 64, "reward": r, "quality": 1.0, "target_share": 1.0}
+                         for arm in arms for seed, phases in rewards.items() for k, r in enumerate(phases)])
+
+
+def test_the_bar_is_common_to_the_arms_of_a_seed_so_a_low_plateau_is_no_easier():
+    ep = two_arms_one_seed()
+    m = realign.switch_metrics(ep, [200], 400, window=10, fraction=0.9).set_index("arm")
+    # own plateau: lo needs 0.45 (9 of 10 at 0.5: post index 38, 39 episodes); hi needs 0.9 (59)
+    assert (m.loc["lo", "threshold"], m.loc["hi", "threshold"]) == (pytest.approx(0.45), pytest.approx(0.9))
+    assert (m.loc["lo", "episodes_to_own_plateau"], m.loc["hi", "episodes_to_own_plateau"]) == (39, 59)
+    # the common bar without a reference table: 0.9 x the best plateau of the seed's arms (1.0)
+    assert list(m["bar"]) == [pytest.approx(0.9)] * 2 and set(m["bar_source"]) == {"best plateau"}
+    assert m.loc["hi", "episodes_to_bar"] == 59 and m.loc["hi", "reached_bar"] and not m.loc["hi", "censored"]
+    # lo plateaus at 0.5 < 0.9: it never reaches the bar and is censored at the phase's 200 episodes
+    assert m.loc["lo", "episodes_to_bar"] == 200 and m.loc["lo", "censored"] and not m.loc["lo", "reached_bar"]
+    assert m.loc["lo", "judge_calls_to_bar"] == 200
+
+
+def test_the_bar_comes_from_the_reference_table_when_there_is_one():
+    ep = two_arms_one_seed()
+    ref = reference_table({0: [1.0, 0.5]})  # phase 1's reference policy earns 0.5: the bar is 0.45
+    m = realign.switch_metrics(ep, [200], 400, window=10, fraction=0.9, reference=ref).set_index("arm")
+    assert list(m["bar"]) == [pytest.approx(0.45)] * 2 and set(m["bar_source"]) == {"reference"}
+    # hi: 5 ones of 10 reach 0.45 at post index 54 (55 episodes); lo: 9 of 10 at 0.5 (39)
+    assert (m.loc["hi", "episodes_to_bar"], m.loc["lo", "episodes_to_bar"]) == (55, 39)
+    assert not m["censored"].any() and m["reached_bar"].all()
+    # the reference is the mean over arms; a seed missing from the table falls back on its own
+    ep1 = pd.concat([ep, ep.assign(seed=1)], ignore_index=True)
+    ref = pd.concat([reference_table({0: [1.0, 0.5]}, arms=("hi",)), reference_table({0: [1.0, 0.7]}, arms=("lo",))])
+    m = realign.switch_metrics(ep1, [200], 400, window=10, fraction=0.9, reference=ref).set_index(["arm", "seed"])
+    assert m.loc[("hi", 0), "bar"] == pytest.approx(0.9 * 0.6) and m.loc[("lo", 0), "bar"] == pytest.approx(0.54)
+    assert m.loc[("hi", 1), "bar_source"] == "best plateau" and m.loc[("hi", 1), "bar"] == pytest.approx(0.9)
+
+
+def test_censored_seeds_count_in_the_restricted_mean_and_the_kaplan_meier_median():
+    ep = pd.concat([episodes(recovering(50), seed=0), episodes(recovering(70), seed=1),
+                    episodes(np.r_[np.ones(200), np.zeros(200)], seed=2)])
+    m = realign.switch_metrics(ep, [200], 400, window=10)
+    assert list(m["episodes_to_bar"]) == [59, 79, 200] and list(m["censored"]) == [False, False, True]
+    agg = realign.aggregate(m).iloc[0]
+    # the restricted mean keeps the censored seed at 200 (dropping it would say 69)
+    assert agg["episodes_to_bar"] == pytest.approx((59 + 79 + 200) / 3) and agg["episodes_to_bar_n"] == 3
+    assert (agg["reached_bar"], agg["bar_seeds"], agg["follow_up"]) == (2, 3, 200)
+    # Kaplan-Meier: S = 2/3 after 59, 1/3 after 79: the median is 79
+    assert agg["km_median"] == 79 and agg["km_median_lo"] <= 79
+    assert agg["horizon_reward"] == agg["auc_after"]  # the older name, kept
+
+
+def test_kaplan_meier_median_by_hand():
+    from analysis.recovery import km_median
+
+    assert km_median([1, 2, 3, 4], [False] * 4)[0] == 2  # S(2) = 0.5
+    # S: 0.8 after 1, 0.6 after 2, 3 censored (3 at risk -> 2), 0.3 after 4: the median is 4
+    med, lo, hi = km_median([1, 2, 3, 4, 5], [False, False, True, False, True])
+    assert med == 4 and lo <= med and (math.isnan(hi) or hi >= med)
+    assert all(math.isnan(v) for v in km_median([200, 200], [True, True]))  # nobody reached it
+    assert all(math.isnan(v) for v in km_median([], []))
+
+
+def test_auc_after_is_the_mean_reward_over_the_horizon():
+    r = np.ones(400)
+    r[200:] = (np.arange(200, 400) - 200) / 200  # a ramp from 0 after the switch
+    row = realign.switch_metrics(episodes(r), [200], 400, window=10, horizon=100).iloc[0]
+    assert row["auc_after"] == pytest.approx(np.arange(100).mean() / 200) and row["horizon_episodes"] == 100
+    whole = realign.switch_metrics(episodes(r), [200], 400, window=10, horizon=None).iloc[0]
+    assert whole["auc_after"] == pytest.approx(np.arange(200).mean() / 200) and whole["horizon_episodes"] == 200
+    capped = realign.switch_metrics(episodes(r), [200], 400, window=10, horizon=1000).iloc[0]
+    assert capped["auc_after"] == whole["auc_after"]
+
+
+def test_judge_call_curves_start_at_the_warm_up_calls():
+    ep = pd.concat([episodes(recovering(), arm="sao"), episodes(recovering(), arm="rm")])
+    updates = pd.concat([pd.DataFrame({"arm": arm, "seed": 0, "update": range(1, 41), "t": np.arange(10, 410, 10),
+                                       "judge_calls": np.arange(10, 410, 10), "warmup_judge_calls": warm})
+                         for arm, warm in (("sao", 2048), ("rm", 0))], ignore_index=True)
+    sao_up = updates[updates["arm"] == "sao"]
+    count = curves.judge_call_counter(ep[ep["arm"] == "sao"], sao_up)
+    assert count(0) == 2048 and count(100) == 2148
+    assert curves.judge_call_counter(ep[ep["arm"] == "sao"], sao_up.drop(columns="warmup_judge_calls"))(100) == 100
+    curve = curves.judge_call_curve(ep, updates, window=10).sort_values("t")
+    first = curve.groupby("arm")["judge_calls"].min()
+    assert first["sao"] - first["rm"] == 2048 and first["rm"] < 20
+    ov = realign.arm_overview(ep, updates=updates).set_index("arm")
+    assert (ov.loc["sao", "judge_calls"], ov.loc["sao", "warmup_judge_calls"]) == (400 + 2048, 2048)
+    assert ov.loc["rm", "judge_calls"] == 400
+    # calls *to* the bar are a difference: the warm-up does not enter them
+    m = realign.switch_metrics(ep, [200], 400, updates=updates, window=10).set_index("arm")
+    assert m.loc["sao", "judge_calls_to_bar"] == m.loc["rm", "judge_calls_to_bar"] == 59
 
 
 def test_auto_window_shrinks_for_short_runs():
@@ -190,10 +321,12 @@ def test_colours_are_stable():
 # the report on thin run directories
 
 
-def write_run(root, name, ep, manifest, evals=None, updates=None):
+def write_run(root, name, ep, manifest, evals=None, updates=None, reference=None):
     store = RunStore(root / name, flush_rows=10_000)
     if not ep.empty:
         store.append("episodes", ep.to_dict("records"))
+    if reference is not None:
+        store.append("reference", reference.to_dict("records"))
     if evals is not None:
         store.append("evals", evals.to_dict("records"))
     if updates is not None:
@@ -228,7 +361,7 @@ def test_report_on_an_empty_run_and_a_comparison(tmp_path):
     assert comparison == tmp_path / "cmp"
     summary = pd.read_csv(comparison / "summary.csv")
     assert set(summary["arm"]) == {"two:rm"}
-    assert summary["recovered"].iloc[0] == 2
+    assert summary["recovered_own_plateau"].iloc[0] == 2
     assert (comparison / "figures" / "realignment_speed.png").exists()
     assert load_run(two).seeds == [0, 1]
 
@@ -237,7 +370,7 @@ def test_nothing_to_recover_when_the_plateau_is_zero():
     r = np.zeros(400)
     r[300:] = 1.0
     row = realign.switch_metrics(episodes(r), [200], 400, window=10).iloc[0]
-    assert row["status"] == "no plateau" and not row["recovered"] and math.isnan(row["episodes_to_recover"])
+    assert row["status"] == "no plateau" and not row["recovered_own_plateau"] and math.isnan(row["episodes_to_own_plateau"])
     agg = realign.aggregate(realign.switch_metrics(episodes(r), [200], 400, window=10)).iloc[0]
     assert agg["seeds_with_data"] == 0
 

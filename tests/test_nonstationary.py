@@ -13,7 +13,7 @@ import pytest
 
 from analysis import nonstationary as ns
 from analysis.report import report
-from tests.test_analysis import episodes, evals_table, write_run
+from tests.test_analysis import episodes, evals_table, reference_table, write_run
 
 TARGETS = ("cute", "chuunibyou")
 
@@ -91,6 +91,52 @@ def test_a_segment_without_episodes_has_no_metrics_and_no_say_in_the_best_platea
     assert seg["a", 0, 1]["dynamic_regret"] == 0.5 - 0.25
 
 
+def test_regret_is_against_the_reference_policy_when_there_is_one():
+    # seed 0's reference policy earns 0.8 in segment 0 and 0.9 in segment 1; seed 1's 0.6 and 0.7
+    ref = reference_table({0: [0.8, 0.9], 1: [0.6, 0.7]}, arms=("a", "b"))
+    seg = by_key(ns.segment_metrics(two_segment_run(), [40], 80, window=10, reference=ref), "arm", "seed", "segment")
+    assert {r["regret_against"] for r in seg.values()} == {"reference"}
+    # regret = sum over the 40 episodes of (reference - reward) = 40 x reference - reward sum
+    expected = {("a", 0, 0): 40 * 0.8 - 40, ("a", 1, 0): 40 * 0.6 - 22.5, ("b", 0, 0): 40 * 0.8 - 20,
+                ("b", 1, 0): 40 * 0.6 - 10, ("a", 0, 1): 40 * 0.9 - 10, ("a", 1, 1): 40 * 0.7 - 10,
+                ("b", 0, 1): 40 * 0.9 - 40, ("b", 1, 1): 40 * 0.7 - 25}
+    for key, regret in expected.items():
+        assert seg[key]["regret"] == pytest.approx(regret), key
+        assert seg[key]["dynamic_regret"] == pytest.approx(seg[key]["reference_reward"] - seg[key]["auc"]), key
+    assert seg["b", 0, 1]["dynamic_regret"] == pytest.approx(-0.1)  # beat its reference
+    # independent of the arms compared: arm a alone has the same regret (the best arm's would move)
+    alone = two_segment_run()
+    alone = alone[alone["arm"] == "a"]
+    with_ref = by_key(ns.segment_metrics(alone, [40], 80, window=10, reference=ref), "arm", "seed", "segment")
+    without = by_key(ns.segment_metrics(alone, [40], 80, window=10), "arm", "seed", "segment")
+    assert with_ref["a", 0, 1]["regret"] == seg["a", 0, 1]["regret"]
+    assert without["a", 0, 1]["regret_against"] == "best arm" and without["a", 0, 1]["regret"] == 40 * 0.5 - 10
+
+
+def test_without_a_reference_table_regret_is_against_the_best_arm_and_says_so():
+    seg = ns.segment_metrics(two_segment_run(), [40], 80, window=10)
+    assert set(seg["regret_against"]) == {"best arm"}
+    assert (seg["reference_reward"] == seg["best_plateau"]).all()
+
+
+def test_pooled_regret_is_over_the_segments_after_switches_only():
+    targets = ("cute", "chuunibyou", "classical")
+    rows = []
+    for arm, levels in (("a", (1.0, 0.2, 0.4)), ("b", (0.0, 0.6, 0.8))):
+        for s in (0, 1):
+            r = np.concatenate([np.full(40, v + 0.05 * s) for v in levels])
+            rows.append(episodes(r, arm=arm, seed=s, switch_points=(40, 80), targets=targets))
+    seg = ns.segment_metrics(pd.concat(rows, ignore_index=True), [40, 80], 120, window=10)
+    iv = by_key(ns.interval_estimates(seg, ["auc", "dynamic_regret"], "segment", reps=100), "arm", "metric", "task")
+    pooled = iv["a", "auc", "all"]
+    assert pooled["tasks"] == "1 2"  # segment 0 (initial learning) is shown on its own only
+    assert pooled["mean"] == pytest.approx(np.mean([0.2, 0.25, 0.4, 0.45]))
+    assert iv["a", "auc", 0]["mean"] == pytest.approx(1.025)
+    pi = by_key(ns.probability_of_improvement(seg, ["dynamic_regret"], "segment", reps=100), "arm_x", "arm_y", "task")
+    assert pi["a", "b", "all"]["tasks"] == "1 2" and pi["a", "b", "all"]["p_improvement"] == 0.0
+    assert pi["a", "b", 0]["p_improvement"] == 1.0  # a was better in segment 0, which the pool leaves out
+
+
 def test_window_defaults_to_realigns_auto_window():
     seg = ns.segment_metrics(two_segment_run(), [40], 80)
     assert set(seg["window"]) == {10}  # a quarter of the 40-episode phases
@@ -141,7 +187,7 @@ def test_old_fall_per_arm_seed_and_switch_from_held_out_shares():
 # rliable: intervals and probability of improvement
 
 
-def switch_table(values: dict[str, list[list[float]]], metric: str = "episodes_to_recover") -> pd.DataFrame:
+def switch_table(values: dict[str, list[list[float]]], metric: str = "episodes_to_bar") -> pd.DataFrame:
     """values[arm][seed][switch - 1]."""
     return pd.DataFrame([{"arm": arm, "seed": s, "switch": k + 1, metric: v}
                          for arm, seeds in values.items() for s, row in enumerate(seeds) for k, v in enumerate(row)])
@@ -149,7 +195,7 @@ def switch_table(values: dict[str, list[list[float]]], metric: str = "episodes_t
 
 def test_probability_of_improvement_is_one_when_every_seed_is_better():
     table = switch_table({"fast": [[60, 70], [65, 90]], "slow": [[200, 300], [250, 100]]})
-    pi = by_key(ns.probability_of_improvement(table, ["episodes_to_recover"], "switch", reps=200), "arm_x", "arm_y",
+    pi = by_key(ns.probability_of_improvement(table, ["episodes_to_bar"], "switch", reps=200), "arm_x", "arm_y",
                 "task")
     assert len(pi) == 2 * 3  # two ordered pairs; switch 1, switch 2, pooled
     for task in (1, "all"):
@@ -164,7 +210,7 @@ def test_probability_of_improvement_is_one_when_every_seed_is_better():
 
 def test_probability_of_improvement_is_half_for_identical_arms_and_counts_pairs():
     table = switch_table({"x": [[1.0], [2.0], [3.0]], "y": [[1.0], [2.0], [3.0]], "z": [[0.5], [2.5], [4.0]]})
-    pi = by_key(ns.probability_of_improvement(table, ["episodes_to_recover"], "switch", reps=200), "arm_x", "arm_y")
+    pi = by_key(ns.probability_of_improvement(table, ["episodes_to_bar"], "switch", reps=200), "arm_x", "arm_y")
     assert pi["x", "y"]["p_improvement"] == 0.5 and pi["y", "x"]["p_improvement"] == 0.5
     assert pi["x", "y"]["p_improvement_lo"] <= 0.5 <= pi["x", "y"]["p_improvement_hi"]
     # x lower than z: 1 < 2.5, 1 < 4, 2 < 2.5, 2 < 4, 3 < 4 (5 of 9 pairs); z lower: the other 4
@@ -199,31 +245,31 @@ def test_intervals_contain_the_mean_and_have_no_nan_from_two_seeds():
     for seeds in (2, 3, 5):
         table = switch_table({"a": rng.uniform(50, 300, size=(seeds, 2)).tolist(),
                               "b": rng.uniform(50, 300, size=(seeds, 2)).tolist()})
-        iv = ns.interval_estimates(table, ["episodes_to_recover"], "switch", reps=300)
+        iv = ns.interval_estimates(table, ["episodes_to_bar"], "switch", reps=300)
         assert len(iv) == 2 * 3 and list(iv["n"]) == [seeds] * 6
         cols = ["mean", "mean_lo", "mean_hi", "iqm", "iqm_lo", "iqm_hi"]
         assert not iv[cols].isna().any().any()
         assert (iv["mean_lo"] <= iv["mean"]).all() and (iv["mean"] <= iv["mean_hi"]).all()
         assert (iv["iqm_lo"] <= iv["iqm"]).all() and (iv["iqm"] <= iv["iqm_hi"]).all()
         for _, row in iv[iv["task"] != "all"].iterrows():
-            values = table[(table["arm"] == row["arm"]) & (table["switch"] == row["task"])]["episodes_to_recover"]
+            values = table[(table["arm"] == row["arm"]) & (table["switch"] == row["task"])]["episodes_to_bar"]
             assert row["mean"] == pytest.approx(values.mean())
             assert values.min() <= row["mean_lo"] and row["mean_hi"] <= values.max()
         pooled = iv[(iv["task"] == "all") & (iv["arm"] == "a")].iloc[0]
-        assert pooled["mean"] == pytest.approx(table[table["arm"] == "a"]["episodes_to_recover"].mean())
+        assert pooled["mean"] == pytest.approx(table[table["arm"] == "a"]["episodes_to_bar"].mean())
 
 
 def test_one_seed_has_a_point_and_no_interval():
-    iv = ns.interval_estimates(switch_table({"a": [[100.0]]}), ["episodes_to_recover"], "switch", reps=100)
+    iv = ns.interval_estimates(switch_table({"a": [[100.0]]}), ["episodes_to_bar"], "switch", reps=100)
     (row,) = iv.to_dict("records")
     assert row["mean"] == 100.0 and row["iqm"] == 100.0 and row["n"] == 1
     assert math.isnan(row["mean_lo"]) and math.isnan(row["iqm_hi"])
-    pi = ns.probability_of_improvement(switch_table({"a": [[1.0]], "b": [[2.0]]}), ["episodes_to_recover"], "switch")
+    pi = ns.probability_of_improvement(switch_table({"a": [[1.0]], "b": [[2.0]]}), ["episodes_to_bar"], "switch")
     assert list(pi["p_improvement"]) == [1.0, 0.0] and pi["p_improvement_lo"].isna().all()
 
 
 def test_iqm_is_the_mean_of_the_middle_half():
-    iv = ns.interval_estimates(switch_table({"a": [[0.0], [1.0], [2.0], [100.0]]}), ["episodes_to_recover"], "switch",
+    iv = ns.interval_estimates(switch_table({"a": [[0.0], [1.0], [2.0], [100.0]]}), ["episodes_to_bar"], "switch",
                                reps=100)
     assert iv["mean"].iloc[0] == 25.75 and iv["iqm"].iloc[0] == 1.5  # 0 and 100 trimmed
 
@@ -231,12 +277,12 @@ def test_iqm_is_the_mean_of_the_middle_half():
 def test_seeds_without_a_value_are_dropped_per_task_and_pooling_keeps_complete_tasks():
     nan = float("nan")
     table = switch_table({"a": [[100, 200, 300], [110, nan, 310]], "b": [[120, 220, 320], [130, 230, nan]]})
-    iv = by_key(ns.interval_estimates(table, ["episodes_to_recover"], "switch", reps=200), "arm", "task")
+    iv = by_key(ns.interval_estimates(table, ["episodes_to_bar"], "switch", reps=200), "arm", "task")
     assert iv["a", 2]["n"] == 1 and iv["a", 2]["mean"] == 200 and math.isnan(iv["a", 2]["mean_lo"])
     assert iv["b", 3]["n"] == 1 and iv["a", 3]["n"] == 2
     # only switch 1 has a value for every seed of every arm
     assert iv["a", "all"]["tasks"] == "1" and iv["a", "all"]["mean"] == 105 and iv["b", "all"]["mean"] == 125
-    pi = by_key(ns.probability_of_improvement(table, ["episodes_to_recover"], "switch", reps=200), "arm_x", "arm_y",
+    pi = by_key(ns.probability_of_improvement(table, ["episodes_to_bar"], "switch", reps=200), "arm_x", "arm_y",
                 "task")
     assert pi["a", "b", "all"]["tasks"] == "1" and pi["a", "b", "all"]["p_improvement"] == 1.0
     assert pi["a", "b", 2]["n_x"] == 1 and pi["a", "b", 2]["p_improvement"] == 1.0  # 200 < 220 and < 230
@@ -244,7 +290,7 @@ def test_seeds_without_a_value_are_dropped_per_task_and_pooling_keeps_complete_t
 
 def test_no_complete_task_gives_an_empty_pool():
     nan = float("nan")
-    iv = by_key(ns.interval_estimates(switch_table({"a": [[nan, 1.0], [2.0, nan]]}), ["episodes_to_recover"], "switch",
+    iv = by_key(ns.interval_estimates(switch_table({"a": [[nan, 1.0], [2.0, nan]]}), ["episodes_to_bar"], "switch",
                                       reps=100), "arm", "task")
     assert iv["a", "all"]["tasks"] == "" and iv["a", "all"]["n"] == 0 and math.isnan(iv["a", "all"]["mean"])
 
@@ -253,15 +299,15 @@ def test_estimates_are_reproducible_and_leave_numpys_generator_alone():
     table = switch_table({"a": [[60, 70], [65, 90], [80, 75]], "b": [[200, 60], [250, 100], [90, 95]]})
     np.random.seed(123)
     before = np.random.get_state()[1].copy()
-    first = ns.interval_estimates(table, ["episodes_to_recover"], "switch", reps=300)
-    pi_first = ns.probability_of_improvement(table, ["episodes_to_recover"], "switch", reps=300)
+    first = ns.interval_estimates(table, ["episodes_to_bar"], "switch", reps=300)
+    pi_first = ns.probability_of_improvement(table, ["episodes_to_bar"], "switch", reps=300)
     assert (np.random.get_state()[1] == before).all()
-    pd.testing.assert_frame_equal(first, ns.interval_estimates(table, ["episodes_to_recover"], "switch", reps=300))
-    pd.testing.assert_frame_equal(pi_first, ns.probability_of_improvement(table, ["episodes_to_recover"], "switch",
+    pd.testing.assert_frame_equal(first, ns.interval_estimates(table, ["episodes_to_bar"], "switch", reps=300))
+    pd.testing.assert_frame_equal(pi_first, ns.probability_of_improvement(table, ["episodes_to_bar"], "switch",
                                                                            reps=300))
     # the seed is the one used (many seeds: the interval's ends are not just the extreme values)
     wide = switch_table({"a": np.random.default_rng(0).uniform(0, 100, size=(12, 1)).tolist()})
-    ends = [ns.interval_estimates(wide, ["episodes_to_recover"], "switch", reps=300, seed=s)[["mean_lo", "mean_hi"]]
+    ends = [ns.interval_estimates(wide, ["episodes_to_bar"], "switch", reps=300, seed=s)[["mean_lo", "mean_hi"]]
             for s in (0, 0, 1)]
     assert ends[0].equals(ends[1]) and not ends[0].equals(ends[2])
 
@@ -270,8 +316,8 @@ def test_two_or_three_seeds_raise_no_warnings():
     table = switch_table({"a": [[60, 70], [65, 90], [80, 75]], "b": [[200, 60], [250, 100]]})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        ns.interval_estimates(table, ["episodes_to_recover"], "switch", reps=100)
-        ns.probability_of_improvement(table, ["episodes_to_recover"], "switch", reps=100)
+        ns.interval_estimates(table, ["episodes_to_bar"], "switch", reps=100)
+        ns.probability_of_improvement(table, ["episodes_to_bar"], "switch", reps=100)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -291,12 +337,14 @@ def test_report_writes_the_nonstationary_tables_and_figures(tmp_path):
     # the report's window is auto_window's 10, as above
     assert seg.set_index(["arm", "seed", "segment"]).loc[("a", 0, 0), "dynamic_regret"] == -0.125
     intervals = pd.read_csv(run / "intervals.csv")
-    assert set(intervals["metric"]) == {"auc", "dynamic_regret", "episodes_to_recover", "dip", "old_fall"}
+    assert set(intervals["metric"]) == {"auc", "dynamic_regret", "episodes_to_bar", "dip", "old_fall"}
     falls = pd.read_csv(run / "switches_by_seed.csv")
     assert falls["old_fall"].tolist() == [20.0] * 4 and set(falls["old_level"]) == {0.1}
     improvement = pd.read_csv(run / "improvement.csv")
     assert {(r.arm_x, r.arm_y) for r in improvement.itertuples()} == {("a", "b"), ("b", "a")}
-    assert set(improvement["metric"]) == {"episodes_to_recover", "dynamic_regret"}
+    assert set(improvement["metric"]) == {"episodes_to_bar", "dynamic_regret"}
+    pairs = pd.read_csv(run / "paired.csv")
+    assert {(r.arm_x, r.arm_y) for r in pairs.itertuples()} == {("a", "b")} and set(pairs["pairing"]) == {"paired"}
     text = (run / "summary.md").read_text()
     for heading in ("### Per segment", "### Pooled over switches and segments (rliable)",
                     "### Probability of improvement (rliable)", "**dynamic regret**"):
@@ -305,3 +353,31 @@ def test_report_writes_the_nonstationary_tables_and_figures(tmp_path):
     for name in ("segments", "probability_of_improvement"):
         assert (run / "figures" / f"{name}.png").stat().st_size > 10_000, name
     assert pd.read_csv(run / "summary.csv")["old_fall"].tolist() == [20.0, 20.0]
+
+
+def test_report_leads_with_paired_verdicts_and_reads_the_reference_table(tmp_path):
+    ep = two_segment_run()
+    ref = reference_table({0: [0.8, 0.9], 1: [0.6, 0.7]}, arms=("a", "b"))
+    run = write_run(tmp_path, "with_ref", ep, {"switch_points": [40], "budget": 80, "seeds": [0, 1]}, reference=ref)
+    report([run], figures=False)
+    text = (run / "summary.md").read_text()
+    lines = text.splitlines()
+    assert lines[2] == "## Verdicts: paired differences in episodes to the bar"
+    verdict = lines[4]
+    assert verdict.startswith("- Switch 1 (cute → chuunibyou): a − b: ") and "paired over 2 seeds" in verdict
+    assert "resolvable at 2 seeds" in verdict and "a 10% difference needs" in verdict
+    assert "reference policy's reward" in text  # the bar's source
+    per_seed = pd.read_csv(run / "switches_by_seed.csv")
+    assert set(per_seed["bar_source"]) == {"reference"} and per_seed["bar"].tolist() == pytest.approx([0.81, 0.63] * 2)
+    seg = pd.read_csv(run / "segments_by_seed.csv")
+    assert set(seg["regret_against"]) == {"reference"}
+    pairs = pd.read_csv(run / "paired.csv")
+    row = pairs[(pairs["metric"] == "episodes_to_bar") & (pairs["task"] == "1")].iloc[0]
+    by_seed = per_seed.set_index(["arm", "seed"])["episodes_to_bar"]
+    diffs = [by_seed["a", s] - by_seed["b", s] for s in (0, 1)]
+    assert row["diff"] == pytest.approx(np.mean(diffs)) and row["n"] == 2
+    # an older run without the table still reports, on the best plateau, and says so
+    old = write_run(tmp_path, "no_ref", ep, {"switch_points": [40], "budget": 80, "seeds": [0, 1]})
+    report([old], figures=False)
+    assert "no reference table" in (old / "summary.md").read_text()
+    assert set(pd.read_csv(old / "switches_by_seed.csv")["bar_source"]) == {"best plateau"}

@@ -1,0 +1,317 @@
+"""Paired comparisons between arms, seed by seed, and how small a difference the run can resolve.
+
+Why paired. The arms of one seed start from the same SFT policy, so much of a seed's luck is
+shared by its arms; the comparison that uses this is the per-seed difference X - Y over the seeds
+present in both arms. Resampling each arm's seeds on its own (as rliable's intervals in
+`analysis.nonstationary` do) throws that pairing away and blurs a consistent difference.
+
+Per pair of arms (X, Y) (in the run's arm order, X first), metric and task (`paired_table`; a task
+is a switch or a segment; "all" is each seed's mean over the tasks, segments after switches
+only, seeds with a value in all of them), `compare` gives:
+
+  pairing           "paired" when the arms share seeds (the same run and at least two seeds with a
+                    value in both), else "unpaired" (arms of different runs, disjoint seed lists).
+  n, n_x, n_y       seeds compared (paired: the shared ones; unpaired: the smaller arm's count);
+                    seeds with a value in X, in Y.
+  mean_x, mean_y    the arms' means over the seeds compared.
+  diff              mean_x - mean_y (paired: the mean of the per-seed differences).
+  diff_lo, diff_hi  the interval that decides the verdict: the paired Student-t interval on the
+                    differences, diff +- t_{(1+c)/2, n-1} sd_diff / sqrt(n) (unpaired: Welch's).
+                    Why t: with five seeds a percentile bootstrap of a mean under-covers: its
+                    spread is the plug-in sd (a factor sqrt((n-1)/n) small) times a normal
+                    quantile (1.96 where t_{0.975,4} = 2.78), so a nominal 95% covers ~85%.
+  boot_lo, boot_hi  the percentile bootstrap interval of diff, for comparison: paired, ONE
+                    resample of seeds applied to both arms (unpaired: each arm its own).
+  p_better          P(X better): paired, the share of seeds where X is better than Y (ties count
+                    half); unpaired, the same over all pairs of a seed of X and one of Y;
+                    `p_better_lo`, `p_better_hi` from the same bootstrap resamples.
+  better            "lower" (episodes, judge calls, regret: `nonstationary.LOWER_IS_BETTER`) or
+                    "higher" (rewards, shares).
+  resolved, verdict the decisive interval excludes 0: "<X> better" or "<Y> better"; else "not
+                    resolved". Differences that are all equal give a zero-width interval: the
+                    verdict is then the sign (none if 0).
+  sd_diff, se_diff  the sd of the per-seed differences (paired; NaN unpaired) and the standard
+                    error of diff.
+  mde               the smallest difference the run resolves: the minimum detectable difference
+                    at 80% power and two-sided alpha 0.05, (t_{0.975,n-1} + t_{0.80,n-1}) sd_diff /
+                    sqrt(n) (unpaired: the Welch standard error and degrees of freedom).
+  seeds_10pct, seeds_20pct  the seeds a difference of 10% (20%) of |mean_y| would need: the
+                    smallest n whose mde, at the observed sd, is at most that difference
+                    (unpaired: seeds per arm); inf: more than SEED_CAP; NaN: undefined.
+
+Pure functions of arrays and DataFrames (numpy's Generator for the bootstrap, scipy's t).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from analysis.nonstationary import LOWER_IS_BETTER, POOLED, poolable
+
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_N_BOOT = 2000
+DEFAULT_ALPHA, DEFAULT_POWER = 0.05, 0.80
+SEED_CAP = 1000
+PAIRED, UNPAIRED = "paired", "unpaired"
+# the metrics `paired_table` compares by default, per unit
+PAIRED_METRICS: dict[str, list[str]] = {
+    "switch": ["episodes_to_bar", "judge_calls_to_bar", "auc_after", "dip", "episodes_to_own_plateau"],
+    "segment": ["dynamic_regret", "auc"],
+}
+PAIRED_COLUMNS = ["metric", "better", "unit", "task", "tasks", "arm_x", "arm_y", "pairing", "n", "n_x", "n_y",
+                  "mean_x", "mean_y", "diff", "diff_lo", "diff_hi", "boot_lo", "boot_hi", "p_better",
+                  "p_better_lo", "p_better_hi", "sd_diff", "se_diff", "mde", "seeds_10pct", "seeds_20pct",
+                  "resolved", "verdict"]
+NAN = float("nan")
+
+
+# ----------------------------------------------------------------------------------------------
+# intervals
+
+
+@lru_cache(maxsize=4096)
+def t_quantile(q: float, df: float) -> float:
+    """Student t's quantile (cached: a report and the power test ask for the same few many times)."""
+    return float(stats.t.ppf(q, df))
+
+
+def t_interval(mean: float, se: float, df: float, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:
+    """mean +- t_{(1+confidence)/2, df} se; a zero se gives the point, an undefined one NaN."""
+    if not (np.isfinite(se) and np.isfinite(df) and df > 0):
+        return NAN, NAN
+    half = t_quantile(0.5 + confidence / 2, float(df)) * se if se > 0 else 0.0
+    return mean - half, mean + half
+
+
+def paired_t_interval(d: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float]:
+    """(mean, low, high) of the per-seed differences `d`: the Student-t interval, n - 1 degrees
+    of freedom. One difference: no interval (NaN bounds)."""
+    d = np.asarray(d, dtype=float)
+    if d.size == 0:
+        return NAN, NAN, NAN
+    mean = float(d.mean())
+    if d.size == 1:
+        return mean, NAN, NAN
+    return (mean, *t_interval(mean, float(d.std(ddof=1)) / np.sqrt(d.size), d.size - 1, confidence))
+
+
+def welch_se_df(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Welch's standard error of mean(x) - mean(y) and its Welch-Satterthwaite degrees of freedom
+    (NaN under two values in an arm; both variances 0: se 0)."""
+    if x.size < 2 or y.size < 2:
+        return NAN, NAN
+    vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    se = float(np.sqrt(vx + vy))
+    if se == 0:
+        return 0.0, float(x.size + y.size - 2)
+    df = (vx + vy) ** 2 / (vx ** 2 / (x.size - 1) + vy ** 2 / (y.size - 1))
+    return se, float(df)
+
+
+def welch_interval(x: Sequence[float], y: Sequence[float],
+                   confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float]:
+    """(mean(x) - mean(y), low, high): Welch's t interval for arms that share no seeds."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.size == 0 or y.size == 0:
+        return NAN, NAN, NAN
+    diff = float(x.mean() - y.mean())
+    se, df = welch_se_df(x, y)
+    return (diff, *t_interval(diff, se, df, confidence))
+
+
+def _score(x: np.ndarray, y: np.ndarray, lower: bool) -> np.ndarray:
+    """1 where x is better than y, 0.5 on a tie, 0 where worse (elementwise)."""
+    better = (x < y) if lower else (x > y)
+    return better + 0.5 * (x == y)
+
+
+def p_better(x: Sequence[float], y: Sequence[float], lower: bool, paired: bool = True) -> float:
+    """P(X better than Y): paired, the share of seeds (x[i] vs y[i]) where X is better, ties
+    half; unpaired, over every pair of a value of X and one of Y."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.size == 0 or y.size == 0:
+        return NAN
+    return float(_score(x, y, lower).mean() if paired else _score(x[:, None], y[None, :], lower).mean())
+
+
+def _percentiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    lo, hi = np.percentile(values, [50 * (1 - confidence), 50 * (1 + confidence)])
+    return float(lo), float(hi)
+
+
+def paired_bootstrap(x: Sequence[float], y: Sequence[float], lower: bool, confidence: float = DEFAULT_CONFIDENCE,
+                     n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> dict[str, float]:
+    """Percentile intervals of mean(x - y) and of the paired P(X better) under ONE resample of
+    seeds applied to both arms (x[i], y[i] are seed i's): boot_lo, boot_hi, p_better_lo,
+    p_better_hi. Under two seeds: NaN."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.size < 2:
+        return dict(boot_lo=NAN, boot_hi=NAN, p_better_lo=NAN, p_better_hi=NAN)
+    idx = np.random.default_rng(seed).integers(0, x.size, size=(n_boot, x.size))
+    xb, yb = x[idx], y[idx]  # the same seeds for both arms
+    lo, hi = _percentiles((xb - yb).mean(axis=1), confidence)
+    p_lo, p_hi = _percentiles(_score(xb, yb, lower).mean(axis=1), confidence)
+    return dict(boot_lo=lo, boot_hi=hi, p_better_lo=p_lo, p_better_hi=p_hi)
+
+
+def unpaired_bootstrap(x: Sequence[float], y: Sequence[float], lower: bool, confidence: float = DEFAULT_CONFIDENCE,
+                       n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> dict[str, float]:
+    """As `paired_bootstrap`, each arm's values resampled on their own (and P(X better) over all
+    pairs); NaN when an arm has under two values."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.size < 2 or y.size < 2:
+        return dict(boot_lo=NAN, boot_hi=NAN, p_better_lo=NAN, p_better_hi=NAN)
+    rng = np.random.default_rng(seed)
+    xb = x[rng.integers(0, x.size, size=(n_boot, x.size))]
+    yb = y[rng.integers(0, y.size, size=(n_boot, y.size))]
+    lo, hi = _percentiles(xb.mean(axis=1) - yb.mean(axis=1), confidence)
+    p_lo, p_hi = _percentiles(_score(xb[:, :, None], yb[:, None, :], lower).mean(axis=(1, 2)), confidence)
+    return dict(boot_lo=lo, boot_hi=hi, p_better_lo=p_lo, p_better_hi=p_hi)
+
+
+# ----------------------------------------------------------------------------------------------
+# power
+
+
+def min_detectable_difference(se: float, df: float, alpha: float = DEFAULT_ALPHA,
+                              power: float = DEFAULT_POWER) -> float:
+    """(t_{1-alpha/2, df} + t_{power, df}) x se: the smallest true difference a two-sided t test
+    at `alpha` detects with probability `power` (paired: se = sd_diff / sqrt(n), df = n - 1)."""
+    if not (np.isfinite(se) and np.isfinite(df) and df > 0):
+        return NAN
+    return (t_quantile(1 - alpha / 2, float(df)) + t_quantile(power, float(df))) * float(se)
+
+
+def seeds_needed(sd: float, difference: float, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER,
+                 cap: int = SEED_CAP, unpaired: bool = False) -> float:
+    """The smallest number of seeds n >= 2 whose minimum detectable difference, at spread `sd`,
+    is at most |difference|: paired, sd is the per-seed differences' (se = sd / sqrt(n), df = n - 1);
+    unpaired, sd**2 is the sum of the arms' variances and n is per arm (se = sd / sqrt(n),
+    df = 2n - 2). inf above `cap`; NaN when sd or the difference is undefined or 0."""
+    if not (np.isfinite(sd) and np.isfinite(difference)) or difference == 0:
+        return NAN
+    n, factor = _mde_factors(alpha, power, cap, unpaired)
+    ok = np.flatnonzero(factor * sd <= abs(difference))
+    return float(n[ok[0]]) if ok.size else float("inf")
+
+
+@lru_cache(maxsize=16)
+def _mde_factors(alpha: float, power: float, cap: int, unpaired: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(n, (t_{1-alpha/2, df} + t_{power, df}) / sqrt(n)) for n = 2..cap: the mde per unit of sd."""
+    n = np.arange(2, cap + 1)
+    df = 2 * n - 2 if unpaired else n - 1
+    return n, (stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) / np.sqrt(n)
+
+
+# ----------------------------------------------------------------------------------------------
+# one comparison
+
+
+def verdict(lo: float, hi: float, lower: bool, arm_x: str, arm_y: str) -> str:
+    """'<X> better', '<Y> better' (the interval of X - Y excludes 0) or 'not resolved'."""
+    if not (np.isfinite(lo) and np.isfinite(hi)) or lo <= 0 <= hi:
+        return "not resolved"
+    x_lower = hi < 0
+    return f"{arm_x if x_lower == lower else arm_y} better"
+
+
+def _finite(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(seeds, values) of a seed-indexed series where the value is finite."""
+    v = s.to_numpy(dtype=float)
+    keep = np.isfinite(v)
+    return s.index.to_numpy()[keep], v[keep]
+
+
+def _aligned(x: pd.Series, y: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x, y on the seeds both have, in seed order; all of x's values; all of y's values)."""
+    sx, vx = _finite(x)
+    sy, vy = _finite(y)
+    shared, ix, iy = np.intersect1d(sx, sy, return_indices=True)
+    return vx[ix], vy[iy], vx, vy
+
+
+def compare(x: pd.Series, y: pd.Series, metric: str, arm_x: str = "x", arm_y: str = "y",
+            paired: bool | None = None, confidence: float = DEFAULT_CONFIDENCE, n_boot: int = DEFAULT_N_BOOT,
+            seed: int = 0, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER) -> dict:
+    """Arm X against arm Y on one metric and task: the columns of PAIRED_COLUMNS from `pairing` on
+    (see the module docstring). `x`, `y`: the arms' values indexed by seed. `paired=None` (or True)
+    pairs when they share at least two seeds with values; False never pairs (arms of different
+    runs). The bootstrap draws from numpy's Generator seeded with `seed`."""
+    lower = metric in LOWER_IS_BETTER
+    px, py, fx, fy = _aligned(x, y)
+    is_paired = px.size >= 2 and paired is not False
+    if is_paired:
+        xs, ys = px, py
+        d = xs - ys
+        n, sd = d.size, float(d.std(ddof=1))
+        diff, lo, hi = paired_t_interval(d, confidence)
+        se, df = sd / np.sqrt(n), n - 1
+        boot = paired_bootstrap(xs, ys, lower, confidence, n_boot, seed)
+        spread = sd
+    else:
+        xs, ys = fx, fy
+        n, sd = min(xs.size, ys.size), NAN
+        diff, lo, hi = welch_interval(xs, ys, confidence)
+        se, df = welch_se_df(xs, ys)
+        boot = unpaired_bootstrap(xs, ys, lower, confidence, n_boot, seed)
+        spread = float(np.sqrt(xs.var(ddof=1) + ys.var(ddof=1))) if min(xs.size, ys.size) >= 2 else NAN
+    mean_y = float(ys.mean()) if ys.size else NAN
+    name = verdict(lo, hi, lower, arm_x, arm_y)
+    return {"pairing": PAIRED if is_paired else UNPAIRED, "n": int(n), "n_x": int(fx.size), "n_y": int(fy.size),
+            "mean_x": float(xs.mean()) if xs.size else NAN, "mean_y": mean_y, "diff": diff, "diff_lo": lo,
+            "diff_hi": hi, **boot, "p_better": p_better(xs, ys, lower, paired=is_paired), "sd_diff": sd,
+            "se_diff": float(se), "mde": min_detectable_difference(se, df, alpha, power),
+            "seeds_10pct": seeds_needed(spread, 0.1 * abs(mean_y), alpha, power, unpaired=not is_paired),
+            "seeds_20pct": seeds_needed(spread, 0.2 * abs(mean_y), alpha, power, unpaired=not is_paired),
+            "resolved": name != "not resolved", "verdict": name}
+
+
+# ----------------------------------------------------------------------------------------------
+# every pair, metric and task of a per-seed table
+
+
+def _task_values(table: pd.DataFrame, arm, metric: str, unit: str, tasks: list) -> pd.Series:
+    """Per seed: the arm's value of `metric` in the one task, or its mean over several tasks
+    (seeds with a value in every one of them)."""
+    g = table[(table["arm"] == arm) & table[unit].isin(tasks)]
+    wide = g.pivot_table(index="seed", columns=unit, values=metric, aggfunc="mean", dropna=False)
+    wide = wide.reindex(columns=tasks)
+    return wide.mean(axis=1).where(np.isfinite(wide.to_numpy(float)).all(axis=1))
+
+
+def paired_table(table: pd.DataFrame, metrics: Sequence[str] | None, unit: str, arms: Sequence | None = None,
+                 confidence: float = DEFAULT_CONFIDENCE, n_boot: int = DEFAULT_N_BOOT,
+                 seed: int = 0) -> pd.DataFrame:
+    """Every pair of `arms` (default: in the table's order; X before Y), metric (default
+    PAIRED_METRICS[unit]) and task of a per-seed table (columns arm, seed, `unit` and the
+    metrics; `run` optional: arms of different runs are compared unpaired): columns
+    PAIRED_COLUMNS. A pooled row "all" per metric when there are several poolable tasks."""
+    if table is None or table.empty or unit not in table:
+        return pd.DataFrame(columns=PAIRED_COLUMNS)
+    metrics = [m for m in (PAIRED_METRICS.get(unit, []) if metrics is None else metrics) if m in table]
+    present = list(dict.fromkeys(table["arm"]))
+    arms = [a for a in (present if arms is None else arms) if a in present]
+    run_of = table.groupby("arm", sort=False)["run"].first().to_dict() if "run" in table else {}
+    tasks = sorted(table[unit].dropna().unique())
+    groups = [(t, [t]) for t in tasks]
+    pooled = poolable(unit, tasks)
+    if len(tasks) > 1 and pooled:
+        groups.append((POOLED, pooled))
+    rows = []
+    for metric in metrics:
+        for label, group in groups:
+            values = {arm: _task_values(table, arm, metric, unit, group) for arm in arms}
+            for i, x in enumerate(arms):
+                for y in arms[i + 1:]:
+                    same_run = run_of.get(x) == run_of.get(y)
+                    row = compare(values[x], values[y], metric, str(x), str(y), paired=None if same_run else False,
+                                  confidence=confidence, n_boot=n_boot, seed=seed)
+                    rows.append({"metric": metric, "better": "lower" if metric in LOWER_IS_BETTER else "higher",
+                                 "unit": unit, "task": label, "tasks": " ".join(str(t) for t in group),
+                                 "arm_x": x, "arm_y": y, **row})
+    return pd.DataFrame(rows, columns=PAIRED_COLUMNS)
