@@ -1,0 +1,47 @@
+"""The claims card (analysis/claims.py): each claim's verdict from a paired comparison of
+hand-built per-seed tables."""
+
+from types import SimpleNamespace
+
+import pandas as pd
+
+from analysis import claims
+
+
+def analysis_of(values: dict[str, list[float]], metric: str = "episodes_to_bar", name: str = "run") -> SimpleNamespace:
+    """A stand-in for report.Analysis: per arm, one value per seed for switches 1 and 2."""
+    rows = [{"arm": arm, "seed": s, "switch": k, metric: v + 10 * k} for arm, vs in values.items()
+            for s, v in enumerate(vs) for k in (1, 2)]
+    run = SimpleNamespace(name=name, manifest={"git_commit": "abcdef0123", "numerics": {"mode": "portable"}})
+    return SimpleNamespace(arm_order=list(values), per_seed=pd.DataFrame(rows), segments=pd.DataFrame(), runs=[run])
+
+
+def verdicts(a) -> dict[str, str]:
+    return {r["claim"].text: r["verdict"] for r in claims.card_rows([a])}
+
+
+HEADLINE = claims.CLAIMS[0].text  # SAO realigns faster than the running mean
+
+
+def test_a_clear_paired_difference_supports_or_contradicts():
+    faster = analysis_of({"sao": [100, 300, 500, 700, 900], "running_mean": [150, 340, 560, 760, 940]})
+    assert verdicts(faster)[HEADLINE] == "supported"  # 40-60 fewer episodes in every seed
+    slower = analysis_of({"sao": [150, 340, 560, 760, 940], "running_mean": [100, 300, 500, 700, 900]})
+    assert verdicts(slower)[HEADLINE] == "contradicted"
+
+
+def test_a_noisy_difference_is_not_resolved_and_says_what_would_resolve_it():
+    a = analysis_of({"sao": [100, 900, 300, 700, 500], "running_mean": [600, 200, 800, 400, 450]})
+    row = next(r for r in claims.card_rows([a]) if r["claim"].text == HEADLINE)
+    assert row["verdict"] == "not resolved at this power"
+    assert "resolvable" in row["estimate"] and "paired over 5 seeds" in row["estimate"]
+    assert row["command"] == "python -m testbed.run scenarios/style_shift.yaml" and "abcdef0" in row["run"]
+
+
+def test_claims_whose_arms_no_run_holds_are_not_run_with_the_command():
+    a = analysis_of({"sao": [1, 2, 3], "running_mean": [2, 3, 4]})
+    rows = {r["claim"].text: r for r in claims.card_rows([a])}
+    table4 = next(r for t, r in rows.items() if "K = 1" in t)
+    assert table4["verdict"] == "not run" and table4["command"] == "python -m testbed.run scenarios/ablations.yaml"
+    text = claims.card_markdown(claims.card_rows([a]))
+    assert text.count("\n| ") == len(claims.CLAIMS) + 1  # the header and one row per claim
