@@ -7,7 +7,7 @@ package use "mypkg.module:Name")::
       class: "examples.custom_judge:LengthAwareJudge"
       args: {max_words: 30, strict_topic: true}
 
-    # or the plain function below (a callable is accepted too):
+    # or a factory: a function that `args` are passed to and that returns the judge
     #   judge: {class: "examples.custom_judge:make_keyword_judge", args: {bonus_word: "coffee"}}
 
 `testbed.judge_adapter.as_judge` accepts (see its docstring for the exact rules):
@@ -17,7 +17,10 @@ package use "mypkg.module:Name")::
   * a callable `f(request)` (sync or async),
 and each result may be a `Verdict`, a dict `{"quality": 0|1, "style": str, ...}` or a tuple
 `(quality, style)`; `style_match` defaults to `style == request.target_style`. An exception raised
-while scoring becomes a judge failure (the episode is excluded and counted, not scored 0).
+while scoring is an outage (a timeout, a connection error, HTTP 429/5xx: the episode is excluded and
+counted, not scored 0) or a bug (anything else before the first verdict, or the same exception 8
+calls in a row: the run stops with its traceback, exit 2). Async per-request judges run
+concurrently, up to their `concurrency` attribute (default 32).
 
 The judge below reuses the rubric's style reading and adds its own quality rule; run this file to
 see it score a few generated pieces:

@@ -20,14 +20,25 @@ Each per-request result may be:
 * a tuple/list ``(quality, style)``.
 
 Anything else raises ``TypeError`` naming the judge and what it returned: a wrong return type is a
-bug to fix, not a judge failure. An *exception raised by the user's judge* while scoring is a judge
-failure: that request (or, for a batch ``judge``, the whole batch) gets ``Verdict.failed(...)``.
+bug to fix, not a judge failure. An *exception raised by the user's judge* while scoring is either:
+
+* an outage (`is_outage`: timeouts, connection errors, HTTP 429 / 5xx, by the exception's class
+  names or status code, so no client library is imported): that request (or, for a batch
+  ``judge``, the whole batch) gets ``Verdict.failed(...)`` and counts against the run's failure
+  budget; or
+* a bug: raised before the judge ever returned a verdict, or the same exception type
+  `BUG_REPEATS` calls in a row: `JudgePluginError` stops the run with the judge's traceback (the
+  CLI exits 2), instead of 512 "failed" calls later. Other exceptions are failures as above.
+
+Per-request shapes (3, 4) that are async are awaited concurrently, at most `concurrency` at a
+time (the object's ``concurrency`` attribute, else `DEFAULT_CONCURRENCY`).
 Passing a class instead of an instance, or an object with none of the shapes above, raises
 ``TypeError`` at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 from typing import Any, Callable
@@ -72,6 +83,29 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
+DEFAULT_CONCURRENCY = 32  # async per-request judges awaited at once, unless the judge says otherwise
+BUG_REPEATS = 8  # the same exception type this many calls in a row is a bug, not an outage
+# exception class names (anywhere in the MRO) that mean the service is down or slow, not a bug:
+# openai's, httpx's, requests' and litellm's, matched by name so that none of them is imported
+OUTAGE_NAMES = frozenset({"TimeoutError", "ConnectionError", "APIConnectionError", "APITimeoutError",
+                          "InternalServerError", "ServiceUnavailableError", "RateLimitError", "TimeoutException",
+                          "NetworkError", "ConnectError", "ReadTimeout", "ConnectTimeout", "RemoteProtocolError",
+                          "Timeout", "APIError"})
+
+
+class JudgePluginError(RuntimeError):
+    """A judge plugin raised what looks like a bug, not an outage: the run stops with its traceback."""
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether an exception from a judge means the service is unavailable (retry later) rather
+    than a bug in the judge: a timeout or connection error, or an HTTP status 429 or >= 500."""
+    if any(cls.__name__ in OUTAGE_NAMES for cls in type(exc).__mro__):
+        return True
+    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+    return isinstance(status, int) and (status == 429 or status >= 500)
+
+
 class _AdaptedJudge:
     """The Judge wrapper `as_judge` returns for shapes 2-4."""
 
@@ -80,6 +114,24 @@ class _AdaptedJudge:
         self._fn = fn
         self._batch = batch
         self._who = who
+        self._judged = 0  # verdicts returned so far
+        self._repeats: tuple[type | None, int] = (None, 0)  # the last exception type and its run length
+        self._concurrency = max(1, int(getattr(target, "concurrency", DEFAULT_CONCURRENCY) or 1))
+
+    def _failed(self, exc: Exception, dt: float) -> Verdict:
+        """A failed verdict for an outage; `JudgePluginError` for what looks like a bug."""
+        kind, run = self._repeats
+        run = run + 1 if type(exc) is kind else 1
+        self._repeats = (type(exc), run)
+        if not is_outage(exc) and (self._judged == 0 or run >= BUG_REPEATS):
+            when = "before it returned any verdict" if self._judged == 0 else f"{run} calls in a row"
+            raise JudgePluginError(f"{self._who} raised {type(exc).__name__} {when}: a bug in the judge, not an "
+                                   f"outage ({exc!r}); its traceback is above") from exc
+        return Verdict.failed(f"{self._who} raised {exc!r}", dt)
+
+    def _ok(self) -> None:
+        self._judged += 1
+        self._repeats = (None, 0)
 
     async def judge(self, requests: list[JudgeRequest]) -> list[Verdict]:
         requests = list(requests)
@@ -87,24 +139,29 @@ class _AdaptedJudge:
             t0 = time.perf_counter()
             try:
                 results = await _maybe_await(self._fn(requests))
-            except Exception as exc:  # the user's judge failed: every episode of the batch is excluded
-                dt = time.perf_counter() - t0
-                return [Verdict.failed(f"{self._who} raised {exc!r}", dt) for _ in requests]
+            except Exception as exc:  # every episode of the batch is excluded (or the run stops: a bug)
+                verdict = self._failed(exc, time.perf_counter() - t0)
+                return [verdict for _ in requests]
             dt = (time.perf_counter() - t0) / max(1, len(requests))
             results = list(results)
             if len(results) != len(requests):
                 raise TypeError(f"{self._who} returned {len(results)} results for {len(requests)} requests")
+            self._ok()
             return [coerce_verdict(r, q, self._who, dt) for r, q in zip(results, requests)]
-        out = []
-        for req in requests:
+        # a semaphore per call: a judge is shared by envs that each run their own event loop
+        limit = asyncio.Semaphore(self._concurrency)
+        return list(await asyncio.gather(*(self._one(req, limit) for req in requests)))
+
+    async def _one(self, req: JudgeRequest, limit: asyncio.Semaphore) -> Verdict:
+        """One request through a per-request judge; async ones run side by side up to the limit."""
+        async with limit:
             t0 = time.perf_counter()
             try:
                 result = await _maybe_await(self._fn(req))
             except Exception as exc:
-                out.append(Verdict.failed(f"{self._who} raised {exc!r}", time.perf_counter() - t0))
-                continue
-            out.append(coerce_verdict(result, req, self._who, time.perf_counter() - t0))
-        return out
+                return self._failed(exc, time.perf_counter() - t0)
+            self._ok()
+            return coerce_verdict(result, req, self._who, time.perf_counter() - t0)
 
     def stats(self) -> dict[str, float]:
         fn = getattr(self.wrapped, "stats", None)

@@ -38,18 +38,37 @@ def judge_from_config(config: Any, field: str) -> Judge:
     except registry.RegistryError as exc:
         raise ScenarioError(f"{field}.{'class' if config.class_ else 'name'}: {exc}") from None
     try:
-        obj = factory(**config.args) if isinstance(factory, type) else factory
+        obj = factory(**config.args) if is_factory(factory, config.args) else factory
     except (TypeError, ValueError) as exc:  # ValueError: a judge's pydantic config naming the field
         raise ScenarioError(f"{field} {config.path}: bad {field}.args {config.args}: {exc}") from None
     return as_judge(obj)
+
+
+def is_factory(obj: Any, args: dict) -> bool:
+    """Whether the object a judge's `class:` names builds the judge (called with `args`) or is the
+    judge itself: a class, or any callable given `args`, or one that needs no argument, is a
+    factory; a function of one request with no `args` is a per-request judge."""
+    if isinstance(obj, type) or args:
+        return True
+    if not callable(obj):
+        return False
+    import inspect
+
+    try:
+        params = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: treat it as the judge
+        return False
+    required = [p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return not required
 
 
 def check_judge(config: Any, field: str) -> str:
     """What a dry run does in place of `judge_from_config`: the same import, then the args checked
     by the judge's own pydantic `Config` without building it (a judge that declares one, the LLM
     judge, would start a local server and open its verdict cache); a judge without one is built
-    as a run builds it at start-up, then closed. Returns "checked" or "built"; bad args raise a
-    ScenarioError naming the field."""
+    as a run builds it at start-up, called once on a sample request (`probe`), then closed. Returns
+    "checked" or "built; <the sample verdict>"; bad args, or a judge that fails as a bug would,
+    raise a ScenarioError naming the field."""
     from pydantic import BaseModel, ValidationError
 
     from testbed import registry
@@ -68,7 +87,36 @@ def check_judge(config: Any, field: str) -> str:
             raise ScenarioError(f"{field} {config.path}: bad {field}.args\n" + "\n".join(
                 line.replace("  ", f"  {field}.args.", 1) for line in body)) from None
         return "checked"
-    closer = getattr(judge_from_config(config, field), "close", None)
-    if callable(closer):
-        closer()
-    return "built"
+    judge = judge_from_config(config, field)
+    try:
+        outcome = probe(judge, f"{field} {config.path}")
+    finally:
+        closer = getattr(judge, "close", None)
+        if callable(closer):
+            closer()
+    return f"built; {outcome}"
+
+
+def probe(judge: Judge, who: str) -> str:
+    """Call a built judge once on a sample request (a generated on-target piece), so that a broken
+    judge shows in a dry run, before SFT. A bug raises a ScenarioError naming `who`; a failed
+    verdict (an outage) is reported, not raised: the service may be down only now."""
+    import asyncio
+    import random
+
+    from testbed.config import ScenarioError
+    from testbed.judge_adapter import JudgePluginError
+    from testbed.types import JudgeRequest
+    from testbed.world import generate, prompts, render_prompt
+
+    spec = prompts("train")[0]
+    request = JudgeRequest(prompt=render_prompt(spec, ["cute", "academic"]), target_style="cute", topic=spec.topic,
+                           response=generate("cute", spec.topic, random.Random(0)), candidate_styles=("cute", "academic"))
+    try:
+        verdicts = asyncio.run(judge.judge([request]))
+    except JudgePluginError as exc:
+        raise ScenarioError(f"{who}: the judge fails on a sample request: {exc}") from exc
+    except Exception as exc:  # a shape-1 judge's own exception: the same bug a run would hit first
+        raise ScenarioError(f"{who}: the judge raised {exc!r} on a sample request") from exc
+    verdict = list(verdicts)[0]
+    return f"sample verdict failed: {verdict.error}" if verdict.error else f"sample verdict reward {verdict.reward:g}"

@@ -77,7 +77,7 @@ def judges_table(plan: dict[str, Any]) -> Table:
         j = plan[field]
         if j is None:
             continue
-        how = "args checked by its Config, not built" if j["check"] == "checked" else "built and closed"
+        how = "args checked by its Config, not built" if j["check"] == "checked" else f"{j['check']}, closed"
         share = f", scores {j['share']:.0%} of episodes" if "share" in j else ""
         rows.append((field.replace("_", " "), f"{j['name']} ({j['path']}), args {_args(j['args'])}; {how}{share}"))
     rows.append(("world", _args(plan["world"])))

@@ -9,16 +9,17 @@ or stopped, from its last checkpoint, with the scenario saved in the run directo
 validates the scenario and prints its plan (testbed/plan.py), training and writing nothing.
 
 Exit codes: 0 done (also `--resume` of a run that is already finished: it says so and changes
-nothing), 2 bad input or a run directory in use by another process (nothing trained), 3 stopped
-on purpose with a checkpoint (judge outage, NaN/inf updates; resumable), 130 interrupted.
+nothing), 2 bad input, a run directory in use by another process (nothing trained) or a bug in a
+judge plugin (with its traceback), 3 stopped on purpose with a checkpoint (judge outage, NaN/inf
+updates; resumable), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
+import traceback
 import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,7 @@ def load_or_train_policy(*args: Any, **kwargs: Any) -> Any:
 # Built in their own modules, importable from here as before (the distributed tasks do).
 from testbed.judging import build_gold_judge, build_judge, judge_from_config  # noqa: E402,F401
 from testbed.starting import StartingPolicy, sft_evaluator, starting_policies  # noqa: E402,F401
+from testbed.arm_runtimes import arm_runner, resolved_dict, runtime_session  # noqa: E402,F401
 
 
 def run_arms(scenario: Scenario, store: RunStore, manifest: dict[str, Any], resume_state: dict[str, Any] | None,
@@ -87,27 +89,6 @@ def run_arms(scenario: Scenario, store: RunStore, manifest: dict[str, Any], resu
             done(arm.name, seed, totals)
 
 
-def arm_runner(scenario: Scenario, arm: Any) -> Any:
-    """`run_arm` of the arm's runtime: the same arguments, the same rows."""
-    from testbed.loop import run_arm
-
-    if scenario.runtime_for(arm).kind == "ray":
-        from testbed.distributed.runtime import run_arm_ray  # imports ray only when asked for
-
-        return run_arm_ray
-    return run_arm
-
-
-def runtime_session(scenario: Scenario) -> Any:
-    if scenario.runtime.parallel_arms or any(scenario.runtime_for(arm).kind == "ray" for arm in scenario.arms):
-        from testbed.distributed.cluster import ray_session
-
-        return ray_session(scenario.runtime)
-    return contextlib.nullcontext()
-
-
-def resolved_dict(scenario: Scenario) -> dict[str, Any]:
-    return scenario.model_dump(mode="json", by_alias=True)
 
 
 def error(message: str) -> int:
@@ -324,6 +305,7 @@ def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStor
                  resume_state: dict[str, Any] | None, write_report: bool = True) -> int:
     """Every arm x seed of a started run into its run directory, then the report."""
     from testbed import cpu_numerics
+    from testbed.judge_adapter import JudgePluginError
     from testbed.learn import RunStopped
 
     manifest["switch_points"] = list(schedule.switch_points())
@@ -344,12 +326,8 @@ def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStor
         run_arms(scenario, store, manifest, resume_state, starts=starts, judge=judge, schedule=schedule)
     except KeyboardInterrupt:
         return interrupted(store, manifest)
-    except RunStopped as exc:
-        manifest["status"] = "stopped"
-        manifest["stop_reason"] = str(exc)
-        store.write_manifest(manifest)
-        console.print(f"[red]stopped:[/] {escape(str(exc))}", markup=True, highlight=False)  # e.g. "[redacted]"
-        return 3
+    except (RunStopped, JudgePluginError) as exc:  # exit 3: resumable; 2: a judge plugin's bug, with its traceback
+        return stopped(store, manifest, exc)
     except Exception:
         store.flush()
         manifest["status"] = "failed"
@@ -368,6 +346,23 @@ def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStor
         console.print(f"report skipped (--no-report): python -m analysis.report {store.root}", highlight=False)
     print(store.root)
     return 0
+
+
+def stopped(store: RunStore, manifest: dict[str, Any], exc: Exception) -> int:
+    """Record why the run stopped; exit 3 for a stop on purpose (a checkpoint to resume from), 2
+    for a bug in a judge plugin, after its traceback (never 512 'failed' calls later)."""
+    from testbed.learn import RunStopped
+
+    bug = not isinstance(exc, RunStopped)
+    store.flush()
+    manifest.update(status="failed" if bug else "stopped", stop_reason=str(exc))
+    store.write_manifest(manifest)
+    if bug:
+        cause = exc.__cause__ or exc
+        print("".join(traceback.format_exception(type(cause), cause, cause.__traceback__)), file=sys.stderr)
+    label = "judge plugin error" if bug else "stopped"
+    console.print(f"[red]{label}:[/] {escape(str(exc))}", markup=True, highlight=False)  # e.g. "[redacted]"
+    return 2 if bug else 3
 
 
 def sweep_report(root: Path, console: Any = None) -> Path:

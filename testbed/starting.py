@@ -86,7 +86,7 @@ def starting_policies(scenario: Scenario, log: Any = print, load: Any = None) ->
     per_seed = scenario.policy.sft.per_seed and not scenario.policy.checkpoint
     if per_seed and scenario.runtime.parallel_arms:
         from testbed.distributed.parallel import train_policies_in_parallel
-        from testbed.run import runtime_session
+        from testbed.arm_runtimes import runtime_session
 
         with runtime_session(scenario):
             train_policies_in_parallel(scenario, list(configs.values()), log=log)

@@ -146,6 +146,9 @@ def test_every_bad_input_of_the_readme_fails_the_dry_run_with_its_error(what, co
     ("policy.checkpoint=/nonexistent/model", "policy.checkpoint: no such directory: /nonexistent/model"),
     ("judge={name: llm, args: {model: openai/x, concurrency: 0}}", "judge.args.concurrency: Input should be greater than or equal to 1"),
     ("gold_judge={name: llm, args: {modle: openai/x}}", "gold_judge.args.modle: unknown key 'modle' (did you mean 'model'?)"),
+    # a judge plugin with a bug fails at its first call: the dry run makes that call on a sample
+    ("judge={class: 'tests.test_judge_plugin_run:key_error_judge'}",
+     "judge tests.test_judge_plugin_run:key_error_judge: the judge fails on a sample request"),
 ])
 def test_what_a_run_finds_only_later_fails_the_dry_run_with_the_field_named(isolated, capsys, override, message):
     code, _, err = dry(capsys, DEFAULT, "--set", override)

@@ -75,9 +75,9 @@ def test_stats_pass_through():
     assert as_judge(sync_fn).stats() == {}
 
 
-def test_exceptions_become_failed_verdicts():
+def test_outages_become_failed_verdicts():
     def boom(req):
-        raise RuntimeError("endpoint down")
+        raise TimeoutError("endpoint down")
 
     class BoomBatch:
         def judge(self, requests):
@@ -107,3 +107,80 @@ def test_wrong_return_types_raise(result, match):
         run(lambda req: result)
     with pytest.raises(TypeError, match="returned 1 results for 2"):
         run(type("Short", (), {"judge": lambda self, reqs: [(1, "cute")]})())
+
+
+class StatusError(Exception):
+    def __init__(self, status_code):
+        super().__init__(f"HTTP {status_code}")
+        self.status_code = status_code
+
+
+def test_outage_or_bug_by_exception_class_and_status():
+    from testbed.judge_adapter import is_outage
+
+    assert is_outage(TimeoutError()) and is_outage(ConnectionResetError()) and is_outage(asyncio.TimeoutError())
+    assert is_outage(StatusError(503)) and is_outage(StatusError(429))
+    assert not is_outage(StatusError(400)) and not is_outage(KeyError("x")) and not is_outage(ValueError())
+
+
+def test_a_judge_that_raises_before_any_verdict_is_a_bug_that_stops_at_once():
+    from testbed.judge_adapter import JudgePluginError
+
+    def broken(req):
+        return {"quality": 1, "style": req.missing_field}  # AttributeError: a bug
+
+    with pytest.raises(JudgePluginError, match="AttributeError before it returned any verdict") as info:
+        run(broken)
+    assert isinstance(info.value.__cause__, AttributeError)  # the traceback the run prints
+
+
+def test_after_verdicts_a_sporadic_error_fails_one_call_and_a_repeated_one_stops():
+    from testbed.judge_adapter import BUG_REPEATS, JudgePluginError
+
+    calls = {"n": 0}
+
+    def flaky(req):
+        calls["n"] += 1
+        if calls["n"] == 1 or calls["n"] == 3:
+            return (1, "cute")
+        raise KeyError("topic")
+
+    judge = as_judge(flaky)
+    verdicts = asyncio.run(judge.judge(REQS + REQS[:1]))  # ok, KeyError, ok
+    assert [v.error is None for v in verdicts] == [True, False, True]
+    with pytest.raises(JudgePluginError, match=f"KeyError {BUG_REPEATS} calls in a row"):
+        asyncio.run(judge.judge(REQS * BUG_REPEATS))
+
+
+def test_async_per_request_judges_run_concurrently():
+    import time
+
+    class Slow:
+        concurrency = 32
+
+        async def score(self, req):
+            await asyncio.sleep(0.05)
+            return (1, req.target_style)
+
+    judge = as_judge(Slow())
+    t0 = time.perf_counter()
+    verdicts = asyncio.run(judge.judge(REQS * 16))
+    elapsed = time.perf_counter() - t0
+    assert len(verdicts) == 32 and all(v.error is None for v in verdicts)
+    assert elapsed < 0.3 * 32 * 0.05, elapsed  # one at a time would take 1.6 s
+
+    Slow.concurrency = 1
+    t0 = time.perf_counter()
+    asyncio.run(as_judge(Slow()).judge(REQS * 2))
+    assert time.perf_counter() - t0 >= 4 * 0.05  # the judge's own limit is kept
+
+
+def test_a_factory_named_with_args_is_called_with_them_and_returns_the_judge():
+    from testbed.judging import is_factory, judge_from_config
+    from testbed.plugin_config import JudgeConfig
+
+    judge = judge_from_config(JudgeConfig.model_validate(
+        {"class": "examples.custom_judge:make_keyword_judge", "args": {"bonus_word": "tea"}}), "judge")
+    verdicts = asyncio.run(judge.judge(REQS))
+    assert [v.quality for v in verdicts] == [0, 1]  # the factory's argument took effect
+    assert not is_factory(sync_fn, {}) and is_factory(make_keyword_judge, {}) and is_factory(SyncScore, {})

@@ -87,7 +87,7 @@ def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
     from testbed.config import parse_scenario
     from testbed.distributed.rollout import build_policy
     from testbed.judging import build_judge
-    from testbed.run import arm_runner
+    from testbed.arm_runtimes import arm_runner
 
     enter_task(*worker)
     install_cache_files(warmed)
@@ -153,7 +153,7 @@ def train_policies_in_parallel(scenario: Any, configs: list[Any], log: Callable[
     """Train the SFT policies of `configs` that the cache lacks, side by side, one task each, and
     put them into this process's cache (nodes need no shared disk)."""
     from testbed.models.sft import cache_root, policy_key
-    from testbed.run import resolved_dict
+    from testbed.arm_runtimes import resolved_dict
 
     missing = [c for c in configs if not (cache_root() / f"policy-{policy_key(c, scenario.world.archetypes, scenario.env)}"
                                           / "sft_report.json").exists()]
@@ -200,7 +200,7 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: 
     as the arm's first job computes it when the jobs run one after another (`loop.first_jobs`);
     the results reach every task's cache through the object store, and the driver's."""
     from testbed.loop import first_jobs
-    from testbed.run import resolved_dict
+    from testbed.arm_runtimes import resolved_dict
 
     data = resolved_dict(scenario)
     refs: dict[str, Any] = {}  # one object per starting policy (one, or one per seed)

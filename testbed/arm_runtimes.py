@@ -1,0 +1,35 @@
+"""Which runtime runs an arm, and the Ray session a run needs: what the CLI and the parallel-arm
+tasks share, so that neither imports the other."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from testbed.config import Scenario
+
+
+def arm_runner(scenario: Scenario, arm: Any) -> Any:
+    """`run_arm` of the arm's runtime: the same arguments, the same rows."""
+    from testbed.loop import run_arm
+
+    if scenario.runtime_for(arm).kind == "ray":
+        from testbed.distributed.runtime import run_arm_ray  # imports ray only when asked for
+
+        return run_arm_ray
+    return run_arm
+
+
+def runtime_session(scenario: Scenario) -> Any:
+    """A Ray session when any arm needs Ray (parallel arms or the Ray runtime), else nothing."""
+    if scenario.runtime.parallel_arms or any(scenario.runtime_for(arm).kind == "ray" for arm in scenario.arms):
+        from testbed.distributed.cluster import ray_session
+
+        return ray_session(scenario.runtime)
+    return contextlib.nullcontext()
+
+
+def resolved_dict(scenario: Scenario) -> dict[str, Any]:
+    """The scenario with every default filled in, as plain data (what a Ray task is sent)."""
+    return scenario.model_dump(mode="json", by_alias=True)
