@@ -112,6 +112,22 @@ def test_gymnasium_make_reset_step():
     assert isinstance(env.unwrapped, StyleShiftEnv)
 
 
+def test_gymnasium_make_in_a_fresh_interpreter_needs_no_prior_import():
+    """gymnasium's own `module:id` form imports the package that registers the ids."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gymnasium\n"
+            "assert 'testbed' not in sys.modules\n"
+            "env = gymnasium.make('testbed.envs:testbed/StyleShift-v0')\n"
+            "obs, info = env.reset(seed=0)\n"
+            "assert isinstance(obs, str) and 'styles:' in obs\n"
+            "assert type(gymnasium.make('testbed.envs:testbed/Revision-v0').unwrapped).__name__ == 'RevisionEnv'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 def test_reset_and_step_info(train):
     env = make_env(seed=3)
     obs, info = env.reset()
