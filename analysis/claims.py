@@ -110,12 +110,19 @@ def estimate_text(row: pd.Series, claim: Claim) -> str:
     return text
 
 
+def scenario_name(a) -> str:
+    """The scenario a run was made from (the manifest's `scenario`, else the run's name)."""
+    return str(a.runs[0].manifest.get("scenario") or a.runs[0].name)
+
+
 def card_rows(analyses: list) -> list[dict]:
-    """One dict per claim: claim, verdict, estimate, run, command."""
+    """One dict per claim: claim, verdict, estimate, run, command. A run of the claim's own
+    scenario is preferred; another run that holds both arms stands in, and the card says which."""
     out = []
     for claim in CLAIMS:
         found = None
-        for a in analyses:
+        own = Path(claim.scenario).stem
+        for a in sorted(analyses, key=lambda a: scenario_name(a) != own):
             arms = set(a.arm_order)
             if {claim.x, claim.y} <= arms:
                 table = a.per_seed if UNITS[claim.metric] == "switch" else a.segments
@@ -129,7 +136,8 @@ def card_rows(analyses: list) -> list[dict]:
         run = a.runs[0]
         commit = str(run.manifest.get("git_commit") or run.manifest.get("commit") or "")[:7]
         numerics = (run.manifest.get("numerics") or {}).get("mode", "")
-        command = claim.command + (" --set numerics=native" if numerics == "native" else "")
+        command = f"python -m testbed.run scenarios/{scenario_name(a)}.yaml"
+        command += " --set numerics=native" if numerics == "native" else ""
         out.append({"claim": claim, "verdict": verdict_of(row, claim), "estimate": estimate_text(row, claim),
                     "run": f"{run.name} (commit {commit or '?'}, numerics {numerics or '?'})", "command": command})
     return out

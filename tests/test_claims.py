@@ -8,11 +8,12 @@ import pandas as pd
 from analysis import claims
 
 
-def analysis_of(values: dict[str, list[float]], metric: str = "episodes_to_bar", name: str = "run") -> SimpleNamespace:
+def analysis_of(values: dict[str, list[float]], metric: str = "episodes_to_bar", name: str = "style_shift") -> SimpleNamespace:
     """A stand-in for report.Analysis: per arm, one value per seed for switches 1 and 2."""
     rows = [{"arm": arm, "seed": s, "switch": k, metric: v + 10 * k} for arm, vs in values.items()
             for s, v in enumerate(vs) for k in (1, 2)]
-    run = SimpleNamespace(name=name, manifest={"git_commit": "abcdef0123", "numerics": {"mode": "portable"}})
+    run = SimpleNamespace(name=name, manifest={"git_commit": "abcdef0123", "numerics": {"mode": "portable"},
+                                               "scenario": name})
     return SimpleNamespace(arm_order=list(values), per_seed=pd.DataFrame(rows), segments=pd.DataFrame(), runs=[run])
 
 
@@ -45,3 +46,15 @@ def test_claims_whose_arms_no_run_holds_are_not_run_with_the_command():
     assert table4["verdict"] == "not run" and table4["command"] == "python -m testbed.run scenarios/ablations.yaml"
     text = claims.card_markdown(claims.card_rows([a]))
     assert text.count("\n| ") == len(claims.CLAIMS) + 1  # the header and one row per claim
+
+
+def test_a_run_of_the_claims_own_scenario_is_preferred_and_the_command_names_the_run_used():
+    faster = {"sao": [100, 300, 500, 700, 900], "running_mean": [150, 340, 560, 760, 940]}
+    slower = {"sao": [150, 340, 560, 760, 940], "running_mean": [100, 300, 500, 700, 900]}
+    rows = claims.card_rows([analysis_of(faster, name="ablations"), analysis_of(slower, name="style_shift")])
+    headline = next(r for r in rows if r["claim"].text == HEADLINE)
+    assert headline["verdict"] == "contradicted"  # the style_shift run, though listed second
+    assert headline["command"].endswith("scenarios/style_shift.yaml") and headline["run"].startswith("style_shift")
+    only = claims.card_rows([analysis_of(faster, name="ablations")])
+    stand_in = next(r for r in only if r["claim"].text == HEADLINE)
+    assert stand_in["verdict"] == "supported" and stand_in["command"].endswith("scenarios/ablations.yaml")
