@@ -17,7 +17,7 @@ export ONEDNN_MAX_CPU_ISA := SSE41
 export TESTBED_NUMERICS_PINNED := ATEN_CPU_CAPABILITY MKL_CBWR ONEDNN_MAX_CPU_ISA
 endif
 
-.PHONY: run test bench clean vllm test-vllm
+.PHONY: run demo test bench clean vllm test-vllm
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -27,6 +27,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 run: $(VENV)/.installed
 	$(PY) -m testbed.run $(SCENARIO)
+
+# A first look at the whole path (SFT, three arms, the report) at toy size: scenarios/demo.yaml
+demo: $(VENV)/.installed
+	$(PY) -m testbed.run scenarios/demo.yaml
 
 # Two pytest workers (one per core here): the suite's tests are single-threaded. worksteal
 # balances the few long tests (Ray runtime, SFT) across workers.

@@ -86,6 +86,9 @@ def verdict_line(r: pd.Series, styles: tuple | None = None) -> str:
         head += f" ({styles[0]} → {styles[1]})"
     if not np.isfinite(r["diff"]):
         return f"{head}: {r['arm_x']} − {r['arm_y']}: no seeds to compare."
+    if max(int(r["n_x"]), int(r["n_y"])) < 2:  # one seed per arm: a difference, but no spread to judge it by
+        return (f"{head}: {r['arm_x']} − {r['arm_y']}: {num(r['diff'], d)} {UNITS.get(m, m)} with one seed: no "
+                "interval, nothing resolved (run more seeds).")
     unit = "episodes" if m.startswith("episodes") else "judge calls" if m.startswith("judge_calls") else ""
     kind = "paired t" if r["pairing"] == paired.PAIRED else "Welch t"
     boot = f"; bootstrap [{num(r['boot_lo'], d)}, {num(r['boot_hi'], d)}]" if np.isfinite(r["boot_lo"]) else ""

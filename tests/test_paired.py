@@ -210,3 +210,13 @@ def test_the_pooled_segment_row_leaves_segment_0_out():
     table = paired.paired_table(pd.DataFrame(rows), ["dynamic_regret"], "segment", n_boot=200)
     pooled = table[table["task"] == "all"].iloc[0]
     assert pooled["tasks"] == "1 2" and pooled["diff"] == pytest.approx(-0.2)  # with segment 0: (0.8 - 0.2 - 0.2) / 3
+
+
+def test_a_one_seed_verdict_line_says_there_is_no_interval():
+    from analysis.verdicts import verdict_line
+
+    row = pd.Series({"metric": "episodes_to_bar", "unit": "switch", "task": 1, "arm_x": "sao", "arm_y": "rm",
+                     **paired.compare(series([100.0]), series([250.0]), "episodes_to_bar", "sao", "rm")})
+    line = verdict_line(row, ("cute", "chuunibyou"))
+    assert line == ("Switch 1 (cute → chuunibyou): sao − rm: −150 episodes to the bar with one seed: no interval, nothing "
+                    "resolved (run more seeds).")
