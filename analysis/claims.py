@@ -73,8 +73,8 @@ CLAIMS: list[Claim] = [
           "step_gae_last", "step_gae_average", "dynamic_regret", A),
     Claim("§3 order", "Advantages from the critic after its K steps (the paper's order) realign faster than from "
           "the critic before it saw the batch", "sao", "sao_pre_update_advantages", "episodes_to_bar", A),
-    Claim("open", "Skipping observations discards no signal: token-level GAE realigns as fast as GAE through "
-          "the editor's notes (naive)", "sao_token", "sao_naive", "episodes_to_bar", R),
+    Claim("open", "Does skipping observations discard signal? Token-level GAE (skipping the editor's notes) "
+          "realigns faster than GAE run through them (naive)", "sao_token", "sao_naive", "episodes_to_bar", R),
 ]
 
 
