@@ -32,7 +32,8 @@ class ShortIsStyled:
     the target style for a response of at most 12 words, so rewards vary from sample to sample."""
 
     def score(self, request):
-        other = next(s for s in request.candidate_styles if s != request.target_style)
+        # the reference policy's prompts offer the target alone: "plain" is then the other style
+        other = next((s for s in request.candidate_styles if s != request.target_style), "plain")
         return {"quality": 1, "style": request.target_style if len(request.response.split()) <= 12 else other}
 
 
