@@ -12,10 +12,9 @@ whether or how often the reference was evaluated.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import torch
 
+from testbed.collect import heldout_rows
 from testbed.envs.style_shift import StyleShiftEnv
 from testbed.protocols import Engine
 from testbed.world import PromptSpec
@@ -39,13 +38,13 @@ def reference_rows(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], 
         for phase, (start, end) in enumerate(phase_clocks(switch_points, budget)):
             starts = [s for s in env.told_target_starts(specs, start) for _ in range(samples)]
             trajs = env.rollout(engine, starts)
-            verdicts = [v for v in env.evaluate_batch(starts, [t.response_text for t in trajs]) if v.error is None]
-            n = len(verdicts)
             target = starts[0].target.style
-            styles = Counter(v.style for v in verdicts)
+            # the held-out evaluation's own summary (failed verdicts left out), read at the target's row
+            per_style = heldout_rows(env.evaluate_batch(starts, [t.response_text for t in trajs]), start, target)
+            # a style outside the world's list that no verdict named has no row: its share is 0
+            summary = next((r for r in per_style if r["style"] == target), {**per_style[0], "share": 0.0})
             rows.append({"phase": phase, "start": start, "end": end, "target_style": target,
                          "candidates": ", ".join(starts[0].target.candidates), "samples": len(starts),
-                         "n": n, "reward": sum(v.reward for v in verdicts) / n if n else None,
-                         "quality": sum(v.quality for v in verdicts) / n if n else None,
-                         "target_share": styles[target] / n if n else None})
+                         "n": summary["n"], "reward": summary["eval_reward"], "quality": summary["eval_quality"],
+                         "target_share": summary["share"]})
     return rows
