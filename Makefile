@@ -57,7 +57,7 @@ $(VLLM_VENV)/.installed: requirements-vllm.txt pyproject.toml
 	$(VPY) -c "import torchvision" 2>/dev/null || $(VPY) -m pip uninstall -y -q torchvision torchaudio torchcodec
 	$(VPY) -m pip install -q -r requirements-vllm.txt
 	$(VPY) -m pip install -q --no-deps -e .
-	$(VPY) -c "import vllm, testbed.rollout.vllm_engine; print('vllm', vllm.__version__)"
+	$(VPY) -c "import vllm, testbed.engines.vllm_engine; print('vllm', vllm.__version__)"
 	touch $@
 
 vllm: $(VLLM_VENV)/.installed

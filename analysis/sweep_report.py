@@ -1,4 +1,4 @@
-"""The report of a sweep directory (testbed/sweep.py): the grid points side by side.
+"""The report of a sweep directory (testbed/cli/sweep.py): the grid points side by side.
 
     python -m analysis.sweep_report SWEEP_DIR
 

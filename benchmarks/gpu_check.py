@@ -59,7 +59,7 @@ def checkpoints(args: argparse.Namespace) -> dict[str, Path]:
     work = Path(args.work)
     export = Path(args.export) if args.export else work / "project-policy"
     if not args.export and not (export / "config.json").exists():
-        from testbed.config import load_scenario
+        from testbed.scenario.schema import load_scenario
         from testbed.models.export import export_policy, scenario_policy
 
         log(f"exporting the project's SFT policy ({SFT_SCENARIO.name}'s shape) to {export}")
@@ -71,10 +71,10 @@ def checkpoints(args: argparse.Namespace) -> dict[str, Path]:
 
 def logprob_gaps(directory: Path, device: str, prompts: int = 32) -> dict[str, Any]:
     """Sampled on `device`, scored by the trainers' forward there and on the CPU."""
-    from testbed.config import SamplingConfig
+    from testbed.scenario.schema import SamplingConfig
     from testbed.models.hub import load_checkpoint
     from testbed.models.policy import token_logprobs
-    from testbed.rollout.hf_engine import HFEngine
+    from testbed.engines.hf_engine import HFEngine
     from testbed.world import prompts as world_prompts
     from testbed.world import render_prompt
     from trainers.batching import collate
@@ -111,7 +111,7 @@ def tiny_recipe(checkpoint: Path, episodes: int, kind: str, device: str) -> list
 
 def run_recipe(checkpoint: Path, episodes: int, kind: str, device: str, out: Path, name: str) -> dict[str, Any]:
     """One tiny run of the recipe; its speed, its own mismatch columns and the driver's peak memory."""
-    from testbed.run import main
+    from testbed.cli.run import main
     from testbed.store import read_table
 
     cuda = device == "cuda"

@@ -27,7 +27,7 @@ MODES = ("native", "portable")
 
 def arm_names(scenario: str, overrides: list[str]) -> list[str]:
     sys.path.insert(0, str(ROOT))
-    from testbed.config import load_scenario
+    from testbed.scenario.schema import load_scenario
 
     return [arm.name for arm in load_scenario(scenario, overrides).arms]
 

@@ -24,10 +24,10 @@ import testbed  # noqa: E402,F401  first: it pins the CPU kernels before torch l
 import torch  # noqa: E402
 
 from testbed import registry  # noqa: E402
-from testbed.config import load_scenario  # noqa: E402
-from testbed.loop import make_engine  # noqa: E402
+from testbed.scenario.schema import load_scenario  # noqa: E402
+from testbed.runtimes.loop import make_engine  # noqa: E402
 from testbed.models.policy import token_logprobs  # noqa: E402
-from testbed.starting import starting_policies  # noqa: E402
+from testbed.runtimes.starting import starting_policies  # noqa: E402
 from testbed.types import Verdict  # noqa: E402
 from testbed.world import prompts, render_prompt  # noqa: E402
 from trainers.batching import collate  # noqa: E402

@@ -31,8 +31,9 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from testbed import loop, run  # noqa: E402
-from testbed.config import load_scenario  # noqa: E402
+from testbed.runtimes import loop
+from testbed.cli import run  # noqa: E402
+from testbed.scenario.schema import load_scenario  # noqa: E402
 
 
 def cpu_seconds() -> float:
@@ -69,7 +70,7 @@ def main() -> int:
             arm_cpu.append(cpu_seconds() - before)
             return totals
 
-        loop.run_arm = timed_run_arm  # testbed.run looks it up in testbed.loop when an arm starts
+        loop.run_arm = timed_run_arm  # testbed.cli.run looks it up in testbed.runtimes.loop when an arm starts
         start = time.perf_counter()
         code = run.main([args.scenario, "--out", out, *sum((["--set", o] for o in overrides), [])])
         total = time.perf_counter() - start

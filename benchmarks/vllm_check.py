@@ -5,7 +5,7 @@ the vLLM environment (`make vllm`; on a GPU `make vllm VLLM_PACKAGE=vllm==0.33.0
     .venv-vllm/bin/python benchmarks/vllm_check.py [--checkpoint DIR] [--dtype float32] [--prompts 64] [--rounds 3]
 
 Without --checkpoint it builds the vLLM scenario's policy shape untrained (head_dim 32); give an
-export (`python -m testbed.models.export DIR --scenario scenarios/vllm_shift.yaml`) for real text.
+export (`python -m testbed.cli.export DIR --scenario scenarios/vllm_shift.yaml`) for real text.
 Prints one JSON object.
 """
 
@@ -18,12 +18,12 @@ import time
 import testbed  # noqa: F401  first: it pins the CPU kernels before torch loads (numerics)
 import torch
 
-from testbed.config import PolicyConfig, SamplingConfig, load_scenario
+from testbed.scenario.schema import PolicyConfig, SamplingConfig, load_scenario
 from testbed.models.policy import build_policy
 from testbed.models.tokenizer import WordTokenizer
-from testbed.rollout.hf_engine import HFEngine
-from testbed.rollout.mismatch import logprob_gaps
-from testbed.rollout.vllm_engine import VLLMEngine
+from testbed.engines.hf_engine import HFEngine
+from testbed.engines.mismatch import logprob_gaps
+from testbed.engines.vllm_engine import VLLMEngine
 from testbed.world import prompts, render_prompt
 
 

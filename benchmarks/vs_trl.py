@@ -31,12 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import testbed  # noqa: E402,F401  first: it pins the CPU kernels before torch loads (numerics)
 import torch  # noqa: E402
 
-from testbed.config import PolicyConfig, SamplingConfig  # noqa: E402
+from testbed.scenario.schema import PolicyConfig, SamplingConfig  # noqa: E402
 from testbed.envs.style_shift import StyleShiftEnv  # noqa: E402
 from testbed.models.policy import build_policy  # noqa: E402
 from testbed.models.tokenizer import WordTokenizer  # noqa: E402
 from testbed.registry import load  # noqa: E402
-from testbed.rollout.hf_engine import HFEngine  # noqa: E402
+from testbed.engines.hf_engine import HFEngine  # noqa: E402
 from testbed.types import JudgeRequest  # noqa: E402
 from testbed.world import prompts  # noqa: E402
 

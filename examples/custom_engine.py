@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from testbed.rollout.hf_engine import HFEngine
+from testbed.engines.hf_engine import HFEngine
 
 
 class CountingEngine(HFEngine):

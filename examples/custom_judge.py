@@ -10,7 +10,7 @@ package use "mypkg.module:Name")::
     # or a factory: a function that `args` are passed to and that returns the judge
     #   judge: {class: "examples.custom_judge:make_keyword_judge", args: {bonus_word: "coffee"}}
 
-`testbed.judge_adapter.as_judge` accepts (see its docstring for the exact rules):
+`testbed.judging.adapter.as_judge` accepts (see its docstring for the exact rules):
   * an object with `async def judge(requests) -> list[Verdict]` (the Judge protocol itself),
   * an object with a sync `judge(requests)`,
   * an object with `score(request)` (sync or async),
@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere
 
 from judges.rubric import RubricJudge  # noqa: E402
-from testbed.judge_adapter import as_judge  # noqa: E402
+from testbed.judging.adapter import as_judge  # noqa: E402
 from testbed.types import JudgeRequest  # noqa: E402
 from testbed.world import generate, prompts, render_prompt, split_words  # noqa: E402
 

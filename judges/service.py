@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from judges.template import TEMPLATE_DIR, TemplateError, load_template
-from testbed.judge_adapter import as_judge
+from testbed.judging.adapter import as_judge
 from testbed.types import JudgeRequest, Verdict
 
 __all__ = ["MALFORMED_REPLIES", "BadRequest", "JudgeService", "count_tokens"]

@@ -14,7 +14,7 @@ import os
 from functools import cache
 from pathlib import Path
 
-__all__ = ["cache_dir", "source_fingerprint"]
+__all__ = ["cache_dir", "check_directory", "source_fingerprint"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,3 +37,19 @@ def source_fingerprint(*parts: str, root: Path = ROOT) -> str:
         for file in sorted([path] if path.is_file() else path.rglob("*.py")):
             digest.update(file.relative_to(root).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
+
+
+WEIGHTS = ("*.safetensors", "*.bin")
+
+
+def check_directory(path: str | Path) -> Path:
+    """The directory, if it looks like a checkpoint (config.json and weights); else a clear error."""
+    directory = Path(path).expanduser()
+    if not directory.is_dir():
+        raise FileNotFoundError(f"policy.checkpoint: no such directory: {directory}")
+    if not (directory / "config.json").exists():
+        raise FileNotFoundError(f"policy.checkpoint: {directory} has no config.json (not a transformers checkpoint "
+                                "directory; write one with save_pretrained or testbed export)")
+    if not any(any(directory.glob(w)) for w in WEIGHTS):
+        raise FileNotFoundError(f"policy.checkpoint: {directory} has no weights (*.safetensors or *.bin)")
+    return directory

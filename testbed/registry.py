@@ -30,8 +30,8 @@ BUILTINS: dict[str, dict[str, str]] = {
         "random": "testbed.envs.schedules:RandomSchedule",
     },
     "engine": {
-        "hf": "testbed.rollout.hf_engine:HFEngine",
-        "vllm": "testbed.rollout.vllm_engine:VLLMEngine",  # optional extra: make vllm (docs/vllm.md)
+        "hf": "testbed.engines.hf_engine:HFEngine",
+        "vllm": "testbed.engines.vllm_engine:VLLMEngine",  # optional extra: make vllm (docs/vllm.md)
     },
     "env": {
         "style_shift": "testbed.envs.style_shift:StyleShiftEnv",

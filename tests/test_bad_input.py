@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import testbed.run as cli
+import testbed.cli.run as cli
+from testbed.models import sft
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = re.search(r"<!-- bad-input-table -->(.*?)<!-- /bad-input-table -->", (ROOT / "README.md").read_text(), re.S)
@@ -40,7 +41,7 @@ def test_bad_input_gives_the_documented_error(what, command, message, capsys, mo
     def no_training(*args, **kwargs):
         raise AssertionError(f"{what}: training started instead of a bad-input error")
 
-    monkeypatch.setattr(cli, "load_or_train_policy", no_training)
+    monkeypatch.setattr(sft, "load_or_train_policy", no_training)
     before = {p for p in (ROOT / "tests" / "data").rglob("*")}
     assert cli.main(command_line(command, tmp_path)) == 2
     said = " ".join(capsys.readouterr().err.split())  # rich wraps long lines

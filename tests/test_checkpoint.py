@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from testbed import checkpoint
+from testbed.runtimes import checkpoint
 
 
 def state(updates: int) -> dict:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.config import ScenarioError, apply_override, load_scenario
+from testbed.scenario.schema import ScenarioError, apply_override, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,7 +47,7 @@ def mutate(path: str, value):
 
 def test_shipped_scenarios_load(shared_cache):
     from testbed.models.tiny_hub import tiny_hub_checkpoint
-    from testbed.sweep import expand, is_sweep_file, load_sweep
+    from testbed.cli.sweep import expand, is_sweep_file, load_sweep
 
     # The GPU recipe names a checkpoint the user fills in: the tiny Qwen2-MoE stands in for it.
     stand_in = tiny_hub_checkpoint(shared_cache)

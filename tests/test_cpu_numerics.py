@@ -16,9 +16,9 @@ import torch
 from analysis.report import RunData
 from analysis.run_numerics import numerics_warnings
 from testbed import cpu_numerics
-from testbed.config import ScenarioError, load_scenario
+from testbed.scenario.schema import ScenarioError, load_scenario
 from testbed.models.sft import loss_curve
-from testbed.run import main
+from testbed.cli.run import main
 from tests.test_golden import FROM_POLICY, ROOT, SCENARIO
 
 ONE_ARM = ["--set", "arms=[{name: rm, trainer: running_mean, args: {window: 16, batch_size: 16}}]",

@@ -11,7 +11,7 @@ import ray
 import torch
 from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
 
-from testbed.distributed.learner import LearnerGroup, flat_state, gradients, shard_weights, split_batch
+from testbed.runtimes.ray.learner import LearnerGroup, flat_state, gradients, shard_weights, split_batch
 from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Segment, Verdict
 from tests.test_trainers import TOK, policy, rollouts

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from testbed.config import PolicyConfig
+from testbed.scenario.schema import PolicyConfig
 from testbed.models.decoder import LeanDecoder
 from testbed.models.policy import build_policy
 from testbed.models.tokenizer import WordTokenizer
@@ -73,8 +73,8 @@ def test_other_shapes_fall_back_to_transformers(model_and_tok):
 def test_engine_samples_the_same_with_either_forward(model_and_tok):
     """Same seed, same prompts: the lean and the transformers path draw the same tokens (their
     logits agree to rounding) and record the same behaviour log-probs."""
-    from testbed.config import SamplingConfig
-    from testbed.rollout.hf_engine import HFEngine
+    from testbed.scenario.schema import SamplingConfig
+    from testbed.engines.hf_engine import HFEngine
     from testbed.world import prompts, render_prompt
 
     model, tok = model_and_tok
@@ -91,9 +91,9 @@ def test_engine_samples_the_same_with_either_forward(model_and_tok):
 def test_dropping_finished_rows_changes_no_row(monkeypatch):
     """Rows that reached <eos> leave the lean decoder's batch; every row still draws the tokens it
     draws when all rows run to the end (the same uniforms, its own computation)."""
-    from testbed.config import SamplingConfig
+    from testbed.scenario.schema import SamplingConfig
     from testbed.models import sft
-    from testbed.rollout import hf_engine
+    from testbed.engines import hf_engine
     from testbed.world import prompts, render_prompt
 
     tok = WordTokenizer.build()

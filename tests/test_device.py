@@ -14,11 +14,11 @@ import pytest
 import torch
 import torch.serialization
 
-from testbed import checkpoint
-from testbed.config import RuntimeConfig, ScenarioError, load_scenario
+from testbed.runtimes import checkpoint
+from testbed.scenario.schema import RuntimeConfig, ScenarioError, load_scenario
 from testbed.device import gpus, resolve, scenario_problems
-from testbed.learn import warm_up, warmup_cache_path
-from testbed.run import main
+from testbed.runtimes.learn import warm_up, warmup_cache_path
+from testbed.cli.run import main
 from testbed.store import read_table
 from tests.test_golden import COLUMNS, FROM_POLICY, GOLDEN, KEYS, ROOT
 from tests.test_trainers import TOK, policy, rollouts
@@ -124,15 +124,15 @@ def test_a_warm_up_cache_written_on_cuda_loads_here(tmp_path, monkeypatch, saved
 
 # Tensors built on the CPU on purpose (each then moved once, or device-neutral): (file, function, factory) -> count.
 BUILT_ON_THE_CPU = {
-    ("testbed/rollout/hf_engine.py", "sample_categorical", "rand"): 1,  # the CPU generator: the one checkpoints save
-    ("testbed/rollout/hf_engine.py", "_sample", "rand"): 1,
-    ("testbed/rollout/hf_engine.py", "__init__", "tensor"): 1,  # the stop ids, moved per batch
-    ("testbed/rollout/hf_engine.py", "left_padded", "full"): 1,  # the prompts, filled row by row, moved once
-    ("testbed/rollout/hf_engine.py", "left_padded", "zeros"): 1,
-    ("testbed/rollout/hf_engine.py", "left_padded", "tensor"): 1,
-    ("testbed/rollout/mismatch.py", "padded_batch", "full"): 1,  # moved to the policy's device by the probe
-    ("testbed/rollout/mismatch.py", "padded_batch", "zeros"): 3,
-    ("testbed/rollout/mismatch.py", "__call__", "zeros"): 3,  # empty: no token to measure
+    ("testbed/engines/hf_engine.py", "sample_categorical", "rand"): 1,  # the CPU generator: the one checkpoints save
+    ("testbed/engines/hf_engine.py", "_sample", "rand"): 1,
+    ("testbed/engines/hf_engine.py", "__init__", "tensor"): 1,  # the stop ids, moved per batch
+    ("testbed/engines/hf_engine.py", "left_padded", "full"): 1,  # the prompts, filled row by row, moved once
+    ("testbed/engines/hf_engine.py", "left_padded", "zeros"): 1,
+    ("testbed/engines/hf_engine.py", "left_padded", "tensor"): 1,
+    ("testbed/engines/mismatch.py", "padded_batch", "full"): 1,  # moved to the policy's device by the probe
+    ("testbed/engines/mismatch.py", "padded_batch", "zeros"): 3,
+    ("testbed/engines/mismatch.py", "__call__", "zeros"): 3,  # empty: no token to measure
     ("trainers/batching.py", "collate", "full"): 1,  # moved to `device` at the end
     ("trainers/batching.py", "collate", "zeros"): 4,
     ("trainers/batching.py", "collate", "tensor"): 1,
@@ -148,8 +148,8 @@ def test_every_tensor_on_the_hot_path_names_its_device():
     """Without a GPU a forgotten device= cannot fail a run (the meta device cannot run these paths:
     they read values, e.g. the number of real tokens), so the rule is read from the source: a
     `torch.<factory>(...)` with no `device=` is a CPU tensor and must be on the list above."""
-    files = ["testbed/rollout/hf_engine.py", "testbed/models/decoder.py", "testbed/models/lean_forward.py",
-             "testbed/models/policy.py", "testbed/models/critic.py", "testbed/rollout/mismatch.py",
+    files = ["testbed/engines/hf_engine.py", "testbed/models/decoder.py", "testbed/models/lean_forward.py",
+             "testbed/models/policy.py", "testbed/models/critic.py", "testbed/engines/mismatch.py",
              *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "trainers").glob("*.py"))]
     found: Counter = Counter()
     for name in files:

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-import testbed.run as cli
-from testbed.plan import ArmShape, active_parameters, evaluations, judge_calls, public_args
+import testbed.cli.run as cli
+from testbed.models import sft
+from testbed.runtimes.starting import starting_policies
+from testbed.cli.plan import ArmShape, active_parameters, evaluations, judge_calls, public_args
 from tests.test_bad_input import ROWS, command_line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +30,7 @@ def isolated(tmp_path, monkeypatch):
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    monkeypatch.setattr(cli, "load_or_train_policy", no_training)
+    monkeypatch.setattr(sft, "load_or_train_policy", no_training)
     return tmp_path
 
 
@@ -116,7 +118,7 @@ def test_the_default_scenario_prints_its_plan_and_writes_nothing(isolated, capsy
 
 
 def test_the_plan_counts_the_parameters_of_the_policy_a_run_builds(isolated, capsys):
-    from testbed.config import load_scenario
+    from testbed.scenario.schema import load_scenario
     from testbed.models.policy import build_policy, count_parameters
     from testbed.models.tokenizer import WordTokenizer
 
@@ -136,7 +138,7 @@ BAD_ROWS = [row for row in ROWS if "--resume" not in row[1]]
 def test_every_bad_input_of_the_readme_fails_the_dry_run_with_its_error(what, command, message, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("TESTBED_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(cli, "load_or_train_policy", no_training)
+    monkeypatch.setattr(sft, "load_or_train_policy", no_training)
     assert cli.main([*command_line(command, tmp_path), "--dry-run"]) == 2
     assert message in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "cache").exists()
@@ -210,7 +212,7 @@ def test_the_estimate_equals_the_judge_calls_a_real_tiny_run_counts(tmp_path, mo
     opened: dict = {}
     assert cli.start(cli.parse_arguments([scenario, *TINY, "--out", str(tmp_path / "runs"), "--run-name", "tiny"]), opened) is None
     try:
-        starts = cli.starting_policies(opened["scenario"], load=cli.load_or_train_policy)
+        starts = starting_policies(opened["scenario"])
         cli.run_arms(opened["scenario"], opened["store"], opened["manifest"], None, starts=starts, judge=opened["judge"],
                      schedule=opened["schedule"])
         opened["store"].flush()
@@ -230,7 +232,7 @@ def test_the_estimate_equals_the_judge_calls_a_real_tiny_run_counts(tmp_path, mo
 
 
 def test_the_sweep_dry_run_counts_the_judge_calls_of_each_points_own_arms(isolated, capsys):
-    from testbed import sweep
+    from testbed.cli import sweep
 
     assert cli.main([DEFAULT, "--dry-run", "--json", "--set", "seeds=[0]"]) == 0
     by_arm = json.loads(capsys.readouterr().out)["judge_calls"]["by_arm"]

@@ -3,10 +3,10 @@ tokens, as a fresh forward pass computes them (DIS and the IS ratios rest on thi
 
 import torch
 
-from testbed.config import PolicyConfig, SamplingConfig
+from testbed.scenario.schema import PolicyConfig, SamplingConfig
 from testbed.models.policy import build_policy, token_logprobs
 from testbed.models.tokenizer import WordTokenizer
-from testbed.rollout.hf_engine import HFEngine
+from testbed.engines.hf_engine import HFEngine
 from testbed.world import PromptSpec, prompts, render_prompt
 
 

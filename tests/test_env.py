@@ -320,7 +320,7 @@ def test_envs_package_never_imports_judges():
 def test_after_a_failure_in_a_batch_across_a_switch_each_episode_keeps_the_target_it_was_judged_against():
     """Episode 1 of 6 fails; the batch straddles the switch at 4. Episode 4 is judged at clock 4
     (chuunibyou) but numbered 3 (cute's clock): its row must say chuunibyou, the judged target."""
-    from testbed.collect import Collector, Round
+    from testbed.runtimes.collect import Collector, Round
     from testbed.types import Trajectory
 
     judge = FlakyJudge(fail_at={1})

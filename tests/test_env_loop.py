@@ -14,7 +14,7 @@ import pytest
 from judges.rubric import RubricJudge
 from testbed.envs.schedules import Phase, PiecewiseSchedule
 from testbed.envs.style_shift import StyleShiftEnv
-from testbed.judge_adapter import as_judge
+from testbed.judging.adapter import as_judge
 from testbed.world import generate, prompts
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from testbed.collect import heldout_rows
-from testbed.learn import LoopState
-from testbed.run import main
+from testbed.runtimes.collect import heldout_rows
+from testbed.runtimes.learn import LoopState
+from testbed.cli.run import main
 from testbed.store import read_table
 from testbed.types import Verdict
 

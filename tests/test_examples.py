@@ -15,10 +15,10 @@ import torch
 from pydantic import ValidationError
 
 from testbed import registry
-from testbed.config import PolicyConfig, SamplingConfig
+from testbed.scenario.schema import PolicyConfig, SamplingConfig
 from testbed.models.policy import build_policy
 from testbed.models.tokenizer import WordTokenizer
-from testbed.rollout.hf_engine import HFEngine
+from testbed.engines.hf_engine import HFEngine
 from testbed.types import Target, Verdict
 from testbed.world import STYLES, prompts, render_prompt
 
@@ -148,7 +148,7 @@ def scenario_file(tmp_path, schedule: dict, args: dict) -> Path:
 
 
 def test_a_scenario_loads_both_examples_and_names_their_bad_keys(plugins, tmp_path):
-    from testbed.config import ScenarioError, load_scenario
+    from testbed.scenario.schema import ScenarioError, load_scenario
     from testbed.envs.schedules import check_schedule
 
     kind = {"kind": "custom_schedule:ReturningSchedule"}
@@ -164,7 +164,7 @@ def test_a_scenario_loads_both_examples_and_names_their_bad_keys(plugins, tmp_pa
 
 
 def test_a_custom_engine_runs_a_scenario_and_its_bad_arguments_are_named(plugins, tmp_path, monkeypatch, shared_cache, capsys):
-    from testbed.run import main
+    from testbed.cli.run import main
 
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     base = [str(ROOT / "tests/data/tiny.yaml"), "--out", str(tmp_path), "--set", "seeds=[0]", "--set", "budget.episodes=32"]

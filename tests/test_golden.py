@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed.run import main
+from testbed.cli.run import main
 from testbed.store import read_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,9 +40,9 @@ KEYS = {"episodes": ["arm", "seed", "t", "response"], "updates": ["arm", "seed",
 
 def regenerate_policy(tmp_path: Path) -> None:
     """Train the golden scenario's SFT policy, as a run does, in a fresh cache and ship it as POLICY."""
-    from testbed.config import load_scenario
+    from testbed.scenario.schema import load_scenario
     from testbed.models.sft import load_or_train_policy
-    from testbed.starting import sft_evaluator
+    from testbed.runtimes.starting import sft_evaluator
 
     os.environ["TESTBED_CACHE"] = str(tmp_path / "regen-cache")
     scenario = load_scenario(SCENARIO)

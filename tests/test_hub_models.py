@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 import torch
 
-from testbed.config import load_scenario
+from testbed.scenario.schema import load_scenario
 from testbed.models.export import main as export_main
 from testbed.models.export import scenario_policy
 from testbed.models.hub import load_checkpoint
 from testbed.models.policy import token_logprobs
-from testbed.run import main as run_main
+from testbed.cli.run import main as run_main
 from testbed.store import read_table
 from testbed.world import prompts, render_prompt
 
@@ -67,8 +67,8 @@ def test_exported_checkpoint_gives_the_in_memory_policys_ids_and_logprobs(export
     assert hub_tok.observation_ids("cute , please .") == tok.observation_ids("cute , please .")
     assert hub_tok.stop_ids == (tok.eos_id,) and hub_tok.pad_id == tok.pad_id
 
-    from testbed.config import SamplingConfig
-    from testbed.rollout.hf_engine import HFEngine
+    from testbed.scenario.schema import SamplingConfig
+    from testbed.engines.hf_engine import HFEngine
 
     torch.manual_seed(0)
     trajs = HFEngine(model, tok, SamplingConfig(max_new_tokens=24)).generate(texts[:24])
@@ -141,7 +141,7 @@ def test_second_family_with_its_bpe_tokenizer_runs_sao_and_grpo(second_family, t
 def test_bad_checkpoints_are_named_with_their_path(second_family, tmp_path):
     import shutil
 
-    from testbed.config import ScenarioError
+    from testbed.scenario.schema import ScenarioError
 
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -1,4 +1,4 @@
-"""testbed.judge_adapter.as_judge: sync/async callables and objects become Judges."""
+"""testbed.judging.adapter.as_judge: sync/async callables and objects become Judges."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from examples.custom_judge import LengthAwareJudge, make_keyword_judge
 from judges.rubric import RubricJudge
-from testbed.judge_adapter import as_judge
+from testbed.judging.adapter import as_judge
 from testbed.protocols import Judge
 from testbed.types import JudgeRequest, Verdict
 
@@ -116,7 +116,7 @@ class StatusError(Exception):
 
 
 def test_outage_or_bug_by_exception_class_and_status():
-    from testbed.judge_adapter import is_outage
+    from testbed.judging.adapter import is_outage
 
     assert is_outage(TimeoutError()) and is_outage(ConnectionResetError()) and is_outage(asyncio.TimeoutError())
     assert is_outage(StatusError(503)) and is_outage(StatusError(429))
@@ -124,7 +124,7 @@ def test_outage_or_bug_by_exception_class_and_status():
 
 
 def test_a_judge_that_raises_before_any_verdict_is_a_bug_that_stops_at_once():
-    from testbed.judge_adapter import JudgePluginError
+    from testbed.judging.adapter import JudgePluginError
 
     def broken(req):
         return {"quality": 1, "style": req.missing_field}  # AttributeError: a bug
@@ -135,7 +135,7 @@ def test_a_judge_that_raises_before_any_verdict_is_a_bug_that_stops_at_once():
 
 
 def test_after_verdicts_a_sporadic_error_fails_one_call_and_a_repeated_one_stops():
-    from testbed.judge_adapter import BUG_REPEATS, JudgePluginError
+    from testbed.judging.adapter import BUG_REPEATS, JudgePluginError
 
     calls = {"n": 0}
 
@@ -176,8 +176,8 @@ def test_async_per_request_judges_run_concurrently():
 
 
 def test_a_factory_named_with_args_is_called_with_them_and_returns_the_judge():
-    from testbed.judging import is_factory, judge_from_config
-    from testbed.plugin_config import JudgeConfig
+    from testbed.judging.build import is_factory, judge_from_config
+    from testbed.scenario.plugins import JudgeConfig
 
     judge = judge_from_config(JudgeConfig.model_validate(
         {"class": "examples.custom_judge:make_keyword_judge", "args": {"bonus_word": "tea"}}), "judge")

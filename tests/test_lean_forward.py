@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from testbed.config import PolicyConfig
+from testbed.scenario.schema import PolicyConfig
 from testbed.models import lean_forward
 from testbed.models.critic import Critic
 from testbed.models.policy import build_policy, hidden_states

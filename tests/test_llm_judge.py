@@ -22,7 +22,7 @@ import pytest
 from judges.cache import VerdictCache
 from judges.llm import LLMJudge, LocalJudgeServer
 from judges.rubric import RubricJudge
-from testbed.config import load_scenario
+from testbed.scenario.schema import load_scenario
 from testbed.registry import import_path
 from testbed.types import JudgeRequest, Verdict
 from testbed.world import CORRUPTIONS, STYLES, corrupt, generate, prompts, render_prompt
@@ -366,8 +366,8 @@ def test_bad_arguments_name_the_field(args, text):
 
 
 def test_scenario_judge_args_are_validated_by_the_config(tmp_path):
-    from testbed.config import ScenarioError
-    from testbed.run import build_judge
+    from testbed.scenario.schema import ScenarioError
+    from testbed.judging.build import build_judge
 
     scenario = load_scenario(ROOT / "scenarios" / "llm_judge_local.yaml")
     bad = scenario.model_copy(update={"judge": scenario.judge.model_copy(

@@ -13,8 +13,8 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import testbed.run as cli
-from testbed.config import Scenario, ScenarioError, load_scenario, parse_scenario
+import testbed.cli.run as cli
+from testbed.scenario.schema import Scenario, ScenarioError, load_scenario, parse_scenario
 from testbed.world import STYLES
 
 GOOD = {

@@ -1,4 +1,4 @@
-"""Training-inference mismatch metrics (testbed/rollout/mismatch.py), the engine section of the
+"""Training-inference mismatch metrics (testbed/engines/mismatch.py), the engine section of the
 schema, and the parts of the vLLM engine that need no vLLM (the expert layout of its weight sync)."""
 
 import math
@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from testbed.config import PolicyConfig, SamplingConfig, load_scenario
+from testbed.scenario.schema import PolicyConfig, SamplingConfig, load_scenario
 from testbed.models.policy import build_policy
 from testbed.models.tokenizer import WordTokenizer
-from testbed.rollout.hf_engine import HFEngine
-from testbed.rollout.mismatch import DIS_BAND, MismatchProbe, logprob_gaps, mismatch_metrics
-from testbed.rollout.vllm_engine import checkpoint_tensors, stacked_experts
+from testbed.engines.hf_engine import HFEngine
+from testbed.engines.mismatch import DIS_BAND, MismatchProbe, logprob_gaps, mismatch_metrics
+from testbed.engines.vllm_engine import checkpoint_tensors, stacked_experts
 from testbed.store import read_table
 from testbed.world import prompts, render_prompt
 
@@ -117,7 +117,7 @@ def test_engine_section_of_the_schema():
 
 @pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_vllm_engine_without_vllm_says_how_to_get_it():
-    from testbed.rollout.vllm_engine import VLLMEngine
+    from testbed.engines.vllm_engine import VLLMEngine
 
     model, tok = small_policy(hidden=64)
     with pytest.raises(RuntimeError, match="make vllm"):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from testbed.config import ScenarioError, load_scenario
+from testbed.scenario.schema import ScenarioError, load_scenario
 from testbed.models.critic import Critic
 from testbed.models.modules import ATTENTION, EXPERTS, HEAD, ROUTER, ModulePatterns, module_family, parameter_split
 

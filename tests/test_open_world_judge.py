@@ -14,9 +14,9 @@ from judges.config import JudgeConfigError
 from judges.open_world import OPEN_CHECKS, OpenWorldJudge
 from judges.rubric import RubricJudge
 from testbed import registry
-from testbed.config import ScenarioError
-from testbed.judging import judge_from_config
-from testbed.plugin_config import JudgeConfig
+from testbed.scenario.schema import ScenarioError
+from testbed.judging.build import judge_from_config
+from testbed.scenario.plugins import JudgeConfig
 from testbed.protocols import Judge
 from testbed.types import JudgeRequest
 from testbed.world import STYLES, generate, prompts, render_prompt

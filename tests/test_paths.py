@@ -9,7 +9,7 @@ import pytest
 
 from judges.cache import VerdictCache, default_cache_path
 from testbed.models.sft import cache_root
-from testbed.config import PolicyConfig
+from testbed.scenario.schema import PolicyConfig
 from testbed.models import sft
 from testbed.paths import cache_dir, source_fingerprint
 

@@ -14,7 +14,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from testbed.run import main  # noqa: E402
+from testbed.cli.run import main  # noqa: E402
 from testbed.store import read_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,8 +176,8 @@ def test_parallel_arms_pretrain_each_critic_once_as_one_after_another_does(tmp_p
 
 
 def test_parallel_tasks_progress_reaches_the_drivers_bars(local_ray):
-    from testbed.distributed.parallel import ProgressBoard, RemoteProgress, draw
-    from testbed.loop import make_progress
+    from testbed.runtimes.ray.parallel import ProgressBoard, RemoteProgress, draw
+    from testbed.runtimes.loop import make_progress
 
     @ray.remote
     def task(board) -> None:  # what an arm x seed task does with its bar

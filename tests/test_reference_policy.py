@@ -1,15 +1,15 @@
-"""The arm-independent reference per phase (testbed/reference_policy.py): the starting policy,
+"""The arm-independent reference per phase (testbed/runtimes/reference_policy.py): the starting policy,
 told the target, on the held-out prompts."""
 
 import torch
 
 from judges.rubric import RubricJudge
-from testbed.config import PolicyConfig, SamplingConfig
+from testbed.scenario.schema import PolicyConfig, SamplingConfig
 from testbed.envs import Phase, PiecewiseSchedule, StyleShiftEnv
 from testbed.models.policy import build_policy
 from testbed.models.tokenizer import WordTokenizer
-from testbed.reference_policy import phase_clocks, reference_rows
-from testbed.rollout.hf_engine import HFEngine
+from testbed.runtimes.reference_policy import phase_clocks, reference_rows
+from testbed.engines.hf_engine import HFEngine
 from testbed.world import prompts
 
 TOK = WordTokenizer.build()

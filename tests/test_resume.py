@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from testbed import checkpoint
+from testbed.runtimes import checkpoint
 from testbed.store import read_table
 from tests.test_end_to_end import ROOT, run_cli
 
@@ -102,7 +102,7 @@ def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(tmp_p
     assert any(r["discarded_parts"] for r in resumes), "no kill left rows after a checkpoint"
 
     # Every checkpoint left behind loads into a fresh trainer of its arm.
-    from testbed.config import load_scenario
+    from testbed.scenario.schema import load_scenario
     from testbed.models.policy import build_policy
     from testbed.models.tokenizer import WordTokenizer
 

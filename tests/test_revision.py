@@ -16,14 +16,14 @@ from gymnasium.utils.env_checker import check_env
 
 import testbed.envs  # noqa: F401  (registers the env ids)
 from judges.rubric import RubricJudge
-from testbed.config import PolicyConfig, SamplingConfig
+from testbed.scenario.schema import PolicyConfig, SamplingConfig
 from testbed.envs import REVISION_ENV_ID, default_schedule
 from testbed.envs.revision import BOILERPLATE, RevisionConfig, RevisionEnv, editor_note, editor_words
 from testbed.models.policy import build_policy, token_logprobs_and_routing
 from testbed.models.sft import encode_examples
 from testbed.models.tokenizer import WordTokenizer
-from testbed.rollout.hf_engine import HFEngine
-from testbed.run import main
+from testbed.engines.hf_engine import HFEngine
+from testbed.cli.run import main
 from testbed.store import read_table
 from testbed.types import Segment, Trajectory, Verdict
 from testbed.world import STYLES, generate, prompts
@@ -187,7 +187,7 @@ def test_the_ray_runtime_runs_the_same_revision_episodes(tmp_path, monkeypatch, 
 def test_env_settings_are_validated_and_arms_may_override_only_what_keeps_the_sft_policy():
     import yaml
 
-    from testbed.config import ScenarioError, parse_scenario
+    from testbed.scenario.schema import ScenarioError, parse_scenario
 
     data = yaml.safe_load(open(TINY))
     data["arms"][0]["env"] = {"feedback": "boilerplate"}

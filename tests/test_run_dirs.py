@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-import testbed.run as cli
-from testbed.config import load_scenario
+import testbed.cli.run as cli
+from testbed.models import sft
+from testbed.runtimes.arms import resolved_dict
+from testbed.scenario.schema import load_scenario
 from testbed.store import LOCK_NAME, RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,14 +23,14 @@ def no_training(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("training started")
 
-    monkeypatch.setattr(cli, "load_or_train_policy", refuse)
+    monkeypatch.setattr(sft, "load_or_train_policy", refuse)
 
 
 def make_run(tmp_path: Path, status: str) -> Path:
     """A run directory as a run leaves it (no checkpoints: it never reached one)."""
     scenario = load_scenario(ROOT / "tests/data/tiny.yaml")
     store = RunStore(tmp_path / "run")
-    store.write_scenario(cli.resolved_dict(scenario))
+    store.write_scenario(resolved_dict(scenario))
     store.write_manifest({"scenario": "tiny", "status": status, "wall_s": 12.5, "arms": {}, "seeds": [0, 1]})
     return store.root
 
@@ -69,7 +71,7 @@ def test_ctrl_c_during_sft_prints_the_resume_hint(tmp_path, capsys, monkeypatch)
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "load_or_train_policy", interrupted)
+    monkeypatch.setattr(sft, "load_or_train_policy", interrupted)
     try:
         code = cli.main([str(ROOT / "tests/data/tiny.yaml"), "--out", str(tmp_path)])
     except KeyboardInterrupt:
@@ -84,7 +86,7 @@ def test_ctrl_c_during_sft_prints_the_resume_hint(tmp_path, capsys, monkeypatch)
 
 
 def test_help_does_not_import_the_training_stack():
-    code = ("import sys\nfrom testbed.run import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+    code = ("import sys\nfrom testbed.cli.run import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in ('torch', 'transformers', 'pandas', 'pyarrow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from testbed.rollout.hf_engine import sample_categorical
+from testbed.engines.hf_engine import sample_categorical
 
 
 def test_frequencies_match_the_distribution():
@@ -38,10 +38,10 @@ def test_nan_rows_give_an_index_in_range():
 def test_engine_says_so_when_the_policy_gives_nan_logits():
     import pytest
 
-    from testbed.config import PolicyConfig, SamplingConfig
+    from testbed.scenario.schema import PolicyConfig, SamplingConfig
     from testbed.models.policy import build_policy
     from testbed.models.tokenizer import WordTokenizer
-    from testbed.rollout.hf_engine import HFEngine
+    from testbed.engines.hf_engine import HFEngine
 
     tok = WordTokenizer.build()
     model = build_policy(PolicyConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, num_experts=2, expert_size=8), tok)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.config import ScenarioError, load_scenario
+from testbed.scenario.schema import ScenarioError, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "tests" / "data" / "bad"

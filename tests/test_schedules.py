@@ -289,7 +289,7 @@ def test_check_schedule_accepts_the_builtins_and_a_good_plugin():
 
 
 def test_a_custom_schedule_with_a_foreign_style_stops_the_cli(tmp_path, capsys):
-    from testbed.run import main
+    from testbed.cli.run import main
 
     code = main(["tests/data/tiny.yaml", "--out", str(tmp_path), "--set", "schedule={kind: 'tests.test_schedules:GothicSchedule'}"])
     assert code == 2

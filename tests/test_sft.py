@@ -3,7 +3,7 @@ passes (checks fall in the round's second half)."""
 
 import torch
 
-from testbed.config import PolicyConfig
+from testbed.scenario.schema import PolicyConfig
 from testbed.models.policy import build_policy
 from testbed.models.sft import causal_lm_loss, encode_corpus, sft_corpus, train_sft
 from testbed.models.tokenizer import WordTokenizer
@@ -42,7 +42,7 @@ def test_without_a_passing_check_the_round_runs_to_the_end():
 TWO_AT_ONCE = """
 import sys
 import testbed
-from testbed.config import PolicyConfig, SFTConfig
+from testbed.scenario.schema import PolicyConfig, SFTConfig
 from testbed.models.sft import load_or_train_policy
 cfg = PolicyConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, num_experts=2, expert_size=8,
                    sft=SFTConfig(steps=40, batch_size=8, corpus_size=64))

@@ -1,4 +1,4 @@
-"""Sweeps (testbed/sweep.py): grid expansion, which arm runs where, and a tiny sweep through the CLI."""
+"""Sweeps (testbed/cli/sweep.py): grid expansion, which arm runs where, and a tiny sweep through the CLI."""
 
 import json
 import subprocess
@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from testbed.scenario_io import ScenarioError
-from testbed.sweep import expand, load_sweep, parse_grid_flag, plan
+from testbed.scenario.loading import ScenarioError
+from testbed.cli.sweep import expand, load_sweep, parse_grid_flag, plan
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "data" / "tiny.yaml"

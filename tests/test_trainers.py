@@ -7,11 +7,11 @@ import warnings
 import pytest
 import torch
 
-from testbed.config import PolicyConfig, SamplingConfig
+from testbed.scenario.schema import PolicyConfig, SamplingConfig
 from testbed.models.critic import ATTENTION, EXPERTS, ROUTER, Critic, module_family
 from testbed.models.policy import build_policy
 from testbed.models.tokenizer import WordTokenizer
-from testbed.rollout.hf_engine import HFEngine
+from testbed.engines.hf_engine import HFEngine
 from testbed.types import Verdict
 from testbed.world import prompts, render_prompt
 from trainers.grpo import G1_WARNING, GRPOTrainer

@@ -1,4 +1,4 @@
-"""vLLM as the rollout engine (testbed/rollout/vllm_engine.py). These need vLLM, which lives in its own
+"""vLLM as the rollout engine (testbed/engines/vllm_engine.py). These need vLLM, which lives in its own
 environment (`make vllm`, then `.venv-vllm/bin/python -m pytest tests/test_vllm_engine.py`); in the
 main environment they skip."""
 
@@ -11,11 +11,11 @@ import torch
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make vllm` builds .venv-vllm (docs/vllm.md)")
 
-from testbed.config import PolicyConfig, SamplingConfig  # noqa: E402
+from testbed.scenario.schema import PolicyConfig, SamplingConfig  # noqa: E402
 from testbed.models.policy import build_policy  # noqa: E402
 from testbed.models.tokenizer import WordTokenizer  # noqa: E402
-from testbed.rollout.mismatch import logprob_gaps  # noqa: E402
-from testbed.rollout.vllm_engine import VLLMEngine  # noqa: E402
+from testbed.engines.mismatch import logprob_gaps  # noqa: E402
+from testbed.engines.vllm_engine import VLLMEngine  # noqa: E402
 from testbed.store import read_table  # noqa: E402
 from testbed.world import prompts, render_prompt  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""World settings (testbed/world_rules.py): each changes the reward the way it says, and only when on."""
+"""World settings (testbed/world/rules.py): each changes the reward the way it says, and only when on."""
 
 import asyncio
 import random
@@ -6,14 +6,14 @@ import random
 import pytest
 
 from judges.rubric import RubricJudge
-from testbed.config import ScenarioError, parse_scenario
+from testbed.scenario.schema import ScenarioError, parse_scenario
 from testbed.envs.defaults import default_schedule
 from testbed.envs.style_shift import StyleShiftEnv
 from testbed.types import JudgeRequest
 from testbed.world import TOPICS, generate, prompts, render_prompt, split_words
 from testbed.world.language import count_words
 from testbed.world.topics import topic_keywords
-from testbed.world_rules import HardTopics, NoisyTopics, WorldRules, WorldRulesJudge, chosen, wrap
+from testbed.world.rules import HardTopics, NoisyTopics, WorldRules, WorldRulesJudge, chosen, wrap
 
 
 def verdicts(judge, requests):

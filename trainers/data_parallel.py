@@ -1,6 +1,6 @@
 """Data-parallel maths for the trainers: a no-op unless this process trains one shard of a batch
 (a torch.distributed process group of more than one rank is initialised AND the update runs
-inside `shard_weight(w)`, which testbed/distributed/learner.py sets).
+inside `shard_weight(w)`, which testbed/runtimes/ray/learner.py sets).
 
 Why it is exact: every loss in trainers/losses.py is a token mean over the batch's N action
 tokens. A rank holding n_w of them computes the mean over its own n_w, so (n_w / N) x its
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from testbed.distributed.shard import current_shard_weight, shard_weight
+from testbed.runtimes.ray.shard import current_shard_weight, shard_weight
 
 __all__ = ["active_weight", "agree_finite", "all_reduce_sum", "full_batch", "reduce_gradients", "shard_weight",
            "world_size"]

@@ -225,7 +225,7 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         may not name the style now wanted: for them the prompt gives no sign of a switch)."""
         if self.candidate_change_share >= 1.0:
             return target
-        from testbed.world_rules import candidates_shown
+        from testbed.world.rules import candidates_shown
 
         shown = candidates_shown(prompt_id, target.candidates, self._first.candidates, self.candidate_change_share)
         return target if shown == target.candidates else Target(style=target.style, candidates=shown)
@@ -327,7 +327,7 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
 
     def told_target_starts(self, specs: Sequence[PromptSpec], t: int) -> list[EpisodeStart]:
         """As `eval_starts`, but each prompt offers only the target style at ``t``: the episodes of
-        a reference policy told the target (`testbed/reference_policy.py`)."""
+        a reference policy told the target (`testbed/runtimes/reference_policy.py`)."""
         target = self._target(t)
         told = Target(style=target.style, candidates=(target.style,))
         return [EpisodeStart(prompt_text=self._render(spec, told), prompt_id=spec.prompt_id, topic=spec.topic, t=t,

@@ -1,7 +1,7 @@
 """The project's SFT policy in exactly the Hub format, so that `policy.checkpoint` runs it through
 the path any Hub model takes (AutoModelForCausalLM, AutoTokenizer, the chat template):
 
-    python -m testbed.models.export DIR [--scenario scenarios/style_shift.yaml] [--seed 0] [--set key=value ...]
+    python -m testbed.cli.export DIR [--scenario scenarios/style_shift.yaml] [--seed 0] [--set key=value ...]
 
 DIR gets config.json, model.safetensors, generation_config.json, the word-level tokenizer as a
 `PreTrainedTokenizerFast` (tokenizer.json, tokenizer_config.json with the chat template) and
@@ -75,43 +75,3 @@ def export_policy(model: Any, tok: Any, directory: str | Path, provenance: dict 
         shutil.rmtree(directory)
     os.replace(tmp, directory)
     return directory
-
-
-def scenario_policy(scenario: Any, seed: int, log: Any = print) -> tuple[Any, Any, dict]:
-    """The SFT policy a run of `scenario` starts seed `seed` from (cached, or trained now)."""
-    from testbed.models.sft import load_or_train_policy
-    from testbed.starting import sft_evaluator
-
-    cfg = scenario.policy
-    if cfg.sft.per_seed:
-        cfg = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"seed": cfg.sft.seed + seed})})
-    return load_or_train_policy(cfg, scenario.world.archetypes, evaluate=sft_evaluator(scenario), log=log, env=scenario.env)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m testbed.models.export", description=__doc__.split("\n\n")[0])
-    parser.add_argument("directory", help="where to write the Hub-format checkpoint (replaced if it exists)")
-    parser.add_argument("--scenario", default="scenarios/style_shift.yaml", help="whose SFT policy (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="the run seed whose policy (with policy.sft.per_seed)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args(argv)
-    from testbed.config import ScenarioError, load_scenario
-
-    try:
-        scenario = load_scenario(args.scenario, args.overrides)
-    except (ScenarioError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if scenario.policy.checkpoint:
-        print(f"error: {args.scenario} starts from policy.checkpoint {scenario.policy.checkpoint}, not from an SFT "
-              "policy of its own; nothing to export", file=sys.stderr)
-        return 2
-    log = lambda message: print(message, file=sys.stderr)  # noqa: E731
-    model, tok, report = scenario_policy(scenario, args.seed, log)
-    out = export_policy(model, tok, args.directory, {"scenario": str(args.scenario), "seed": args.seed, "sft": report})
-    print(out)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

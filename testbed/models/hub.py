@@ -6,7 +6,7 @@ Two formats load:
     prompts go through its chat template, responses end at its stop tokens;
   - the project's own SFT directory (config.json, weights and the word-level tokenizer.json, no
     tokenizer_config.json), as before.
-`python -m testbed.models.export` writes the project's policy in the first format.
+`python -m testbed.cli.export` writes the project's policy in the first format.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # torch loads on use: the scenario schema calls `check_directory` at load time
+from testbed.paths import WEIGHTS, check_directory
+
+if TYPE_CHECKING:  # torch loads on use
     import torch
 
-WEIGHTS = ("*.safetensors", "*.bin")
 
 
 def fingerprint(directory: Path) -> str:
@@ -39,17 +40,6 @@ def is_project_format(directory: Path) -> bool:
     return (directory / "tokenizer.json").exists() and not (directory / "tokenizer_config.json").exists()
 
 
-def check_directory(path: str | Path) -> Path:
-    """The directory, if it looks like a checkpoint (config.json and weights); else a clear error."""
-    directory = Path(path).expanduser()
-    if not directory.is_dir():
-        raise FileNotFoundError(f"policy.checkpoint: no such directory: {directory}")
-    if not (directory / "config.json").exists():
-        raise FileNotFoundError(f"policy.checkpoint: {directory} has no config.json (not a transformers checkpoint "
-                                "directory; write one with save_pretrained or python -m testbed.models.export)")
-    if not any(any(directory.glob(w)) for w in WEIGHTS):
-        raise FileNotFoundError(f"policy.checkpoint: {directory} has no weights (*.safetensors or *.bin)")
-    return directory
 
 
 def _load_model(directory: Path) -> torch.nn.Module:

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from testbed.config import PolicyConfig
+from testbed.scenario.schema import PolicyConfig
 from testbed.models import lean_forward
 from testbed.models.tokenizer import WordTokenizer
 

@@ -26,7 +26,7 @@ from filelock import FileLock
 from transformers import AutoModelForCausalLM
 
 from testbed import registry
-from testbed.config import PolicyConfig
+from testbed.scenario.schema import PolicyConfig
 from testbed.models.policy import build_policy, count_parameters, hidden_states
 from testbed.models.tokenizer import WordTokenizer
 from testbed.cpu_numerics import numerics_tag
@@ -46,7 +46,7 @@ def policy_key(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> str
     for an env that brings its own corpus (multi-turn), so the single-turn keys never move."""
     spec = {
         "format": CACHE_FORMAT,
-        # per_seed only picks sft.seed per run seed (testbed/run.py): the policy is the same
+        # per_seed only picks sft.seed per run seed (testbed/cli/run.py): the policy is the same
         "policy": cfg.model_dump(mode="json", exclude={"checkpoint": True, "sft": {"per_seed"}}),
         "archetypes": archetypes,
         "vocabulary": hashlib.sha256("\n".join(vocabulary()).encode()).hexdigest(),
@@ -54,7 +54,7 @@ def policy_key(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> str
         # the CPU kernels: portable policies are the same bits everywhere, native ones are the processor's
         "numerics": numerics_tag(),
         # the code that builds, trains and accepts the policy: new code retrains, even for rounding
-        "code": source_fingerprint("testbed/models", "testbed/world", "testbed/world_rules.py", "judges"),
+        "code": source_fingerprint("testbed/models", "testbed/world", "judges"),
     }
     env_cls = registry.load("env", env.name) if env is not None else None
     if getattr(env_cls, "sft_examples", None) is not None:

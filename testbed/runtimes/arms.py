@@ -7,15 +7,15 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from testbed.config import Scenario
+    from testbed.scenario.schema import Scenario
 
 
 def arm_runner(scenario: Scenario, arm: Any) -> Any:
     """`run_arm` of the arm's runtime: the same arguments, the same rows."""
-    from testbed.loop import run_arm
+    from testbed.runtimes.loop import run_arm
 
     if scenario.runtime_for(arm).kind == "ray":
-        from testbed.distributed.runtime import run_arm_ray  # imports ray only when asked for
+        from testbed.runtimes.ray.runtime import run_arm_ray  # imports ray only when asked for
 
         return run_arm_ray
     return run_arm
@@ -24,7 +24,7 @@ def arm_runner(scenario: Scenario, arm: Any) -> Any:
 def runtime_session(scenario: Scenario) -> Any:
     """A Ray session when any arm needs Ray (parallel arms or the Ray runtime), else nothing."""
     if scenario.runtime.parallel_arms or any(scenario.runtime_for(arm).kind == "ray" for arm in scenario.arms):
-        from testbed.distributed.cluster import ray_session
+        from testbed.runtimes.ray.cluster import ray_session
 
         return ray_session(scenario.runtime)
     return contextlib.nullcontext()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from testbed.collect import heldout_rows
+from testbed.runtimes.collect import heldout_rows
 from testbed.envs.style_shift import StyleShiftEnv
 from testbed.protocols import Engine
 from testbed.world import PromptSpec

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from testbed.config import RuntimeConfig
+from testbed.scenario.schema import RuntimeConfig
 from testbed.cpu_numerics import worker_env
 
 WORKER_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TOKENIZERS_PARALLELISM": "false"}

@@ -25,7 +25,7 @@ from testbed.envs.style_shift import EpisodeStart, StyleShiftEnv
 from testbed.protocols import Engine
 from testbed.types import Trajectory
 from testbed.world import STYLES, PromptSpec
-from testbed.world_rules import unit_hash
+from testbed.world.rules import unit_hash
 
 
 @dataclass

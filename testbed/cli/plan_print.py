@@ -1,4 +1,4 @@
-"""Print a run's plan (testbed/plan.py) with rich: one table per part. Every value printed is data,
+"""Print a run's plan (testbed/cli/plan.py) with rich: one table per part. Every value printed is data,
 never markup (a scenario's text may hold '[...]')."""
 
 from __future__ import annotations

@@ -84,10 +84,10 @@ def enter_task(threads: int, cache: str) -> None:
 @ray.remote
 def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, tokenizer: Any, policy_key: str,
                  worker: tuple[int, str], board: Any, warmed: dict[str, bytes]) -> tuple[dict, dict[str, list[dict]]]:
-    from testbed.config import parse_scenario
-    from testbed.distributed.rollout import build_policy
-    from testbed.judging import build_judge
-    from testbed.arm_runtimes import arm_runner
+    from testbed.scenario.schema import parse_scenario
+    from testbed.runtimes.ray.rollout import build_policy
+    from testbed.judging.build import build_judge
+    from testbed.runtimes.arms import arm_runner
 
     enter_task(*worker)
     install_cache_files(warmed)
@@ -115,10 +115,10 @@ def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
 def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, tokenizer: Any, policy_key: str,
                  worker: tuple[int, str]) -> dict[str, bytes]:
     """`loop.warm_up_job` in a task: an arm's warm-up as its first job computes it."""
-    from testbed.config import parse_scenario
-    from testbed.distributed.rollout import build_policy
-    from testbed.loop import warm_up_job
-    from testbed.judging import build_judge
+    from testbed.scenario.schema import parse_scenario
+    from testbed.runtimes.ray.rollout import build_policy
+    from testbed.runtimes.loop import warm_up_job
+    from testbed.judging.build import build_judge
 
     enter_task(*worker)
     scenario = parse_scenario(scenario_data, "<scenario>")
@@ -136,9 +136,9 @@ def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
 @ray.remote
 def sft_task(scenario_data: dict, policy_data: dict, worker: tuple[int, str]) -> tuple[str, dict[str, bytes]]:
     """`load_or_train_policy` in a task; returns the cache directory's name and files."""
-    from testbed.config import PolicyConfig, parse_scenario
+    from testbed.scenario.schema import PolicyConfig, parse_scenario
     from testbed.models.sft import cache_root, load_or_train_policy
-    from testbed.starting import sft_evaluator
+    from testbed.runtimes.sft_check import sft_evaluator
 
     enter_task(*worker)
     scenario = parse_scenario(scenario_data, "<scenario>")
@@ -153,7 +153,7 @@ def train_policies_in_parallel(scenario: Any, configs: list[Any], log: Callable[
     """Train the SFT policies of `configs` that the cache lacks, side by side, one task each, and
     put them into this process's cache (nodes need no shared disk)."""
     from testbed.models.sft import cache_root, policy_key
-    from testbed.arm_runtimes import resolved_dict
+    from testbed.runtimes.arms import resolved_dict
 
     missing = [c for c in configs if not (cache_root() / f"policy-{policy_key(c, scenario.world.archetypes, scenario.env)}"
                                           / "sft_report.json").exists()]
@@ -199,8 +199,8 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: 
     First, each arm's trainer warm-up (SAO's value pretraining) is computed by a task of its own,
     as the arm's first job computes it when the jobs run one after another (`loop.first_jobs`);
     the results reach every task's cache through the object store, and the driver's."""
-    from testbed.loop import first_jobs
-    from testbed.arm_runtimes import resolved_dict
+    from testbed.runtimes.loop import first_jobs
+    from testbed.runtimes.arms import resolved_dict
 
     data = resolved_dict(scenario)
     refs: dict[str, Any] = {}  # one object per starting policy (one, or one per seed)

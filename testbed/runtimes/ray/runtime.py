@@ -35,12 +35,12 @@ import torch
 
 from testbed.cpu_numerics import configure_torch
 from testbed import device
-from testbed.collect import Round
-from testbed.config import ArmConfig, Scenario
-from testbed.distributed.learner import LearnerGroup
-from testbed.distributed.rollout import ActorEngine, RolloutActor
-from testbed.learn import RunStopped
-from testbed.loop import ArmRunner, make_engine, make_trainer, seed_everything
+from testbed.runtimes.collect import Round
+from testbed.scenario.schema import ArmConfig, Scenario
+from testbed.runtimes.ray.learner import LearnerGroup
+from testbed.runtimes.ray.rollout import ActorEngine, RolloutActor
+from testbed.runtimes.learn import RunStopped
+from testbed.runtimes.loop import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.models.tokenizer import WordTokenizer
 from testbed.types import Trajectory
 
@@ -69,20 +69,20 @@ class TrainerFactory:
     temperature: float
     seed: int
     threads: int
-    mismatch: bool = False  # engine.mismatch: the learner measures it (testbed/rollout/mismatch.py)
+    mismatch: bool = False  # engine.mismatch: the learner measures it (testbed/engines/mismatch.py)
     device: str = "cpu"  # runtime.device: where the learner places the policy (and so its reference and critic)
 
     def probe(self, trainer: Any) -> Any:
         """The learner's mismatch probe on the trainer's policy, or None when it is off."""
         if not self.mismatch:
             return None
-        from testbed.rollout.mismatch import MismatchProbe, trainer_band
+        from testbed.engines.mismatch import MismatchProbe, trainer_band
 
         return MismatchProbe(trainer.policy, self.pad_id, self.temperature, trainer_band(trainer))
 
     def __call__(self) -> Any:
         from testbed.device import for_this_process
-        from testbed.distributed.rollout import build_policy
+        from testbed.runtimes.ray.rollout import build_policy
 
         configure_torch(self.threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         policy = build_policy(self.policy_config, self.policy_state, for_this_process(self.device))
@@ -309,7 +309,7 @@ class RayRunner(ArmRunner):
 
 def run_arm_ray(scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module, tokenizer: WordTokenizer,
                 policy_key: str = "", resume: dict | None = None, **kw: Any) -> dict[str, Any]:
-    """`testbed.loop.run_arm` on the Ray runtime: same arguments, same rows."""
+    """`testbed.runtimes.loop.run_arm` on the Ray runtime: same arguments, same rows."""
     runner = RayRunner(scenario, arm, seed, base_policy=base_policy, tokenizer=tokenizer, **kw)
     try:
         runner.start(resume, policy_key)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from testbed.config import SamplingConfig
+from testbed.scenario.schema import SamplingConfig
 from testbed.models.decoder import LeanDecoder
 from testbed.models.tokenizer import WordTokenizer
 from testbed.types import Segment, Trajectory

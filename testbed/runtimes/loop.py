@@ -9,7 +9,7 @@
 `ArmRunner` holds what every runtime shares: the env and its collector, the loop state, the
 store rows, held-out evaluation, the failure guard and the checkpoints. `SyncRunner` generates
 and trains in this process, one round after another, deterministically per seed; the Ray runtime
-(`testbed.distributed`) subclasses `ArmRunner` with rollout actors and a learner.
+(`testbed.runtimes.ray`) subclasses `ArmRunner` with rollout actors and a learner.
 
 Episodes whose verdict carries a judge error are stored and counted but never trained on; they
 do not move the clock, so an outage is a gap in attempts, never zeros in the reward curve. A
@@ -32,15 +32,16 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from testbed import checkpoint, device, registry
-from testbed.collect import Collector, Timer, episode_rows, evaluate_heldout, judged_samples
-from testbed.config import ArmConfig, Scenario
+from testbed import device, registry
+from testbed.runtimes import checkpoint
+from testbed.runtimes.collect import Collector, Timer, episode_rows, evaluate_heldout, judged_samples
+from testbed.scenario.schema import ArmConfig, Scenario
 from testbed.envs.style_shift import StyleShiftEnv
-from testbed.learn import Guard, LoopState, RunStopped, counter_delta, judge_counters, update_row, warm_up, warmup_cache_key
+from testbed.runtimes.learn import Guard, LoopState, RunStopped, counter_delta, judge_counters, update_row, warm_up, warmup_cache_key
 from testbed.models.tokenizer import WordTokenizer
 from testbed.protocols import DriftSchedule, Engine, Judge
-from testbed.reference_policy import reference_rows
-from testbed.rollout.mismatch import mismatch_probe
+from testbed.runtimes.reference_policy import reference_rows
+from testbed.engines.mismatch import mismatch_probe
 from testbed.store import RunStore
 from testbed.types import Trajectory
 from testbed.world import prompts
@@ -114,7 +115,7 @@ class ArmRunner:
             self.evaluate_reference(starting_engine)
             seed_everything(self.seed)  # the warm-up (or its cache) must not change what RL samples
         self.log_parameter_split()
-        from testbed.judging import build_gold_judge
+        from testbed.judging.build import build_gold_judge
 
         self.gold = build_gold_judge(self.scenario)
         self.collector = Collector(self.env, self.arm.name, self.seed, self.trainer.group_size, self.budget, gold=self.gold,
@@ -152,7 +153,7 @@ class ArmRunner:
 
     def evaluate_reference(self, starting_engine: Engine) -> None:
         """The arm-independent reference per phase: the starting policy told the target
-        (`testbed.reference_policy`), written to the `reference` table."""
+        (`testbed.runtimes.reference_policy`), written to the `reference` table."""
         if self.scenario.eval.reference_samples <= 0:
             return
         rows = reference_rows(self.env, starting_engine, self.heldout, list(self.schedule.switch_points()),

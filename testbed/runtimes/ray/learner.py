@@ -25,7 +25,7 @@ import ray
 import torch
 
 from testbed.cpu_numerics import configure_torch
-from testbed.distributed.shard import shard_weight
+from testbed.runtimes.ray.shard import shard_weight
 from testbed.types import Trajectory
 
 EXPERT_LOAD = "expert_load"  # metrics with this in their name are also reported per worker

@@ -5,7 +5,7 @@ re-tokenisation: `skip_tokenizer_init`). Sampling is softmax(logits / T) with to
 min-p off, and the log-prob of each sampled token is vLLM's *processed* one (after temperature,
 `logprobs_mode="processed_logprobs"`), so the behaviour distribution is the one the trainer scores;
 whatever differs (kernels, MoE routing, precision) is the training-inference mismatch that
-`testbed.rollout.mismatch` measures and DIS absorbs.
+`testbed.engines.mismatch` measures and DIS absorbs.
 
 Weights move by version without touching the disk: `load_weights` hands the policy's tensors, in
 checkpoint names (transformers' `revert_weight_conversion`), to vLLM's in-place `reload_weights`

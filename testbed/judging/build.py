@@ -1,19 +1,19 @@
 """The scenario's judges, built from their config: the training judge and the gold judge, each in
-any shape `as_judge` accepts, with the world's rules applied (testbed/world_rules.py)."""
+any shape `as_judge` accepts, with the world's rules applied (testbed/world/rules.py)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from testbed.config import Scenario
+    from testbed.scenario.schema import Scenario
     from testbed.protocols import Judge
 
 
 def build_judge(scenario: Scenario) -> Judge:
     """The scenario's judge, in any shape `as_judge` accepts (async or sync, batch or single),
-    with the world's hard and noisy topics applied (testbed/world_rules.py)."""
-    from testbed.world_rules import wrap
+    with the world's hard and noisy topics applied (testbed/world/rules.py)."""
+    from testbed.world.rules import wrap
 
     return wrap(judge_from_config(scenario.judge, "judge"), scenario.world.rules())
 
@@ -21,7 +21,7 @@ def build_judge(scenario: Scenario) -> Judge:
 def build_gold_judge(scenario: Scenario) -> Judge | None:
     """The scenario's gold judge (scores episodes beside the training judge, never trains), with
     the world's hard topics but not its judge noise: the gold reward is the world's truth."""
-    from testbed.world_rules import wrap
+    from testbed.world.rules import wrap
 
     if scenario.gold_judge is None:
         return None
@@ -30,8 +30,8 @@ def build_gold_judge(scenario: Scenario) -> Judge | None:
 
 def judge_from_config(config: Any, field: str) -> Judge:
     from testbed import registry
-    from testbed.config import ScenarioError
-    from testbed.judge_adapter import as_judge
+    from testbed.scenario.schema import ScenarioError
+    from testbed.judging.adapter import as_judge
 
     try:
         factory = registry.import_path(config.path)
@@ -72,7 +72,7 @@ def check_judge(config: Any, field: str) -> str:
     from pydantic import BaseModel, ValidationError
 
     from testbed import registry
-    from testbed.config import ScenarioError, format_validation_error
+    from testbed.scenario.schema import ScenarioError, format_validation_error
 
     try:
         factory = registry.import_path(config.path)
@@ -104,8 +104,8 @@ def probe(judge: Judge, who: str) -> str:
     import asyncio
     import random
 
-    from testbed.config import ScenarioError
-    from testbed.judge_adapter import JudgePluginError
+    from testbed.scenario.schema import ScenarioError
+    from testbed.judging.adapter import JudgePluginError
     from testbed.types import JudgeRequest
     from testbed.world import generate, prompts, render_prompt
 

@@ -16,9 +16,9 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from testbed import registry
-from testbed.scenario_io import ScenarioError, apply_override, clip, read_scenario_file
+from testbed.scenario.loading import ScenarioError, apply_override, clip, read_scenario_file
 from testbed.world import STYLES
-from testbed.world_rules import HardTopics, NoisyTopics, WorldRules
+from testbed.world.rules import HardTopics, NoisyTopics, WorldRules
 
 MAX_PROBLEMS = 20  # validation problems listed in one message
 
@@ -29,7 +29,7 @@ Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
 # The plugin sections (judge, gold judge, schedule, engine, env) live in their own module.
-from testbed.plugin_config import EngineConfig, EnvConfig, GoldJudgeConfig, JudgeConfig, ScheduleSpec, Strict  # noqa: E402,F401
+from testbed.scenario.plugins import EngineConfig, EnvConfig, GoldJudgeConfig, JudgeConfig, ScheduleSpec, Strict  # noqa: E402,F401
 
 
 class WorldConfig(Strict):
@@ -38,7 +38,7 @@ class WorldConfig(Strict):
         default_factory=lambda: ["academic", "cute", "chuunibyou", "classical"], min_length=1,
         description="the styles a prompt may offer as candidates by default",
     )
-    # What a baseline can know (testbed/world_rules.py; all off by default)
+    # What a baseline can know (testbed/world/rules.py; all off by default)
     hard_topics: HardTopics = Field(default_factory=HardTopics)
     noisy_topics: NoisyTopics = Field(default_factory=NoisyTopics)
     candidate_change_share: float = Field(1.0, ge=0, le=1, description="share of prompt forms whose candidate list follows the schedule")
@@ -89,8 +89,6 @@ class PolicyConfig(Strict):
     def _checkpoint_directory(cls, path: str | None) -> str | None:
         """A missing directory or one with no config.json is named now, not after start-up."""
         if path is not None:
-            from testbed.models.hub import check_directory
-
             try:
                 check_directory(path)
             except FileNotFoundError as exc:
@@ -132,7 +130,7 @@ class ArmConfig(Strict):
 
 class RuntimeConfig(Strict):
     """Where the loop runs. `sync`: one process, deterministic per seed (the reference). `ray`:
-    rollout actors generate continuously while a learner trains (testbed/distributed); with one
+    rollout actors generate continuously while a learner trains (testbed/runtimes/ray); with one
     rollout worker and `max_staleness: 0` it writes what `sync` writes."""
 
     kind: Literal["sync", "ray"] = "sync"
@@ -160,7 +158,7 @@ class EvalConfig(Strict):
     every: int = Field(200, gt=0, description="episodes between held-out evaluations")
     prompts: int = Field(64, gt=0, description="held-out prompts per evaluation")
     reference_samples: int = Field(4, ge=0, description="samples per held-out prompt and phase of the starting policy "
-                                   "told the target: the arms' common reference (testbed/reference_policy.py); 0 = none")
+                                   "told the target: the arms' common reference (testbed/runtimes/reference_policy.py); 0 = none")
 
 
 class OutputConfig(Strict):

@@ -1,6 +1,6 @@
 """The scenario's plugin sections: a judge, the gold judge, the drift schedule, the rollout engine and
 the environment, each a registered name or an import path with arguments its own Config checks.
-Re-exported by testbed.config, where the rest of the schema lives."""
+Re-exported by testbed.scenario.schema, where the rest of the schema lives."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from testbed import registry
-from testbed.scenario_io import clip
+from testbed.scenario.loading import clip
 
 
 

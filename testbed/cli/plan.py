@@ -4,7 +4,7 @@ how many judge calls it would cost, without training, writing a run directory or
 The arithmetic is pure (`evaluations`, `gold_episodes`, `judge_calls`, `active_parameters`,
 `sft_acceptance_samples`, `public_args`); `make_plan` gathers its inputs from a validated scenario,
 building the policy, critics and references on torch's meta device (shapes, no memory) and looking,
-never writing, into the cache. `testbed/plan_print.py` prints it.
+never writing, into the cache. `testbed/cli/plan_print.py` prints it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from testbed.config import Scenario
+    from testbed.scenario.schema import Scenario
 
 SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials", "auth"}
 MAX_PHASES = 12  # target segments listed; a gradual schedule's windows would make hundreds
@@ -43,7 +43,7 @@ def evaluations(budget: int, per_round: int, every: int) -> int:
 
 def gold_episodes(budget: int, share: float) -> int:
     """Episodes of one arm x seed the gold judge scores: those whose clock's hash falls under the share."""
-    from testbed.world_rules import unit_hash
+    from testbed.world.rules import unit_hash
 
     return budget if share >= 1 else sum(unit_hash("gold", t) < share for t in range(budget))
 
@@ -169,7 +169,7 @@ def build_policy_shape(scenario: Scenario) -> tuple[dict[str, Any], Any, int]:
     if cfg.checkpoint:
         from transformers import AutoConfig, AutoModelForCausalLM
 
-        from testbed.config import ScenarioError
+        from testbed.scenario.schema import ScenarioError
 
         directory = Path(cfg.checkpoint)
         if not directory.is_dir():
@@ -203,7 +203,7 @@ def starting_plan(scenario: Scenario) -> tuple[list[dict[str, Any]], dict[int, s
     """Each distinct starting policy (its SFT cache key, whether it is cached, what SFT would cost),
     and seed -> the key its warm-ups are cached under."""
     from testbed.models.sft import EARLY_CHECKS, cache_root, policy_key
-    from testbed.starting import starting_configs
+    from testbed.runtimes.starting import starting_configs
 
     configs = starting_configs(scenario)
     archetypes = scenario.world.archetypes
@@ -230,8 +230,8 @@ def arm_plan(scenario: Scenario, i: int, model: Any, pad_id: int, schedule: Any,
     """One arm: its trainer built on the meta policy (the critic and reference it makes, what one
     update takes) and the warm-ups it would need, by cache file."""
     from testbed import registry
-    from testbed.config import ScenarioError
-    from testbed.learn import warmup_cache_key, warmup_cache_path
+    from testbed.scenario.schema import ScenarioError
+    from testbed.runtimes.learn import warmup_cache_key, warmup_cache_path
     from testbed.models.critic import trainable_parameter_counts
 
     arm = scenario.arms[i]
@@ -275,10 +275,10 @@ def claim_warmups(arms: list[dict[str, Any]]) -> None:
 
 
 def judges_plan(scenario: Scenario) -> dict[str, Any]:
-    """The training and gold judges, checked as a run checks them (testbed.judging.check_judge),
+    """The training and gold judges, checked as a run checks them (testbed.judging.build.check_judge),
     with printable args; the world settings that are on; what a real run would stop on."""
-    from testbed.config import WorldConfig
-    from testbed.judging import check_judge
+    from testbed.scenario.schema import WorldConfig
+    from testbed.judging.build import check_judge
 
     out: dict[str, Any] = {"warnings": []}
     for field, config in (("judge", scenario.judge), ("gold_judge", scenario.gold_judge)):
@@ -333,7 +333,7 @@ def device_problems(scenario: Scenario) -> list[str]:
 
 def run_directory(scenario: Scenario, out_dir: str | None, run_name: str | None) -> str:
     """Where the run directory would go, refusing what RunStore.create refuses (with its words)."""
-    from testbed.config import ScenarioError
+    from testbed.scenario.schema import ScenarioError
 
     parent = Path(out_dir or scenario.output.dir)
     if parent.exists() and not parent.is_dir():

@@ -41,8 +41,8 @@ class LazyReview:
         import asyncio
 
         if self.judge is None:
-            from testbed.config import parse_scenario
-            from testbed.judging import build_judge
+            from testbed.scenario.schema import parse_scenario
+            from testbed.judging.build import build_judge
 
             self.judge = build_judge(parse_scenario(self.scenario_data, "<scenario>"))
             self.runner = asyncio.Runner()
@@ -58,7 +58,7 @@ class RolloutActor:
                  seed: int, threads: int, episodes: Any = None, scenario_data: dict | None = None, device: str = "cpu"):
         from testbed import registry
         from testbed.device import for_this_process
-        from testbed.loop import seed_everything
+        from testbed.runtimes.loop import seed_everything
 
         configure_torch(threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         policy = build_policy(policy_config, policy_state, for_this_process(device))  # runtime.device

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from testbed.config import ArmConfig, ReliabilityConfig, Scenario, WorldConfig
+from testbed.scenario.schema import ArmConfig, ReliabilityConfig, Scenario, WorldConfig
 from testbed.paths import source_fingerprint
 from testbed.protocols import Judge
 from testbed.types import Trajectory
@@ -179,7 +179,7 @@ def warmup_cache_key(scenario: Scenario, arm: ArmConfig, trainer_key: dict[str, 
     `warmup_key()`, the judge, the first target, sampling, and the env and world where they differ
     from the defaults (only then, so existing caches keep their keys)."""
     key = {"policy": policy_key, "trainer": trainer_key, "judge": scenario.judge.model_dump(by_alias=True),
-           "code": source_fingerprint("trainers", "testbed/rollout", "testbed/learn.py"),  # policy_key has the models
+           "code": source_fingerprint("trainers", "testbed/engines", "testbed/runtimes/learn.py"),  # policy_key has the models
            "target": schedule.target(0), "sampling": scenario.sampling.model_dump()}
     if scenario.env.name != "style_shift":
         key["env"] = scenario.env_for(arm).model_dump()

@@ -1,0 +1,395 @@
+"""Sweeps: run a scenario over a grid of settings, with seeds, and report the grid side by side.
+
+    python -m testbed.sweep SCENARIO.yaml --grid KEY=V1,V2 [--grid KEY2=...] [--set KEY=V] [--seeds 0,1,2]
+    python -m testbed.sweep SWEEP.yaml [--set KEY=V] [--dry-run]
+    python -m testbed.sweep --resume SWEEP_DIR        (continue: finished points are kept)
+    python -m testbed.sweep --report SWEEP_DIR        (the grid report again, nothing run)
+
+A sweep file names a base scenario, overrides for every point, and the grid:
+
+    scenario: style_shift.yaml          # relative to the sweep file
+    set: {budget.episodes: 3000}        # every point
+    grid:
+      world.hard_topics.share: [0.0, 0.5]                # a key and its values
+      arms.running_mean.args.window: [16, 128, 512]      # arms by name (or index)
+      batch:                                             # a named axis: labels -> several keys
+        b32:  {arms.sao.args.batch_size: 32, arms.grpo.args.prompts_per_update: 4}
+        b128: {arms.sao.args.batch_size: 128, arms.grpo.args.prompts_per_update: 16}
+
+`--reuse EARLIER_SWEEP_DIR` counts the finished arms of an earlier sweep with the same settings
+(the same job key) as done: they are read from there, not rerun.
+
+Every point (the product of the axes) is a plain scenario, written to `points/pNN.yaml`, and run
+with `python -m testbed.run` into `runs/pNN` (arms side by side where the scenario's runtime says
+so). An arm x seed whose settings are the same at two points (the running mean's window does not
+change SAO) runs once: the later point reuses the earlier point's rows, and `sweep.json` says
+where each point's arms come from. The report (`analysis/sweep_report.py`) puts the points side
+by side: per arm and switch, the realignment metrics with intervals over seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from datetime import datetime
+import hashlib
+import itertools
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from testbed.cli import run
+from testbed.cli.plan import make_plan
+from testbed.scenario.loading import ScenarioError, apply_override, clip, load_yaml, read_scenario_file
+from testbed.scenario.schema import Scenario, parse_scenario
+
+MAX_POINTS = 512  # a grid this large is a typo more often than a plan
+# What an arm x seed's rows depend on besides its own arm section (the rest: labels, output)
+_NOT_JOB = ("name", "description", "arms", "output")
+# Settings that change where and how fast a job runs, not its rows (parallel arms write the rows of
+# arms run in turn, tested in tests/test_ray_runtime.py): points that differ only there share work.
+_NOT_ROWS = {"runtime": ("parallel_arms", "torch_threads", "task_cpus", "actor_cpus", "address"),
+             "reliability": ("checkpoint_every",)}
+
+
+@dataclass
+class Axis:
+    """One grid axis: its name and, per value, a label and the assignments it makes."""
+
+    name: str
+    values: list[tuple[str, dict[str, Any]]]
+
+
+@dataclass
+class Point:
+    label: str  # pNN
+    values: dict[str, str]  # axis -> value label
+    data: dict[str, Any]  # the scenario's data at this point
+    arm_keys: dict[str, str] = field(default_factory=dict)  # arm name -> job key
+
+
+@dataclass
+class Sweep:
+    name: str
+    base: dict[str, Any]
+    axes: list[Axis]
+    source: str
+    reuse: list[str] = field(default_factory=list)  # earlier sweep directories whose finished arms count
+
+
+def _label(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def parse_axis(name: str, spec: Any, where: str, scenario_fields: set[str]) -> Axis:
+    """`key: [v1, v2]`, `key: {label: value}`, or a named axis `name: {label: {key: value, ...}}`."""
+    named = "." not in name and name not in scenario_fields
+    if named:
+        if not isinstance(spec, dict) or not spec or not all(isinstance(v, dict) and v for v in spec.values()):
+            raise ScenarioError(f"{where}: '{name}' is not a scenario field, so it must be a named axis: a mapping of labels "
+                                "to mappings of key: value (e.g. b32: {arms.sao.args.batch_size: 32})")
+        return Axis(name, [(str(label), dict(sets)) for label, sets in spec.items()])
+    if isinstance(spec, list) and spec:
+        return Axis(name, [(_label(v), {name: v}) for v in spec])
+    if isinstance(spec, dict) and spec:
+        return Axis(name, [(str(label), {name: v}) for label, v in spec.items()])
+    raise ScenarioError(f"{where}: axis '{name}' needs a non-empty list of values or a mapping of labels to values")
+
+
+def parse_grid_flag(flag: str) -> tuple[str, list[Any]]:
+    """`--grid key=v1,v2` -> (key, [v1, v2]); each value is read as YAML."""
+    key, sep, raw = flag.partition("=")
+    if not sep or not key or not raw:
+        raise ScenarioError(f"--grid {clip(repr(flag), 200)}: expected key=v1,v2 (e.g. arms.1.args.window=16,128)")
+    try:
+        return key, [load_yaml(v) for v in raw.split(",")]
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"--grid {key}: a value is not valid YAML: {exc}") from None
+
+
+def is_sweep_file(path: Path) -> bool:
+    data = read_scenario_file(Path(path))
+    return isinstance(data, dict) and "grid" in data and "scenario" in data
+
+
+def load_sweep(path: Path, grid_flags: list[str], overrides: list[str], seeds: str | None) -> Sweep:
+    """A sweep file, or a scenario file with --grid flags."""
+
+    data = read_scenario_file(path)
+    fields = set(Scenario.model_fields) | {"class"}
+    if isinstance(data, dict) and "grid" in data:
+        unknown = set(data) - {"scenario", "name", "set", "grid"}
+        if unknown:
+            raise ScenarioError(f"{path}: unknown sweep key(s) {sorted(unknown)} (a sweep file has: scenario, name, set, grid)")
+        if not isinstance(data.get("scenario"), str):
+            raise ScenarioError(f"{path}: scenario: the base scenario file, relative to the sweep file, is missing")
+        base_path = (path.parent / data["scenario"]).resolve()
+        base = read_scenario_file(base_path)
+        if not isinstance(base, dict):
+            raise ScenarioError(f"{base_path}: a scenario must be a mapping of keys to values")
+        sets = data.get("set") or {}
+        if not isinstance(sets, dict):
+            raise ScenarioError(f"{path}: set: a mapping of key: value")
+        for key, value in sets.items():
+            assign(base, str(key), value)
+        if not isinstance(data["grid"], dict) or not data["grid"]:
+            raise ScenarioError(f"{path}: grid: a mapping of axes to their values")
+        axes = [parse_axis(str(k), v, f"{path}: grid", fields) for k, v in data["grid"].items()]
+        name = str(data.get("name") or path.stem)
+    else:
+        if not isinstance(data, dict):
+            raise ScenarioError(f"{path}: a scenario must be a mapping of keys to values")
+        base, axes, name = data, [], f"{data.get('name', path.stem)}-sweep"
+    for flag in grid_flags:
+        key, values = parse_grid_flag(flag)
+        axes.append(parse_axis(key, values, "--grid", fields))
+    if not axes:
+        raise ScenarioError(f"{path}: no grid: give --grid KEY=V1,V2 or a sweep file with a grid")
+    names = [a.name for a in axes]
+    if len(set(names)) != len(names):
+        raise ScenarioError(f"grid axes must be distinct, got {names}")
+    for assignment in overrides:
+        apply_override(base, assignment)
+    if seeds:
+        try:
+            base["seeds"] = [int(s) for s in seeds.split(",")]
+        except ValueError:
+            raise ScenarioError(f"--seeds {clip(repr(seeds), 100)}: expected comma-separated integers, e.g. 0,1,2") from None
+    return Sweep(name, base, axes, str(path))
+
+
+def assign(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set a dotted key; `arms.NAME...` finds the arm by name (else an index, as in --set)."""
+    parts = key.split(".")
+    if parts[0] == "arms" and len(parts) > 1 and not parts[1].isdigit():
+        names = [a.get("name") for a in data.get("arms") or [] if isinstance(a, dict)]
+        if parts[1] not in names:
+            raise ScenarioError(f"grid key {key}: no arm named '{parts[1]}' (the arms: {', '.join(map(str, names))})")
+        parts[1] = str(names.index(parts[1]))
+    apply_override(data, f"{'.'.join(parts)}={json.dumps(value)}")  # JSON is YAML: the value stays as given
+
+
+def expand(sweep: Sweep) -> list[Point]:
+    """Every point of the grid (the product of the axes, the first axis slowest), validated as a
+    scenario before anything runs."""
+
+    combos = list(itertools.product(*[axis.values for axis in sweep.axes]))
+    if len(combos) > MAX_POINTS:
+        raise ScenarioError(f"the grid has {len(combos)} points, over {MAX_POINTS}; narrow it")
+    points = []
+    for i, combo in enumerate(combos):
+        data = copy.deepcopy(sweep.base)
+        for _, sets in combo:
+            for key, value in sets.items():
+                assign(data, key, value)
+        label = f"p{i:02d}"
+        data["name"] = f"{sweep.name}-{label}"
+        values = {axis.name: value_label for axis, (value_label, _) in zip(sweep.axes, combo)}
+        described = ", ".join(f"{k}={v}" for k, v in values.items())
+        data["description"] = f"{sweep.name} point {label}: {described}"
+        scenario = parse_scenario(data, f"{sweep.source} point {label} ({described})")
+        point = Point(label, values, data)
+        point.arm_keys = {arm.name: job_key(scenario, arm.name) for arm in scenario.arms}
+        points.append(point)
+    return points
+
+
+def job_key(scenario: Any, arm_name: str) -> str:
+    """What an arm x seed's rows depend on: the scenario without labels and other arms, and the arm."""
+    dump = scenario.model_dump(mode="json", by_alias=True)
+    arm = next(a for a in dump["arms"] if a["name"] == arm_name)
+    spec = {k: v for k, v in dump.items() if k not in _NOT_JOB} | {"arm": arm}
+    for section, keys in _NOT_ROWS.items():
+        spec[section] = {k: v for k, v in spec[section].items() if k not in keys}
+    arm["runtime"] = {k: v for k, v in arm["runtime"].items() if k not in _NOT_ROWS["runtime"]}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def plan(points: list[Point], known: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
+    """Per point, arm -> the point whose run computes it (the first point with that job key), or
+    the run directory of an earlier sweep that already has it (`known`: job key -> run dir)."""
+    first: dict[str, str] = dict(known or {})
+    out: dict[str, dict[str, str]] = {}
+    for p in points:
+        out[p.label] = {arm: first.setdefault(key, p.label) for arm, key in p.arm_keys.items()}
+    return out
+
+
+def finished_jobs(roots: list[str]) -> dict[str, str]:
+    """Job key -> run directory, for every arm of a finished run in the given sweep directories."""
+    out: dict[str, str] = {}
+    for root in map(Path, roots):
+        if not (root / "sweep.yaml").is_file():
+            raise ScenarioError(f"--reuse {root}: not a sweep directory (no sweep.yaml)")
+        _, points = reload(root)
+        for point, owners in plan(points, finished_jobs(load_saved(root).reuse)).items():
+            p = next(q for q in points if q.label == point)
+            for arm, owner in owners.items():
+                run_dir = owner_dir(root, owner)
+                manifest = run_dir / "manifest.json"
+                if manifest.exists() and json.loads(manifest.read_text()).get("status") == "done":
+                    out.setdefault(p.arm_keys[arm], str(run_dir.resolve()))
+    return out
+
+
+def owner_dir(root: Path, owner: str) -> Path:
+    """Where an arm's rows are: a point of this sweep (its label) or a run directory of another."""
+    return Path(owner) if "/" in owner else root / "runs" / owner
+
+
+def index_data(sweep: Sweep, points: list[Point], owners: dict[str, dict[str, str]]) -> dict[str, Any]:
+    return {"name": sweep.name, "source": sweep.source, "axes": [a.name for a in sweep.axes], "reuse": sweep.reuse,
+            "points": [{"label": p.label, "values": p.values, "arms": owners[p.label]} for p in points]}
+
+
+def run_point(root: Path, point: Point, arms: list[str]) -> int:
+    """Run the point's own arms (those no earlier point computed) into runs/<label>."""
+
+    run_dir = root / "runs" / point.label
+    if run_dir.exists():
+        manifest = run_dir / "manifest.json"
+        status = json.loads(manifest.read_text()).get("status") if manifest.exists() else None
+        if status == "done":
+            return 0
+        return run.main(["--resume", str(run_dir)])
+    data = copy.deepcopy(point.data)
+    data["arms"] = [a for a in data["arms"] if a["name"] in arms]
+    path = root / "points" / f"{point.label}.run.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return run.main([str(path), "--out", str(root / "runs"), "--run-name", point.label])
+
+
+def write_points(root: Path, sweep: Sweep, points: list[Point], owners: dict[str, dict[str, str]]) -> None:
+    (root / "points").mkdir(parents=True, exist_ok=True)
+    for p in points:
+        (root / "points" / f"{p.label}.yaml").write_text(yaml.safe_dump(p.data, sort_keys=False))
+    (root / "sweep.json").write_text(json.dumps(index_data(sweep, points, owners), indent=1))
+    (root / "sweep.yaml").write_text(yaml.safe_dump({"name": sweep.name, "base": sweep.base, "reuse": sweep.reuse,
+                                                     "grid": {a.name: {lbl: sets for lbl, sets in a.values} for a in sweep.axes}},
+                                                    sort_keys=False))
+
+
+def run_sweep(root: Path, sweep: Sweep, points: list[Point], owners: dict[str, dict[str, str]], console: Any) -> int:
+    for p in points:
+        own = [arm for arm, owner in owners[p.label].items() if owner == p.label]
+        if not own:
+            console.print(f"{p.label} ({', '.join(f'{k}={v}' for k, v in p.values.items())}): every arm already run at another point")
+            continue
+        console.print(f"[bold]{p.label}[/] {', '.join(f'{k}={v}' for k, v in p.values.items())}: arms {', '.join(own)}")
+        code = run_point(root, p, own)
+        if code != 0:
+            console.print(f"[red]point {p.label} ended with exit code {code}[/]; continue with "
+                          f"python -m testbed.sweep --resume {root}")
+            return code
+    return 0
+
+
+def load_saved(root: Path) -> Sweep:
+    saved = yaml.safe_load((root / "sweep.yaml").read_text())
+    return Sweep(saved["name"], saved["base"], [Axis(n, [(lbl, sets) for lbl, sets in vals.items()])
+                                                for n, vals in saved["grid"].items()], str(root / "sweep.yaml"),
+                 saved.get("reuse") or [])
+
+
+def reload(root: Path) -> tuple[Sweep, list[Point]]:
+    """The sweep of a sweep directory, as it was planned."""
+    sweep = load_saved(root)
+    return sweep, expand(sweep)
+
+
+def dry_run(points: list[Point], owners: dict[str, dict[str, str]], console: Any) -> int:
+    """Each point, the arms it runs and reuses, and the judge calls its own arms would make (the
+    run's dry-run plan, testbed/cli/plan.py; `python -m testbed.run points/pNN.yaml --dry-run` shows the rest)."""
+
+    total = 0
+    for p in points:
+        mine = [a for a, o in owners[p.label].items() if o == p.label]
+        reused = {a: o for a, o in owners[p.label].items() if o != p.label}
+        calls = 0
+        if mine:
+            own = parse_scenario({**p.data, "arms": [a for a in p.data["arms"] if a["name"] in mine]}, p.label)
+            calls = make_plan(own)["judge_calls"]["total"]["max"]
+        total += calls
+        console.print(f"  {p.label} {', '.join(f'{k}={v}' for k, v in p.values.items())}: runs {', '.join(mine) or '-'}"
+                      + (f"; reuses {', '.join(f'{a} from {o}' for a, o in reused.items())}" if reused else "")
+                      + f"; ~{calls:,} judge calls", highlight=False)
+    console.print(f"estimated judge calls in all: ~{total:,} (warm-ups counted where not cached yet)", highlight=False)
+    return 0
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m testbed.sweep", description=__doc__.splitlines()[0])
+    parser.add_argument("file", nargs="?", help="a sweep file (with a grid) or a scenario file (with --grid)")
+    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a grid axis (repeatable)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a field at every point (repeatable)")
+    parser.add_argument("--seeds", help="comma-separated seeds for every point, e.g. 0,1,2,3,4")
+    parser.add_argument("--out", default="runs", help="parent directory of the sweep directory (default: runs)")
+    parser.add_argument("--name", help="the sweep directory's name (default: <sweep>-<timestamp>)")
+    parser.add_argument("--reuse", action="append", default=[], metavar="SWEEP_DIR",
+                        help="an earlier sweep whose finished arms with the same settings are used, not rerun (repeatable)")
+    parser.add_argument("--dry-run", action="store_true", help="print the points and what would run, then exit")
+    parser.add_argument("--resume", metavar="SWEEP_DIR", help="continue a sweep: finished points are kept")
+    parser.add_argument("--report", metavar="SWEEP_DIR", help="write the grid report of a sweep directory again")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+
+    args = parse_arguments(argv)
+    console = Console()
+    if sum(bool(x) for x in (args.file, args.resume, args.report)) != 1:
+        return run.error("give one of: a sweep or scenario file, --resume SWEEP_DIR, --report SWEEP_DIR")
+    try:
+        if args.file:
+            sweep = load_sweep(Path(args.file), args.grid, args.overrides, args.seeds)
+            sweep.reuse = [str(Path(r).resolve()) for r in args.reuse]
+            points = expand(sweep)
+        else:
+            if args.reuse:
+                return run.error("--reuse goes with a new sweep; a resumed sweep keeps the ones it started with")
+            root = Path(args.resume or args.report)
+            if not (root / "sweep.yaml").is_file():
+                return run.error(f"{root}: not a sweep directory (no sweep.yaml)")
+            sweep, points = reload(root)
+        owners = plan(points, finished_jobs(sweep.reuse))
+    except ScenarioError as exc:
+        return run.error(str(exc))
+    jobs = sum(owner == p.label for p in points for owner in owners[p.label].values())
+    seeds = len(points[0].data.get("seeds") or [0])
+    console.print(f"sweep {sweep.name}: {len(points)} points, {jobs} distinct arms x {seeds} seeds = {jobs * seeds} arm x seed runs")
+    if args.dry_run:
+        try:
+            return dry_run(points, owners, console)
+        except ScenarioError as exc:
+            return run.error(str(exc))
+    if args.file:
+        from testbed.store import check_run_name  # the store loads pandas
+
+        name = args.name or f"{sweep.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        try:
+            check_run_name(name)
+        except ValueError as exc:
+            return run.error(f"--name {exc}")
+        root = Path(args.out) / name
+        if root.exists():
+            return run.error(f"{root} already exists; continue it with --resume {root} or choose another --name")
+        write_points(root, sweep, points, owners)
+    if not args.report:
+        code = run_sweep(root, sweep, points, owners, console)
+        if code != 0:
+            return code
+    from analysis.sweep_report import sweep_report  # the one place a sweep calls analysis
+
+    out = sweep_report(root, console=console)
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

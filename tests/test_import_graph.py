@@ -1,0 +1,90 @@
+"""The project's modules import one another in one direction only: no cycle, not even through an
+import hidden inside a function or under TYPE_CHECKING, and each layer of testbed/ imports only the
+layers below it (README.md, "Layout")."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("testbed", "trainers", "judges", "analysis")
+
+# testbed/'s layers, top first: a module may import its own layer and those below it. The world
+# and the core (the root's modules: types, protocols, registry, store, ...) are the ground floor.
+LAYERS = [
+    {"testbed.cli", "testbed.run", "testbed.sweep", "testbed.__main__"},
+    {"testbed.runtimes"},
+    {"testbed.engines", "testbed.models"},
+    {"testbed.judging", "testbed.envs"},
+    {"testbed.scenario"},
+    {"testbed.world"},
+    {"testbed.core"},
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(package_roots: tuple[str, ...] = PACKAGES) -> nx.DiGraph:
+    """module -> the project's modules it imports, at any depth of the file. `from pkg import mod`
+    is an edge to the module when `mod` is one; package faces (__init__) with only a docstring are
+    not edges of their sub-modules."""
+    files = [p for root in package_roots for p in (ROOT / root).rglob("*.py")]
+    names = {module_name(p) for p in files}
+    graph = nx.DiGraph()
+    for path in files:
+        name = module_name(path)
+        graph.add_node(name)
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    targets.append(full if full in names else node.module)
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            graph.add_edges_from((name, t) for t in targets if t in names and t != name)
+    return graph
+
+
+def layer_of(module: str) -> int:
+    for i, layer in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in layer):
+            return i
+    return len(LAYERS) - 1  # testbed's root modules: the core
+
+
+def test_the_graph_is_read():
+    graph = imports()
+    assert graph.has_edge("testbed.world.prompts", "testbed.world.language")
+    assert graph.has_edge("testbed.runtimes.loop", "testbed.store")
+    assert graph.has_edge("testbed.cli.run", "testbed.runtimes.arms")
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_cycle(package):
+    graph = imports().subgraph(n for n in imports().nodes if n.split(".")[0] == package)
+    assert list(nx.simple_cycles(graph)) == []
+
+
+def test_the_whole_project_has_no_import_cycle():
+    assert list(nx.simple_cycles(imports())) == []
+
+
+def test_testbed_layers_import_only_downwards():
+    graph = imports(("testbed",))
+    upward = [(a, b) for a, b in graph.edges if layer_of(b) < layer_of(a)]
+    assert upward == []
+
+
+def test_nothing_imports_the_cli():
+    graph = imports()
+    into_cli = [(a, b) for a, b in graph.edges if layer_of(b) == 0 and layer_of(a) != 0]
+    assert into_cli == []
+    assert not any(b in ("testbed.run", "testbed.sweep") for _, b in graph.edges)  # the `python -m` launchers
