@@ -60,7 +60,8 @@ def checkpoints(args: argparse.Namespace) -> dict[str, Path]:
     export = Path(args.export) if args.export else work / "project-policy"
     if not args.export and not (export / "config.json").exists():
         from testbed.scenario.schema import load_scenario
-        from testbed.models.export import export_policy, scenario_policy
+        from testbed.models.export import export_policy
+        from testbed.runtimes.starting import scenario_policy
 
         log(f"exporting the project's SFT policy ({SFT_SCENARIO.name}'s shape) to {export}")
         model, tok, report = scenario_policy(load_scenario(SFT_SCENARIO), 0, log)

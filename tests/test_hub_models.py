@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from testbed.scenario.schema import load_scenario
-from testbed.models.export import main as export_main
-from testbed.models.export import scenario_policy
+from testbed.cli.export import main as export_main
+from testbed.runtimes.starting import scenario_policy
 from testbed.models.hub import load_checkpoint
 from testbed.models.policy import token_logprobs
 from testbed.cli.run import main as run_main
