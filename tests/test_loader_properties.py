@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import testbed.cli.run as cli
+from testbed.models import sft
 from testbed.scenario.schema import Scenario, ScenarioError, load_scenario, parse_scenario
 from testbed.world import STYLES
 
@@ -117,7 +118,7 @@ def test_the_cli_exits_2_with_a_message_before_any_run(overrides):
         blocked.write_text("")  # --out here cannot hold a run directory: every case stops at exit 2
         err = io.StringIO()
         argv = [str(path), "--out", str(blocked), *(f"--set={o}" for o in overrides)]
-        with mock.patch.object(cli, "load_or_train_policy", side_effect=AssertionError("training started")), \
+        with mock.patch.object(sft, "load_or_train_policy", side_effect=AssertionError("training started")), \
                 contextlib.redirect_stderr(err):
             code = cli.main(argv)
         assert code == 2 and "error:" in err.getvalue(), err.getvalue()[-2000:]
