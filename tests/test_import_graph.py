@@ -18,9 +18,10 @@ PACKAGES = ("testbed", "trainers", "judges", "analysis")
 LAYERS = [
     {"testbed.cli", "testbed.run", "testbed.sweep", "testbed.__main__"},
     {"testbed.runtimes"},
-    {"testbed.engines", "testbed.models"},
-    {"testbed.judging", "testbed.envs"},
+    {"testbed.engines"},
+    {"testbed.models", "testbed.judging"},
     {"testbed.scenario"},
+    {"testbed.envs"},
     {"testbed.world"},
     {"testbed.core"},
 ]

@@ -34,6 +34,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from testbed.types import JudgeRequest, Verdict
+from testbed.world.language import count_words, split_words
+from testbed.world.prompts import prompts, topic_of_prompt
+from testbed.world.topics import TOPICS, topic_keywords
 
 __all__ = ["HardTopics", "NoisyTopics", "WorldRules", "WorldRulesJudge", "chosen", "shows_schedule_candidates"]
 
@@ -87,8 +90,6 @@ def chosen(names: tuple[str, ...], share: float, salt: str) -> frozenset[str]:
 
 @functools.lru_cache(maxsize=1)
 def _topics() -> tuple[str, ...]:
-    from testbed.world import TOPICS
-
     return tuple(TOPICS)
 
 
@@ -102,8 +103,6 @@ def shows_schedule_candidates(prompt_id: str, share: float) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _following(share: float) -> frozenset[str]:
-    from testbed.world import prompts
-
     ids = tuple(spec.prompt_id for split in ("train", "heldout") for spec in prompts(split))
     return chosen(ids, share, "candidates")
 
@@ -128,8 +127,6 @@ class WorldRulesJudge:
             return verdict
         topic = req.topic
         if topic is None:
-            from testbed.world import topic_of_prompt
-
             topic = topic_of_prompt(req.prompt)
         quality, style_match, notes, reasons = verdict.quality, verdict.style_match, [], list(verdict.reasons)
         if topic in self.hard:
@@ -152,10 +149,6 @@ class WorldRulesJudge:
 def hard_topic_problems(response: str, topic: str, demands: HardTopics) -> list[str]:
     """What a piece on a hard topic lacks: "hard_words" (too few words), "hard_topic" (too few of
     the topic's nouns)."""
-    from testbed.world import split_words
-    from testbed.world.language import count_words
-    from testbed.world.topics import topic_keywords
-
     tokens = [t.lower() for t in split_words(response if isinstance(response, str) else "")]
     out = []
     if count_words(tokens) < demands.min_words:
