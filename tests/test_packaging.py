@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import tomllib
-from importlib.metadata import entry_points
+from importlib.metadata import distributions
 from pathlib import Path
 
 import pytest
@@ -157,14 +157,16 @@ def test_the_console_script_is_testbed_cli_main():
 def test_the_installed_entry_point_when_it_is_this_checkout():
     """Through importlib.metadata, where the installed testbed is this checkout (an editable
     install: `make test`'s venv); another checkout's metadata says nothing about this one."""
-    found = [ep for ep in entry_points(group="console_scripts") if ep.name == "testbed"]
-    if not found or not _installed_from_here(found[0].dist):
-        pytest.skip("the installed testbed is not this checkout, or has no console script")
-    assert found[0].value == "testbed.cli.main:main" and found[0].load() is cli.main
+    here = [d for d in distributions(name="testbed") if _installed_from_here(d)]
+    if not here:
+        pytest.skip("the installed testbed is not this checkout")
+    scripts = [ep for ep in here[0].entry_points if ep.group == "console_scripts"]
+    assert [(ep.name, ep.value) for ep in scripts] == [("testbed", "testbed.cli.main:main")]
+    assert scripts[0].load() is cli.main
 
 
 def _installed_from_here(dist) -> bool:
-    text = dist.read_text("direct_url.json") if dist else None  # PEP 610: where pip installed it from
+    text = dist.read_text("direct_url.json")  # PEP 610: where pip installed it from
     return bool(text) and Path(json.loads(text).get("url", "").removeprefix("file://")).resolve() == ROOT
 
 
