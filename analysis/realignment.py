@@ -21,7 +21,8 @@
 # only, computes the metrics of `analysis/realign.py` and draws the figures of `analysis/plots.py`.
 #
 # **Parameters**: set `TESTBED_RUN_DIR` before starting Jupyter, or edit the next cell. Figures are
-# saved to `TESTBED_NOTEBOOK_OUT` (default: the run's `figures/`).
+# saved to `TESTBED_NOTEBOOK_OUT` (default: the run's `notebook_figures/realignment/`; the report's own
+# `figures/` are never written over).
 
 # %%
 import functools
@@ -35,13 +36,13 @@ from IPython.display import Markdown, display
 ROOT = Path.cwd().parent if Path.cwd().name == "analysis" else Path.cwd()
 sys.path.insert(0, str(ROOT))
 from analysis import plots, realign, report, tables, verdicts  # noqa: E402
-from analysis.notebook_io import newest_runs, save_and_show  # noqa: E402
+from analysis.notebook_io import figure_dir, newest_runs, save_and_show  # noqa: E402
 
 pd.set_option("display.width", 200)
 pd.set_option("display.max_columns", 40)
 
 RUN_DIR = os.environ.get("TESTBED_RUN_DIR") or (newest_runs(ROOT, 1) or [""])[0]
-FIG_DIR = Path(os.environ.get("TESTBED_NOTEBOOK_OUT") or Path(RUN_DIR) / "figures")
+FIG_DIR = figure_dir(RUN_DIR, "realignment")
 show = functools.partial(save_and_show, fig_dir=FIG_DIR)  # show(fig, name): save as FIG_DIR/name.png and show
 WINDOW = None      # rolling-reward window in episodes; None: 128, at most a quarter of the shortest phase
 FRACTION = 0.9     # the bar = FRACTION x the reference reward (or the best pre-switch plateau of the seed's arms)

@@ -285,9 +285,9 @@ def report(run_dirs: str | Path | list[str | Path], out_dir: str | Path | None =
     if not paths:
         raise ValueError("report: no run directories given")
     out = Path(out_dir) if out_dir is not None else default_out_dir(paths)
-    out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    runs = [load_run(p) for p in paths]
+    runs = [load_run(p) for p in paths]  # before the folder: for one run it is the run directory itself
+    out.mkdir(parents=True, exist_ok=True)
     from analysis.run_numerics import numerics_warnings
 
     for warning in numerics_warnings(runs):

@@ -40,15 +40,21 @@ import time
 import weakref
 from typing import Any
 
-from judges.accounting import Accounting
-from judges.cache import VerdictCache, cache_key
-from judges.config import LLMJudgeConfig, validate_config
-from judges.dedup import plan_batch
-from judges.local_server import LocalJudgeServer
-from judges.retry import CallFailed, RetryPolicy, call_with_retries, classify
-from judges.scrub import Scrubber
-from judges.template import REPAIR_MESSAGE, VerdictParseError, load_template, parse_verdict
-from testbed.types import JudgeRequest, Verdict
+from testbed.extras import require_extra
+
+# First: without the `llm` extra, choosing this judge says which extra to install (judges/retry.py
+# imports tenacity; LiteLLM is imported on the first call, too late to say it well).
+require_extra("llm", "the LLM judge (judge: llm)", ("litellm", "tenacity"))
+
+from judges.accounting import Accounting  # noqa: E402
+from judges.cache import VerdictCache, cache_key  # noqa: E402
+from judges.config import LLMJudgeConfig, validate_config  # noqa: E402
+from judges.dedup import plan_batch  # noqa: E402
+from judges.local_server import LocalJudgeServer  # noqa: E402
+from judges.retry import CallFailed, RetryPolicy, call_with_retries, classify  # noqa: E402
+from judges.scrub import Scrubber  # noqa: E402
+from judges.template import REPAIR_MESSAGE, VerdictParseError, load_template, parse_verdict  # noqa: E402
+from testbed.types import JudgeRequest, Verdict  # noqa: E402
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch of the price map
 

@@ -41,6 +41,15 @@ from typing import Any
 if __package__ in (None, ""):  # `python judges/server.py` from anywhere
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from testbed.extras import MissingExtra, require_extra  # noqa: E402
+
+try:  # without the `llm` extra: say which extra to install, not "No module named 'fastapi'"
+    require_extra("llm", "the judge server (judges/server.py)", ("fastapi", "starlette", "uvicorn"))
+except MissingExtra as exc:
+    if __name__ == "__main__":
+        sys.exit(f"error: {exc}")
+    raise
+
 from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import Response  # noqa: E402
 from starlette.exceptions import HTTPException  # noqa: E402

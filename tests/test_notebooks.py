@@ -4,6 +4,7 @@ script is what the tests execute, the .ipynb must hold the same cells and no out
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -37,11 +38,15 @@ def tiny_run(tmp_path_factory, shared_cache) -> Path:
     return run
 
 
-def execute(name: str, env: dict[str, str]) -> nbformat.NotebookNode:
-    """Run the percent script `analysis/<name>.py` as a notebook."""
+def execute(name: str, env: dict[str, str | None]) -> nbformat.NotebookNode:
+    """Run the percent script `analysis/<name>.py` as a notebook (a None in `env` unsets it)."""
     nb = jupytext.read(ANALYSIS / f"{name}.py")
     old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the kernel inherits the environment
+    for k, v in env.items():  # the kernel inherits the environment
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     try:
         NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ANALYSIS)}}).execute()
     finally:
@@ -72,14 +77,43 @@ def test_notebooks_are_paired_scripts_stored_without_outputs():
         assert "os.environ.get(\"TESTBED_RUN_DIR" in code[0].source
 
 
-def test_realignment_notebook_runs(tiny_run, tmp_path):
-    nb = execute("realignment", {"TESTBED_RUN_DIR": str(tiny_run), "TESTBED_NOTEBOOK_OUT": str(tmp_path)})
+def snapshot(folder: Path) -> dict[str, tuple[int, str]]:
+    """Every file under folder: its modification time and contents' hash."""
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_realignment_notebook_runs(tiny_run):
+    """With no TESTBED_NOTEBOOK_OUT, the figures go to the run's notebook_figures/realignment/; the
+    report's figures (the run's figures/, written by the run) and the docs' images stay as they were."""
+    report_figures, docs = snapshot(tiny_run / "figures"), snapshot(ROOT / "docs")
+    assert len(report_figures) >= 5
+    nb = execute("realignment", {"TESTBED_RUN_DIR": str(tiny_run), "TESTBED_NOTEBOOK_OUT": None})
     assert not outputs(nb, lambda o: o.output_type == "error")
     assert len(outputs(nb, lambda o: "image/png" in o.get("data", {}))) >= 5
+    out = tiny_run / "notebook_figures" / "realignment"
     for name in ("realignment", "realignment_speed", "target_share", "reward_vs_judge_calls", "training_diagnostics"):
-        assert (tmp_path / f"{name}.png").stat().st_size > 10_000, name
+        assert (out / f"{name}.png").stat().st_size > 10_000, name
     markdown = " ".join(o["data"]["text/markdown"] for o in outputs(nb, lambda o: "text/markdown" in o.get("data", {})))
     assert "Per segment" in markdown and "dynamic regret" in markdown  # the tables summary.md has
+    assert snapshot(tiny_run / "figures") == report_figures
+    assert snapshot(ROOT / "docs") == docs
+
+
+def test_notebook_figures_never_go_to_the_reports_folder(tmp_path, monkeypatch):
+    from analysis.notebook_io import figure_dir
+
+    run = tmp_path / "run"
+    (run / "figures").mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")
+    monkeypatch.delenv("TESTBED_NOTEBOOK_OUT", raising=False)
+    assert figure_dir(run, "realignment") == run / "notebook_figures" / "realignment"
+    monkeypatch.setenv("TESTBED_NOTEBOOK_OUT", str(tmp_path / "mine"))
+    assert figure_dir(run, "realignment") == tmp_path / "mine"
+    for refused in (run / "figures", ROOT / "docs" / "results"):
+        monkeypatch.setenv("TESTBED_NOTEBOOK_OUT", str(refused))
+        with pytest.raises(ValueError, match="TESTBED_NOTEBOOK_OUT elsewhere"):
+            figure_dir(run, "realignment")
 
 
 def test_compare_notebook_runs(tiny_run, tmp_path):

@@ -1,2 +1,3 @@
-"""The entry points: `testbed run|sweep|report|judge-server` (main.py) and the `python -m
-testbed.run` / `python -m testbed.sweep` forms. The top floor: nothing in the package imports it."""
+"""The entry points: the `testbed` command, `testbed run|sweep|report|judge-server|export`
+(main.py; also `python -m testbed`), and the `python -m testbed.run` / `python -m testbed.sweep`
+forms. The top floor: nothing in the package imports it."""
