@@ -30,10 +30,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress, TaskID
 
 from testbed import device, registry
 from testbed.runtimes import checkpoint
+from testbed.runtimes.bars import StepBar, make_progress
 from testbed.runtimes.collect import Collector, Timer, episode_rows, evaluate_heldout, judged_samples
 from testbed.scenario.schema import ArmConfig, Scenario
 from testbed.envs.style_shift import StyleShiftEnv
@@ -69,18 +70,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def make_progress() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.fields[arm]}[/] seed {task.fields[seed]}"),
-        BarColumn(),
-        TextColumn("t {task.completed:>5.0f}/{task.total:.0f}"),
-        TextColumn("target [cyan]{task.fields[target]:<10}[/]"),
-        TextColumn("reward {task.fields[reward]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
 
 
 class ArmRunner:
