@@ -128,6 +128,18 @@ def test_value_pretraining_improves_explained_variance():
     assert report["parameters"]["trainable"] < report["parameters"]["total"]
 
 
+
+def test_value_pretraining_reports_each_critic_step():
+    """Steps 1..epochs x batches, each with the loss and explained variance its epoch's curve averages."""
+    trainer = SAOTrainer(policy(), {"value_pretrain_epochs": 2, "value_pretrain_batch": 8}, pad_id=TOK.pad_id)
+    seen = []
+    report = trainer.warmup(rollouts(policy(), 20), on_step=lambda step, total, **values: seen.append((step, total, values)))
+    assert [(step, total) for step, total, _ in seen] == [(s, 6) for s in range(1, 7)]  # 3 batches (8, 8, 4) x 2 epochs
+    for epoch, point in enumerate(report["curve"]):
+        losses = [values["value_loss"] for _, _, values in seen[3 * epoch: 3 * epoch + 3]]
+        assert point["value_loss"] == pytest.approx(sum(losses) / 3)
+    assert all(isinstance(values["explained_variance"], float) for _, _, values in seen)
+
 def test_staleness_bound_drops_old_rollouts():
     model = policy()
     trainer = SAOTrainer(model, {"batch_size": 4, "staleness_bound": 0, "value_warmup_updates": 0}, pad_id=TOK.pad_id)
