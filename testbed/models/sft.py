@@ -63,6 +63,11 @@ def policy_key(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> str
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def is_cached(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> bool:
+    """Whether the SFT policy of this config is in the cache (a checkpoint is never trained)."""
+    return bool(cfg.checkpoint) or (cache_root() / f"policy-{policy_key(cfg, archetypes, env)}" / "sft_report.json").exists()
+
+
 def sft_corpus(size: int, archetypes: list[str], seed: int) -> list[tuple[str, str, str]]:
     """(prompt, piece, style) triples over the training prompts, candidates drawn per example."""
     rng = random.Random(seed)
