@@ -59,9 +59,9 @@ def test_sft_and_a_warm_up_draw_a_bar_per_seed_in_this_process(tmp_path, monkeyp
 
     warm_up(progress)
     assert_finished(bars(progress)[("sao samples", 0)], 24, "quality ")
-    assert_finished(bars(progress)[("sao warm-up", 0)], 6, "value loss ")  # 3 batches x 2 epochs
+    assert_finished(bars(progress)[("sao warm-up", 0)], 6, "epoch 2  value loss ")  # 3 batches x 2 epochs
     text = shown(progress)
-    assert "sao warm-up seed 0" in text and "step     6/6" in text and "sample    24/24" in text
+    assert all(part in text for part in ("sao warm-up seed 0", "step     6/6", "epoch 2  value loss", "sample    24/24", "quality"))
 
     again = make_progress()  # all cached now: nothing runs, no bar
     starting_policies(run, log=lambda message: None, progress=again)
@@ -89,5 +89,5 @@ def test_side_by_side_tasks_bring_their_bars_to_the_drivers_display(tmp_path, mo
     for seed in (0, 1):
         assert_finished(bars(progress)[("SFT", seed)], None, "loss ")
     assert_finished(bars(progress)[("sao samples", 1)], 24, "quality ")
-    assert_finished(bars(progress)[("sao warm-up", 1)], 6, "value loss ")
+    assert_finished(bars(progress)[("sao warm-up", 1)], 6, "epoch 2  value loss ")
     assert sorted(bars(progress)) == [("SFT", 0), ("SFT", 1), ("sao samples", 1), ("sao warm-up", 1)]

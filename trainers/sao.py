@@ -262,7 +262,8 @@ class SAOTrainer:
     def warmup(self, trajectories: list[Trajectory], on_step: Callable[..., None] | None = None) -> dict[str, Any]:
         """Regress the critic on lambda=1 returns of judged samples from the fixed SFT policy,
         epoch by epoch, and report the loss and explained variance after each epoch; and after
-        each critic step, to `on_step(step, total, value_loss=..., explained_variance=...)`."""
+        each critic step, to `on_step(step, total, epoch=..., value_loss=...)`: the epoch's mean
+        loss so far (at its last step, the curve's point)."""
         curve = []
         skipped = 0  # critic steps skipped for a non-finite loss or gradient
         size = self.cfg.value_pretrain_batch
@@ -282,9 +283,9 @@ class SAOTrainer:
                 step_metrics, nonfinite = self._critic_step(data, returns, before)
                 losses.append(step_metrics["critic_loss"])
                 skipped += nonfinite is not None
-                if on_step is not None:  # both values are host floats already
-                    on_step(epoch * batches + i // size + 1, self.cfg.value_pretrain_epochs * batches,
-                            value_loss=losses[-1], explained_variance=evs[-1])
+                if on_step is not None:  # the losses are host floats already
+                    on_step(epoch * batches + i // size + 1, self.cfg.value_pretrain_epochs * batches, epoch=epoch + 1,
+                            value_loss=sum(losses) / len(losses))
             curve.append({"epoch": epoch + 1, "value_loss": sum(losses) / len(losses),
                           "explained_variance": float(torch.tensor(evs).nanmean())})
         self.skipped_steps_total += skipped

@@ -44,8 +44,9 @@ def make_progress() -> Progress:
 
 
 def status(values: dict[str, Any]) -> str:
-    """`value loss 0.031  explained variance 0.42`: floats to three places, the rest as they are."""
-    return "  ".join(f"{name.replace('_', ' ')} {value:.3f}" if isinstance(value, float) else f"{name.replace('_', ' ')} {value}"
+    """`value loss 0.0312  explained variance 0.42`: floats to three significant digits (a critic's
+    explained variance on near-constant returns can be -5e+13), the rest as they are."""
+    return "  ".join(f"{name.replace('_', ' ')} {value:.3g}" if isinstance(value, float) else f"{name.replace('_', ' ')} {value}"
                      for name, value in values.items())
 
 

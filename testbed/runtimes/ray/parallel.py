@@ -229,7 +229,7 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: 
                          on_done: Callable[[str, int, dict], None], log: Callable[[str], None], progress: Any = None) -> None:
     """Run every (arm, seed) of `jobs` as a Ray task; as each finishes, append its rows to the
     run directory and call `on_done(arm, seed, totals)`. With a `rich.progress.Progress`, each
-    task's bar is drawn there as it runs.
+    task's bars (a warm-up's, an arm's) are drawn there as it runs.
 
     First, each arm's trainer warm-up (SAO's value pretraining) is computed by a task of its own,
     as the arm's first job computes it when the jobs run one after another (`loop.first_jobs`);
