@@ -38,7 +38,9 @@ class Trainer(Protocol):
     Optional warm-up hooks (the loop never names an algorithm): a trainer with
     `warmup_samples > 0` also has `warmup(trajectories) -> report`, `warmup_key()` (what the
     result depends on), `warmup_state()` and `load_warmup_state()`; the loop then samples and
-    judges that many episodes from the fixed SFT policy before RL and caches the result.
+    judges that many episodes from the fixed SFT policy before RL and caches the result. A
+    `warmup` that takes `on_step` is called with it: `on_step(step, total, **values)` after each
+    of its steps draws a progress bar (values it has on the host anyway, e.g. `value_loss`).
     """
 
     group_size: int

@@ -181,7 +181,7 @@ def test_parallel_tasks_progress_reaches_the_drivers_bars(local_ray):
 
     @ray.remote
     def task(board) -> None:  # what an arm x seed task does with its bar
-        bar = RemoteProgress(board, ("rm", 3), every_s=3600.0)  # throttled: only add_task and flush post
+        bar = RemoteProgress(board, every_s=3600.0)  # throttled: only add_task and flush post
         bar.add_task("", total=50, completed=0, arm="rm", seed=3, target="cute", reward="  -  ")
         for clock in range(1, 51):
             bar.update(0, completed=clock, target="classical", reward="0.75")

@@ -39,6 +39,22 @@ def test_without_a_passing_check_the_round_runs_to_the_end():
     assert len(losses) == 8
 
 
+
+def test_each_step_is_reported_with_its_running_loss():
+    seen = []
+    losses = train_sft(build_policy(SMALL, TOK), data(), steps=8, batch_size=4, lr=1e-3, seed=0,
+                       on_step=lambda step, total, **values: seen.append((step, total, values)))
+    assert [(step, total) for step, total, _ in seen] == [(s, 8) for s in range(1, 9)]
+    assert [values["loss"] for _, _, values in seen] == [sum(losses[max(0, s - 20):s]) / min(s, 20) for s in range(1, 9)]
+
+
+def test_a_passing_check_ends_the_bar_where_training_stopped():
+    seen = []
+    train_sft(build_policy(SMALL, TOK), data(), steps=8, batch_size=4, lr=1e-3, seed=0, accept=lambda: True, checks=2,
+              on_step=lambda step, total, **values: seen.append((step, total)))
+    assert seen == [(1, 8), (2, 8), (3, 8), (4, 4)]  # the first check, after step 4, passes
+
+
 TWO_AT_ONCE = """
 import sys
 import testbed

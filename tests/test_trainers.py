@@ -128,6 +128,17 @@ def test_value_pretraining_improves_explained_variance():
     assert report["parameters"]["trainable"] < report["parameters"]["total"]
 
 
+
+def test_value_pretraining_reports_each_critic_step():
+    """Steps 1..epochs x batches, each with its epoch and the epoch's mean value loss so far."""
+    trainer = SAOTrainer(policy(), {"value_pretrain_epochs": 2, "value_pretrain_batch": 8}, pad_id=TOK.pad_id)
+    seen = []
+    report = trainer.warmup(rollouts(policy(), 20), on_step=lambda step, total, **values: seen.append((step, total, values)))
+    assert [(step, total) for step, total, _ in seen] == [(s, 6) for s in range(1, 7)]  # 3 batches (8, 8, 4) x 2 epochs
+    assert [values["epoch"] for _, _, values in seen] == [1, 1, 1, 2, 2, 2]
+    assert [seen[2][2]["value_loss"], seen[5][2]["value_loss"]] == [point["value_loss"] for point in report["curve"]]
+    assert seen[0][2]["value_loss"] != seen[1][2]["value_loss"]  # a running mean, step by step
+
 def test_staleness_bound_drops_old_rollouts():
     model = policy()
     trainer = SAOTrainer(model, {"batch_size": 4, "staleness_bound": 0, "value_warmup_updates": 0}, pad_id=TOK.pad_id)

@@ -30,6 +30,7 @@ Every ablation of the paper's Table 4 is a switch in `SAOConfig`.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -258,12 +259,15 @@ class SAOTrainer:
         """The trainer protocol's warm-up hook: value pretraining wants this many judged samples."""
         return self.cfg.value_pretrain_samples
 
-    def warmup(self, trajectories: list[Trajectory]) -> dict[str, Any]:
+    def warmup(self, trajectories: list[Trajectory], on_step: Callable[..., None] | None = None) -> dict[str, Any]:
         """Regress the critic on lambda=1 returns of judged samples from the fixed SFT policy,
-        epoch by epoch, and report the loss and explained variance after each epoch."""
+        epoch by epoch, and report the loss and explained variance after each epoch; and after
+        each critic step, to `on_step(step, total, epoch=..., value_loss=...)`: the epoch's mean
+        loss so far (at its last step, the curve's point)."""
         curve = []
         skipped = 0  # critic steps skipped for a non-finite loss or gradient
         size = self.cfg.value_pretrain_batch
+        batches = -(-len(trajectories) // size)  # per epoch
         for epoch in range(self.cfg.value_pretrain_epochs):
             order = list(range(len(trajectories)))
             self.rng.shuffle(order)
@@ -279,6 +283,9 @@ class SAOTrainer:
                 step_metrics, nonfinite = self._critic_step(data, returns, before)
                 losses.append(step_metrics["critic_loss"])
                 skipped += nonfinite is not None
+                if on_step is not None:  # the losses are host floats already
+                    on_step(epoch * batches + i // size + 1, self.cfg.value_pretrain_epochs * batches, epoch=epoch + 1,
+                            value_loss=sum(losses) / len(losses))
             curve.append({"epoch": epoch + 1, "value_loss": sum(losses) / len(losses),
                           "explained_variance": float(torch.tensor(evs).nanmean())})
         self.skipped_steps_total += skipped

@@ -8,6 +8,7 @@ therefore picks among the listed styles; which one the hidden reward wants is wh
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -15,7 +16,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,11 @@ def policy_key(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> str
     if getattr(env_cls, "sft_examples", None) is not None:
         spec["env"] = {"name": env.name, "corpus": env_cls.sft_key(env.settings())}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def is_cached(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> bool:
+    """Whether the SFT policy of this config is in the cache (a checkpoint is never trained)."""
+    return bool(cfg.checkpoint) or (cache_root() / f"policy-{policy_key(cfg, archetypes, env)}" / "sft_report.json").exists()
 
 
 def sft_corpus(size: int, archetypes: list[str], seed: int) -> list[tuple[str, str, str]]:
@@ -132,13 +138,21 @@ def causal_lm_loss(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor
     return F.cross_entropy(logits.float(), targets[keep])
 
 
+OnStep = Callable[..., None]  # on_step(step, total, **values): testbed/runtimes/bars.py draws it
+
+
 def train_sft(model: torch.nn.Module, data: tuple[torch.Tensor, ...], steps: int, batch_size: int, lr: float, seed: int,
-              label: str = "SFT", accept: Callable[[], bool] | None = None, checks: int = 0) -> list[float]:
+              label: str = "SFT", accept: Callable[[], bool] | None = None, checks: int = 0,
+              on_step: OnStep | None = None) -> list[float]:
     """AdamW with linear warm-up and cosine decay; returns the loss curve.
 
     With `accept`, the model is checked `checks` times, evenly over the second half of the run
     (and not at the very end, which the caller checks anyway), and training stops at the first
-    check it passes: most runs meet the bar well before the schedule ends."""
+    check it passes: most runs meet the bar well before the schedule ends.
+
+    After each step, `on_step(step, total, loss=...)`: the mean of the last 20 losses (already on
+    the host: no extra sync); `total` is `steps`, or this step when a check passed here. Without
+    `on_step`, a bar of its own (`label`) is drawn."""
     ids, mask, labels = data
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
@@ -149,9 +163,7 @@ def train_sft(model: torch.nn.Module, data: tuple[torch.Tensor, ...], steps: int
     check_at = {steps // 2 + i * steps // (2 * checks) for i in range(checks)} if accept is not None and checks > 0 else set()
     losses: list[float] = []
     model.train()
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} loss {task.fields[loss]}"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), transient=True) as bar:
-        task = bar.add_task(label, total=steps, loss="-")
+    with (transient_bar(label) if on_step is None else contextlib.nullcontext(on_step)) as report:
         for step in range(steps):
             idx = torch.randint(0, len(ids), (batch_size,), generator=gen)
             width = int(mask[idx].sum(1).max())  # trim padding shared by the whole batch
@@ -162,16 +174,29 @@ def train_sft(model: torch.nn.Module, data: tuple[torch.Tensor, ...], steps: int
             opt.step()
             sched.step()
             losses.append(loss.item())
-            if step % 20 == 0 or step == steps - 1:
-                bar.update(task, completed=step + 1, loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
-            if step + 1 in check_at:
-                model.eval()
-                passed = accept()
-                model.train()
-                if passed:
-                    break
+            passed = step + 1 in check_at and passes(model, accept)
+            report(step + 1, step + 1 if passed else steps, loss=sum(losses[-20:]) / len(losses[-20:]))
+            if passed:
+                break
     model.eval()
     return losses
+
+
+def passes(model: torch.nn.Module, accept: Callable[[], bool]) -> bool:
+    """The acceptance check, in eval mode (sampling), back to training after."""
+    model.eval()
+    passed = accept()
+    model.train()
+    return passed
+
+
+@contextlib.contextmanager
+def transient_bar(label: str) -> Iterator[OnStep]:
+    """A bar of its own, for a caller that draws none (a script, a notebook); gone when done."""
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} loss {task.fields[loss]}"),
+                  TimeElapsedColumn(), TimeRemainingColumn(), transient=True) as bar:
+        task = bar.add_task(label, total=None, loss="-")
+        yield lambda step, total, loss: bar.update(task, completed=step, total=total, loss=f"{loss:.3f}")
 
 
 Evaluate = Callable[[torch.nn.Module, WordTokenizer], dict]
@@ -195,12 +220,12 @@ def tokenizer_and_corpus(cfg: PolicyConfig, archetypes: list[str], env: Any = No
 
 def load_or_train_policy(
     cfg: PolicyConfig, archetypes: list[str], evaluate: Evaluate | None = None, log: Callable[[str], None] = print,
-    env: Any = None,
+    env: Any = None, on_step: OnStep | None = None,
 ) -> tuple[torch.nn.Module, WordTokenizer, dict]:
     """The SFT policy for this config: from the cache if it is there, else trained (in rounds of
     `sft.steps` until `evaluate` says every archetype is written well) and cached. An env (its
     EnvConfig) that brings words and a corpus of its own (`extra_words`, `sft_examples`: a
-    multi-turn env teaching revision) has them used."""
+    multi-turn env teaching revision) has them used. `on_step`: each training step (`train_sft`)."""
     if cfg.checkpoint:
         return load_checkpoint(cfg.checkpoint)
     key = policy_key(cfg, archetypes, env)
@@ -213,7 +238,7 @@ def load_or_train_policy(
     with FileLock(locks / f"{directory.name}.lock"):
         if (cached := load_cached(directory, log)) is not None:
             return cached
-        return train_policy(cfg, archetypes, evaluate, log, env, key, directory)
+        return train_policy(cfg, archetypes, evaluate, log, env, key, directory, on_step)
 
 
 def load_cached(directory: Path, log: Callable[[str], None]) -> tuple[torch.nn.Module, WordTokenizer, dict] | None:
@@ -229,7 +254,7 @@ def load_cached(directory: Path, log: Callable[[str], None]) -> tuple[torch.nn.M
 
 
 def train_policy(cfg: PolicyConfig, archetypes: list[str], evaluate: Evaluate | None, log: Callable[[str], None],
-                 env: Any, key: str, directory: Path) -> tuple[torch.nn.Module, WordTokenizer, dict]:
+                 env: Any, key: str, directory: Path, on_step: OnStep | None = None) -> tuple[torch.nn.Module, WordTokenizer, dict]:
     """Train the SFT policy (rounds of `sft.steps` until `evaluate` accepts it) and cache it."""
     tok, corpus = tokenizer_and_corpus(cfg, archetypes, env)
     model = build_policy(cfg, tok, seed=cfg.sft.seed)
@@ -250,7 +275,8 @@ def train_policy(cfg: PolicyConfig, archetypes: list[str], evaluate: Evaluate | 
     for round_ in range(cfg.sft.max_rounds):
         checked.clear()
         losses += train_sft(model, data, cfg.sft.steps, cfg.sft.batch_size, cfg.sft.lr, cfg.sft.seed + round_,
-                            f"SFT round {round_ + 1}", accept=accept if evaluate else None, checks=EARLY_CHECKS)
+                            f"SFT round {round_ + 1}", accept=accept if evaluate else None, checks=EARLY_CHECKS,
+                            on_step=in_round(on_step, round_))
         report = checked.get("report") or (evaluate(model, tok) if evaluate else {})
         if not evaluate or sft_passes(report, cfg, archetypes):
             break
@@ -270,6 +296,13 @@ def train_policy(cfg: PolicyConfig, archetypes: list[str], evaluate: Evaluate | 
     save_policy(directory, model, tok, full_report)
     log(f"SFT done in {full_report['seconds']} s: {report}")
     return model, tok, full_report
+
+
+def in_round(on_step: OnStep | None, round_: int) -> OnStep | None:
+    """`on_step` for a round of SFT: a round after the first says which it is (its steps count from 1 again)."""
+    if on_step is None or round_ == 0:
+        return on_step
+    return lambda step, total, **values: on_step(step, total, round=round_ + 1, **values)
 
 
 LOSS_CURVE_EVERY = 50  # steps per point of the report's loss curve

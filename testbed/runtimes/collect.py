@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,11 +167,14 @@ def heldout_rows(verdicts: list, t: int, target_style: str) -> list[dict]:
              "eval_reward": reward, "eval_quality": quality, "target_style": target_style} for s in styles]
 
 
-def judged_samples(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], n: int, seed: int, chunk: int = 128) -> list[Trajectory]:
+def judged_samples(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], n: int, seed: int, chunk: int = 128,
+                   on_step: Callable[..., None] | None = None) -> list[Trajectory]:
     """n samples from the engine's (fixed) policy on random training prompts, judged against the
-    target at clock 0 without moving the clock; failed verdicts are dropped."""
+    target at clock 0 without moving the clock; failed verdicts are dropped. After each chunk,
+    `on_step(sampled, n, quality=...)`: the mean quality of the judged samples so far."""
     rng = random.Random(seed)
     out: list[Trajectory] = []
+    quality = 0.0
     for i in range(0, n, chunk):
         starts = env.eval_starts([rng.choice(specs) for _ in range(min(chunk, n - i))], 0)
         trajs = env.rollout(engine, starts)
@@ -178,4 +182,7 @@ def judged_samples(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], 
             if verdict.error is None:
                 traj.verdict, traj.t, traj.target_style, traj.prompt_id = verdict, 0, start.target.style, start.prompt_id
                 out.append(traj)
+                quality += verdict.quality
+        if on_step is not None:
+            on_step(i + len(starts), n, quality=quality / len(out) if out else float("nan"))
     return out

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import time
@@ -151,10 +152,12 @@ class Guard:
                 f"The last good state is checkpointed in {self.root / 'checkpoints'}.")
 
 
-def warm_up(trainer: Any, samples: Callable[[int], list[Trajectory]], cache_key: dict, log: Callable[[str], None]) -> dict:
+def warm_up(trainer: Any, samples: Callable[[int], list[Trajectory]], cache_key: dict, log: Callable[[str], None],
+            on_step: Callable[..., None] | None = None) -> dict:
     """A trainer's warm-up on `warmup_samples` judged samples from the fixed starting policy (SAO:
     value pretraining), cached by everything that determines its result. `trainer` may be a
-    remote learner with the same hook methods."""
+    remote learner with the same hook methods. `on_step` goes to a `warmup` that takes it (the
+    hook's optional argument: a plugin trainer's may not)."""
     path = warmup_cache_path(cache_key)
     if path.exists():
         saved = torch.load(path, weights_only=False, map_location="cpu")  # load_warmup_state moves it to the critic's device
@@ -165,13 +168,21 @@ def warm_up(trainer: Any, samples: Callable[[int], list[Trajectory]], cache_key:
     log(f"{who} warm-up on {n} judged samples from the starting policy (cached as {path})")
     started = time.perf_counter()
     trajs = samples(n)
-    report = {**trainer.warmup(trajs), "judge_calls": n + sum(len(t.turn_verdicts) for t in trajs),
+    report = {**trainer.warmup(trajs, **({"on_step": on_step} if on_step and takes(trainer.warmup, "on_step") else {})),
+              "judge_calls": n + sum(len(t.turn_verdicts) for t in trajs),
               "seconds": round(time.perf_counter() - started, 1)}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     torch.save({"state": trainer.warmup_state(), "report": report}, tmp)
     os.replace(tmp, path)
     return {**report, "cache_file": path.name}
+
+
+def takes(method: Callable, name: str) -> bool:
+    try:
+        return name in inspect.signature(method).parameters
+    except (TypeError, ValueError):  # a builtin or a remote method: no signature to read
+        return False
 
 
 def warmup_cache_key(scenario: Scenario, arm: ArmConfig, trainer_key: dict[str, Any], schedule: Any, policy_key: str) -> dict:

@@ -30,10 +30,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress, TaskID
 
 from testbed import device, registry
 from testbed.runtimes import checkpoint
+from testbed.runtimes.bars import StepBar, make_progress
 from testbed.runtimes.collect import Collector, Timer, episode_rows, evaluate_heldout, judged_samples
 from testbed.scenario.schema import ArmConfig, Scenario
 from testbed.envs.style_shift import StyleShiftEnv
@@ -69,18 +70,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def make_progress() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.fields[arm]}[/] seed {task.fields[seed]}"),
-        BarColumn(),
-        TextColumn("t {task.completed:>5.0f}/{task.total:.0f}"),
-        TextColumn("target [cyan]{task.fields[target]:<10}[/]"),
-        TextColumn("reward {task.fields[reward]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
 
 
 class ArmRunner:
@@ -148,8 +137,17 @@ class ArmRunner:
         if getattr(self.trainer, "warmup_samples", 0) <= 0:
             return
         key = warmup_cache_key(self.scenario, self.arm, self.trainer.warmup_key(), self.schedule, policy_key)
-        samples = lambda n: judged_samples(self.env, starting_engine, prompts("train"), n, seed=0)  # noqa: E731
-        self.state.pretrain = warm_up(self.trainer, samples, key, self.log)
+        sampled, fitted = self.warm_up_bars()
+        samples = lambda n: judged_samples(self.env, starting_engine, prompts("train"), n, seed=0, on_step=sampled)  # noqa: E731
+        self.state.pretrain = warm_up(self.trainer, samples, key, self.log, on_step=fitted)
+
+    def warm_up_bars(self) -> tuple[StepBar | None, StepBar | None]:
+        """The warm-up's two bars, drawn only if it runs (a cached one has no steps): its judged
+        samples, then its own steps (SAO's critic regression)."""
+        if self.progress is None:
+            return None, None
+        return (StepBar(self.progress, f"{self.arm.name} samples", self.seed, unit="sample"),
+                StepBar(self.progress, f"{self.arm.name} warm-up", self.seed))
 
     def evaluate_reference(self, starting_engine: Engine) -> None:
         """The arm-independent reference per phase: the starting policy told the target
@@ -338,15 +336,16 @@ class SyncRunner(ArmRunner):
 
 
 def warm_up_job(scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module, tokenizer: WordTokenizer,
-                judge: Judge, schedule: DriftSchedule, policy_key: str, log: Callable[[str], None] = print) -> dict[str, bytes]:
+                judge: Judge, schedule: DriftSchedule, policy_key: str, log: Callable[[str], None] = print,
+                progress: Any = None) -> dict[str, bytes]:
     """What job (arm, seed) computes before RL when it runs first: its trainer's warm-up, exactly
-    as `run_arm` computes it (or finds it in the cache). Returns the cache file, name -> bytes
-    (empty for a trainer without a warm-up)."""
+    as `run_arm` computes it (or finds it in the cache), with its bars in `progress`. Returns the
+    cache file, name -> bytes (empty for a trainer without a warm-up)."""
     from testbed.models.sft import cache_root
 
     with tempfile.TemporaryDirectory(prefix="testbed-warmup-") as scratch:
         runner = SyncRunner(scenario, arm, seed, base_policy=base_policy, tokenizer=tokenizer, judge=judge,
-                            schedule=schedule, store=RunStore(Path(scratch)), progress=None, log=log, completed=None)
+                            schedule=schedule, store=RunStore(Path(scratch)), progress=progress, log=log, completed=None)
         try:
             runner.warm_up(policy_key, runner.engine)
         finally:

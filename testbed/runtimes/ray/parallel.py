@@ -11,6 +11,7 @@ manifest; one interrupted mid-way starts again from its beginning on `--resume`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -28,42 +29,58 @@ from testbed.store import TABLES, RunStore, read_table
 
 @ray.remote(num_cpus=0)
 class ProgressBoard:
-    """Where the tasks post their progress bars' state, for the driver to draw: (arm, seed) ->
-    the fields of `rich.progress.Progress.update`."""
+    """Where the tasks post their progress bars' state, for the driver to draw: (name, seed) ->
+    the fields of `rich.progress.Progress.update` (name: an arm, "SFT", an arm's warm-up)."""
 
     def __init__(self) -> None:
-        self.bars: dict[tuple[str, int], dict[str, Any]] = {}
+        self.bars: dict[tuple[str, Any], dict[str, Any]] = {}
 
-    def post(self, key: tuple[str, int], fields: dict[str, Any]) -> None:
-        self.bars.setdefault(key, {}).update(fields)
+    def post(self, posts: dict[tuple[str, Any], dict[str, Any]]) -> None:
+        for key, fields in posts.items():
+            self.bars.setdefault(key, {}).update(fields)
 
-    def read(self) -> dict[tuple[str, int], dict[str, Any]]:
+    def read(self) -> dict[tuple[str, Any], dict[str, Any]]:
         return self.bars
 
 
 class RemoteProgress:
-    """The two `rich.progress.Progress` calls the arm runner makes, forwarded to a ProgressBoard at
-    most every `every_s` seconds (a bar is for people; the task must not wait on it)."""
+    """The two `rich.progress.Progress` calls a task's bars make (its arm's, its warm-up's, its
+    SFT's), forwarded to a ProgressBoard under each bar's (arm, seed) fields, at most every
+    `every_s` seconds (a bar is for people; the task must not wait on it)."""
 
-    def __init__(self, board: Any, key: tuple[str, int], every_s: float = 1.0) -> None:
-        self.board, self.key, self.every_s, self.last = board, key, every_s, 0.0
-        self.unposted: dict[str, Any] = {}
+    def __init__(self, board: Any, every_s: float = 1.0) -> None:
+        self.board, self.every_s, self.last = board, every_s, 0.0
+        self.keys: list[tuple[str, Any]] = []  # by task id
+        self.unposted: dict[tuple[str, Any], dict[str, Any]] = {}
 
     def add_task(self, description: str, **fields: Any) -> int:
-        self.board.post.remote(self.key, fields)
-        return 0
+        self.keys.append((fields["arm"], fields["seed"]))
+        self.board.post.remote({self.keys[-1]: fields})
+        return len(self.keys) - 1
 
     def update(self, task: int, **fields: Any) -> None:
-        self.unposted.update(fields)
+        self.unposted.setdefault(self.keys[task], {}).update(fields)
         if time.monotonic() - self.last >= self.every_s:
             self.flush(wait=False)
 
     def flush(self, wait: bool = True) -> None:
         """Post what is not posted yet (`wait`: before the task returns, so the last bar is exact)."""
-        ref = self.board.post.remote(self.key, self.unposted)
+        ref = self.board.post.remote(self.unposted)
         self.last, self.unposted = time.monotonic(), {}
         if wait:
             ray.get(ref)
+
+
+def gather(refs: list[Any], board: Any, progress: Any, bars: dict[tuple[str, Any], Any]) -> list[Any]:
+    """`ray.get(refs)`, drawing the tasks' bars into the driver's `progress` (if any) while they
+    run; a failed task's error is raised as soon as it is in."""
+    results: dict[Any, Any] = {}
+    while len(results) < len(refs):
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=1.0)
+        if progress is not None:  # after a task returned, its bars' last post is in
+            draw(progress, bars, ray.get(board.read.remote()))
+        results.update((ref, ray.get(ref)) for ref in ready if ref not in results)
+    return [results[ref] for ref in refs]
 
 
 def worker_settings(scenario: Any) -> tuple[int, str]:
@@ -97,7 +114,7 @@ def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
     try:
         with tempfile.TemporaryDirectory(prefix="testbed-arm-") as scratch:
             store = RunStore(Path(scratch), scenario.output.flush_rows, scenario.output.flush_seconds)
-            progress = RemoteProgress(board, (arm_name, seed))
+            progress = RemoteProgress(board)
             totals = arm_runner(scenario, arm)(scenario, arm, seed, base_policy=build_policy(*policy), tokenizer=tokenizer,
                                                judge=judge, schedule=scenario.schedule_object(), store=store,
                                                progress=progress, log=lambda message: None, policy_key=policy_key)
@@ -113,8 +130,8 @@ def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
 
 @ray.remote
 def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, tokenizer: Any, policy_key: str,
-                 worker: tuple[int, str]) -> dict[str, bytes]:
-    """`loop.warm_up_job` in a task: an arm's warm-up as its first job computes it."""
+                 worker: tuple[int, str], board: Any) -> dict[str, bytes]:
+    """`loop.warm_up_job` in a task: an arm's warm-up as its first job computes it, its bars on `board`."""
     from testbed.scenario.schema import parse_scenario
     from testbed.runtimes.ray.rollout import build_policy
     from testbed.runtimes.loop import warm_up_job
@@ -124,9 +141,13 @@ def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
     scenario = parse_scenario(scenario_data, "<scenario>")
     arm = next(a for a in scenario.arms if a.name == arm_name)
     judge = build_judge(scenario)
+    progress = RemoteProgress(board)
     try:
-        return warm_up_job(scenario, arm, seed, base_policy=build_policy(*policy), tokenizer=tokenizer, judge=judge,
-                           schedule=scenario.schedule_object(), policy_key=policy_key, log=lambda message: None)
+        files = warm_up_job(scenario, arm, seed, base_policy=build_policy(*policy), tokenizer=tokenizer, judge=judge,
+                            schedule=scenario.schedule_object(), policy_key=policy_key, log=lambda message: None,
+                            progress=progress)
+        progress.flush()
+        return files
     finally:
         close = getattr(judge, "close", None)
         if callable(close):
@@ -134,44 +155,58 @@ def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
 
 
 @ray.remote
-def sft_task(scenario_data: dict, policy_data: dict, worker: tuple[int, str]) -> tuple[str, dict[str, bytes]]:
-    """`load_or_train_policy` in a task; returns the cache directory's name and files."""
+def sft_task(scenario_data: dict, policy_data: dict, worker: tuple[int, str], board: Any, seed: int) -> tuple[str, dict[str, bytes]]:
+    """`load_or_train_policy` in a task, its bar on `board` as SFT seed `seed`; returns the cache
+    directory's name and files."""
     from testbed.scenario.schema import PolicyConfig, parse_scenario
     from testbed.models.sft import cache_root, load_or_train_policy
+    from testbed.runtimes.bars import StepBar
     from testbed.runtimes.sft_check import sft_evaluator
 
     enter_task(*worker)
     scenario = parse_scenario(scenario_data, "<scenario>")
     cfg = PolicyConfig.model_validate(policy_data)
+    progress = RemoteProgress(board)
     _, _, report = load_or_train_policy(cfg, scenario.world.archetypes, evaluate=sft_evaluator(scenario),
-                                        log=lambda message: None, env=scenario.env)
+                                        log=lambda message: None, env=scenario.env, on_step=StepBar(progress, "SFT", seed))
+    progress.flush()
     directory = cache_root() / f"policy-{report['key']}"
     return directory.name, {str(f.relative_to(directory)): f.read_bytes() for f in directory.rglob("*") if f.is_file()}
 
 
-def train_policies_in_parallel(scenario: Any, configs: list[Any], log: Callable[[str], None]) -> None:
-    """Train the SFT policies of `configs` that the cache lacks, side by side, one task each, and
-    put them into this process's cache (nodes need no shared disk)."""
-    from testbed.models.sft import cache_root, policy_key
+def train_policies_in_parallel(scenario: Any, configs: dict[int, Any], log: Callable[[str], None], progress: Any = None) -> None:
+    """Train the SFT policies of `configs` (by run seed) that the cache lacks, side by side, one
+    task each, with a bar per seed in `progress` (else a display of their own), and put them into
+    this process's cache (nodes need no shared disk)."""
+    from testbed.models.sft import is_cached
     from testbed.runtimes.arms import resolved_dict
+    from testbed.runtimes.bars import make_progress
 
-    missing = [c for c in configs if not (cache_root() / f"policy-{policy_key(c, scenario.world.archetypes, scenario.env)}"
-                                          / "sft_report.json").exists()]
+    missing = {seed: c for seed, c in configs.items() if not is_cached(c, scenario.world.archetypes, scenario.env)}
     if len(missing) < 2:
         return
     log(f"training {len(missing)} SFT policies side by side (one per seed)")
-    data = resolved_dict(scenario)
-    tasks = [sft_task.options(num_cpus=scenario.runtime.task_cpus).remote(data, c.model_dump(mode="json"), worker_settings(scenario))
-             for c in missing]
-    for name, files in ray.get(tasks):
-        target = cache_root() / name
-        if (target / "sft_report.json").exists():
-            continue  # the same machine: the task wrote it here already
-        tmp = target.with_name(f"{name}.tmp-driver")
-        for rel, blob in files.items():
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / rel).write_bytes(blob)
-        os.replace(tmp, target)
+    data, board = resolved_dict(scenario), ProgressBoard.remote()
+    tasks = [sft_task.options(num_cpus=scenario.runtime.task_cpus).remote(data, c.model_dump(mode="json"), worker_settings(scenario),
+                                                                          board, seed) for seed, c in missing.items()]
+    with contextlib.nullcontext(progress) if progress is not None else make_progress() as shown:
+        trained = gather(tasks, board, shown, {})
+    for name, files in trained:
+        install_policy(name, files)
+
+
+def install_policy(name: str, files: dict[str, bytes]) -> None:
+    """A policy a task trained, into this process's cache (unless the task wrote it here already)."""
+    from testbed.models.sft import cache_root
+
+    target = cache_root() / name
+    if (target / "sft_report.json").exists():
+        return  # the same machine: the task wrote it here already
+    tmp = target.with_name(f"{name}.tmp-driver")
+    for rel, blob in files.items():
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_bytes(blob)
+    os.replace(tmp, target)
 
 
 def install_cache_files(files: dict[str, bytes]) -> None:
@@ -194,7 +229,7 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: 
                          on_done: Callable[[str, int, dict], None], log: Callable[[str], None], progress: Any = None) -> None:
     """Run every (arm, seed) of `jobs` as a Ray task; as each finishes, append its rows to the
     run directory and call `on_done(arm, seed, totals)`. With a `rich.progress.Progress`, each
-    task's bar is drawn there as it runs.
+    task's bars (a warm-up's, an arm's) are drawn there as it runs.
 
     First, each arm's trainer warm-up (SAO's value pretraining) is computed by a task of its own,
     as the arm's first job computes it when the jobs run one after another (`loop.first_jobs`);
@@ -213,18 +248,17 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: 
 
     worker = worker_settings(scenario)
     slot = {"num_cpus": scenario.runtime.task_cpus, "num_gpus": gpus(scenario.runtime, "task")}  # runtime.task_gpus on CUDA
-    warming = [warm_up_task.options(**slot).remote(data, arm.name, seed, *args(seed), worker)
+    board, bars = ProgressBoard.remote(), {}
+    warming = [warm_up_task.options(**slot).remote(data, arm.name, seed, *args(seed), worker, board)
                for arm, seed in first_jobs(scenario, jobs, key=lambda seed: starts[seed].key)]
     if warming:
         log(f"warming up {len(warming)} trainer(s) side by side (as each arm's first job would)")
-    warmed = {name: blob for files in ray.get(warming) for name, blob in files.items()}
+    warmed = {name: blob for files in gather(warming, board, progress, bars) for name, blob in files.items()}
     install_cache_files(warmed)
-    board = ProgressBoard.remote()
     warmed_ref = ray.put(warmed)
     pending = {run_arm_task.options(**slot).remote(
         data, arm.name, seed, *args(seed), worker, board, warmed_ref): (arm.name, seed) for arm, seed in jobs}
     log(f"running {len(pending)} arm x seed tasks side by side on Ray")
-    bars: dict[tuple[str, int], Any] = {}
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
         if progress is not None:  # after a task returned, its bar's last post is in
