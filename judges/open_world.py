@@ -31,7 +31,7 @@ from judges.open_guard import injection
 from judges.open_styles import MARKED, LEXICON_WORDS, style_scores
 from judges.open_text import normalise, proper_ending, repetition, shape, tokens, words_of
 from judges.open_topics import TOPIC_MIN, topicality
-from judges.rubric import DOMINANCE, label_noise_flips
+from judges.rubric_contract import DOMINANCE, label_noise_flips
 from testbed.types import JudgeRequest, Verdict
 from testbed.world.prompts import topic_of_prompt
 
