@@ -60,18 +60,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import goodhart, nonstationary, realign, training_data
+from analysis.results import Analysis
 from analysis.tables import (  # noqa: F401  (the tables were first found here: kept importable)
     ARM_HEADER,
     SWITCH_HEADER,
     arm_rows,
     fmt_ci,
-    md_table,
     print_tables,
     summary_markdown,
     switch_rows,
@@ -84,34 +83,6 @@ from analysis.run_data import RunData, load_run  # noqa: E402,F401
 
 # ----------------------------------------------------------------------------------------------
 # analysis
-
-
-@dataclass
-class Analysis:
-    runs: list[RunData]
-    per_seed: pd.DataFrame      # switch metrics per run, arm, seed and switch
-    switches: pd.DataFrame      # aggregated per run, arm and switch
-    arms: pd.DataFrame          # per run and arm
-    summary: pd.DataFrame       # arms joined with switches: summary.csv
-    windows: dict[str, int]
-    fraction: float
-    horizon: int | None
-    labelled: bool              # arms are labelled "run:arm" (several runs)
-    offpolicy: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run and arm: staleness, DIS, clip
-    turns: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run and arm of a multi-turn run
-    segments: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run, arm, seed and segment
-    intervals: pd.DataFrame = field(default_factory=pd.DataFrame)  # rliable: per arm, metric and task
-    improvement: pd.DataFrame = field(default_factory=pd.DataFrame)  # rliable: per ordered pair of arms
-    old_level: float = nonstationary.DEFAULT_OLD_LEVEL
-    goodhart: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run, arm and phase: training vs gold reward
-    paired: pd.DataFrame = field(default_factory=pd.DataFrame)  # analysis/paired.py: per pair of arms, metric, task
-    arm_order: list[str] = field(default_factory=list)  # the scenario's order (labelled 'run:arm' for several runs)
-
-    @property
-    def asynchronous(self) -> bool:
-        """Any episode trained off-policy, or dropped as too stale: worth a table."""
-        o = self.offpolicy
-        return not o.empty and bool((o["staleness_mean"].fillna(0) > 0).any() or (o["dropped"] > 0).any())
 
 
 # The non-stationary metrics over runs grouped by schedule live in their own module.

@@ -28,7 +28,8 @@ from typing import Any
 import pandas as pd
 
 from analysis.report import RunData, analyse, load_run
-from analysis.tables import fmt_ci, md_table, rich_table
+from analysis.markdown import md_table
+from analysis.tables import fmt_ci, rich_table
 from analysis.training_data import BASELINE_STATS, baseline_overview
 
 # the per-switch metrics shown side by side (name -> column header)
