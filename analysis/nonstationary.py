@@ -139,7 +139,7 @@ from analysis.segments import BEST_ARM, REFERENCE, SEGMENT_COLUMNS, segment_metr
 # per switch
 
 
-def fall_time(t: Sequence[float], share: Sequence[float], switch: float, end: float,
+def fall_time(t: Sequence[float] | np.ndarray, share: Sequence[float] | np.ndarray, switch: float, end: float,
               level: float = DEFAULT_OLD_LEVEL) -> float:
     """Episodes after `switch` until `share` (sampled at clocks `t`) first falls to `level` or
     below before `end`, linear between samples; the last sample at or before `switch` stands for

@@ -60,7 +60,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -160,9 +162,48 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
 # figures
 
 
+def _concat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
+    dfs = [d for d in dfs if not d.empty]
+    return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
+
+
+def _figure_jobs(a: Analysis, group: list[RunData], palette) -> list[tuple[str, Callable[[], Any]]]:
+    """(name, draw) for each figure of a group of runs that share a schedule: `draw` makes the
+    figure when called, so that make_figures can catch its failure."""
+    from analysis import nonstationary_plots, plots
+
+    head = group[0]
+    sp, budget = head.switch_points, head.budget
+    window = a.windows.get(head.name)
+    ep = _concat([r.episodes for r in group])
+    up = _concat([r.updates for r in group])
+    ev = _concat([r.evals for r in group])
+    title = head.name if len(group) == 1 else f"{len(group)} runs"
+    jobs: list[tuple[str, Callable[[], Any]]] = [
+        ("realignment", lambda: plots.realignment_figure(ep, ev, sp, budget, window, title=title, palette=palette)),
+        ("target_share", lambda: plots.target_share_figure(ev, sp, budget, palette=palette, title=title,
+                                                           targets=realign.phase_targets(ep, ev, sp, budget))),
+        ("reward_vs_judge_calls", lambda: plots.judge_calls_figure(ep, up, sp, budget, window, palette=palette,
+                                                                   title=title)),
+        ("training_diagnostics", lambda: plots.training_figure(up, sp, budget, palette=palette)),
+        ("critic_diagnostics", lambda: plots.critic_figure(up, sp, budget, palette=palette)),
+        ("goodhart_gap", lambda: goodhart.gap_figure(ep, sp, budget, realign.auto_window(sp, budget, window),
+                                                     palette=palette, targets=realign.phase_targets(ep, ev, sp, budget))),
+    ]
+    # the non-stationary tables of this group's arms (the arm labels are unique across runs)
+    mine = set(a.arms.loc[a.arms["run"].isin([r.name for r in group]), "arm"]) if not a.arms.empty else set()
+    seg, iv, imp = (df[df[col].isin(mine)] if not df.empty else df
+                    for df, col in ((a.segments, "arm"), (a.intervals, "arm"), (a.improvement, "arm_x")))
+    jobs += [
+        ("segments", lambda: nonstationary_plots.segment_figure(seg, iv, palette=palette)),
+        ("probability_of_improvement", lambda: nonstationary_plots.improvement_figure(imp)),
+    ]
+    return jobs
+
+
 def make_figures(a: Analysis, fig_dir: Path, log=print) -> list[Path]:
     """Draw every figure that the data allows into fig_dir; returns the files written."""
-    from analysis import nonstationary_plots, plots
+    from analysis import plots
 
     fig_dir.mkdir(parents=True, exist_ok=True)
     runs = a.runs
@@ -184,36 +225,9 @@ def make_figures(a: Analysis, fig_dir: Path, log=print) -> list[Path]:
         fig.savefig(path)
         written.append(path)
 
-    def cat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
-        dfs = [d for d in dfs if not d.empty]
-        return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
-
     for group in groups:
         suffix = "" if len(groups) == 1 else f"_{group[0].name}"
-        head = group[0]
-        sp, budget = head.switch_points, head.budget
-        window = a.windows.get(head.name)
-        ep, up, ev = cat([r.episodes for r in group]), cat([r.updates for r in group]), cat([r.evals for r in group])
-        title = head.name if len(group) == 1 else f"{len(group)} runs"
-        jobs = [
-            ("realignment", lambda: plots.realignment_figure(ep, ev, sp, budget, window, title=title, palette=palette)),
-            ("target_share", lambda: plots.target_share_figure(ev, sp, budget, palette=palette, title=title,
-                                                               targets=realign.phase_targets(ep, ev, sp, budget))),
-            ("reward_vs_judge_calls", lambda: plots.judge_calls_figure(ep, up, sp, budget, window, palette=palette,
-                                                                       title=title)),
-            ("training_diagnostics", lambda: plots.training_figure(up, sp, budget, palette=palette)),
-            ("critic_diagnostics", lambda: plots.critic_figure(up, sp, budget, palette=palette)),
-            ("goodhart_gap", lambda: goodhart.gap_figure(ep, sp, budget, window, palette=palette,
-                                                         targets=realign.phase_targets(ep, ev, sp, budget))),
-        ]
-        # the non-stationary tables of this group's arms (the arm labels are unique across runs)
-        mine = set(a.arms.loc[a.arms["run"].isin([r.name for r in group]), "arm"]) if not a.arms.empty else set()
-        seg, iv, imp = (df[df[col].isin(mine)] if not df.empty else df
-                        for df, col in ((a.segments, "arm"), (a.intervals, "arm"), (a.improvement, "arm_x")))
-        jobs += [
-            ("segments", lambda: nonstationary_plots.segment_figure(seg, iv, palette=palette)),
-            ("probability_of_improvement", lambda: nonstationary_plots.improvement_figure(imp)),
-        ]
+        jobs = _figure_jobs(a, group, palette)
         for name, job in jobs:
             try:
                 save(job(), name + suffix)
