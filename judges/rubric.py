@@ -105,7 +105,7 @@ class RubricJudge:
         if mode == "open":  # imported here: the world mode never loads wordfreq's word list
             from judges.open_world import OpenWorldJudge
 
-            extra = {} if checks is None else {"checks": checks}
+            extra: dict[str, Any] = {} if checks is None else {"checks": checks}
             self._open = OpenWorldJudge(seed=seed, label_noise=label_noise, dominance=dominance, **extra, **open_args)
             return
         if open_args:
