@@ -161,8 +161,8 @@ def phase_targets(episodes: pd.DataFrame, evals: pd.DataFrame | None, switch_poi
     return out
 
 
-def bootstrap_ci(values: Sequence[float] | np.ndarray, confidence: float = DEFAULT_CONFIDENCE, n_boot: int = DEFAULT_N_BOOT,
-                 seed: int = 0) -> tuple[float, float, float]:
+def bootstrap_ci(values: Sequence[float] | np.ndarray, confidence: float = DEFAULT_CONFIDENCE,
+                 n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> tuple[float, float, float]:
     """(mean, low, high): the mean of the finite values and rliable's percentile bootstrap
     interval of it (one task: the seeds resampled with replacement; `analysis.bootstrap`).
     One value: (x, nan, nan); none: all nan; identical values: a zero-width interval.

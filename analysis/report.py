@@ -188,7 +188,8 @@ def _figure_jobs(a: Analysis, group: list[RunData], palette) -> list[tuple[str, 
         ("training_diagnostics", lambda: plots.training_figure(up, sp, budget, palette=palette)),
         ("critic_diagnostics", lambda: plots.critic_figure(up, sp, budget, palette=palette)),
         ("goodhart_gap", lambda: goodhart.gap_figure(ep, sp, budget, realign.auto_window(sp, budget, window),
-                                                     palette=palette, targets=realign.phase_targets(ep, ev, sp, budget))),
+                                                     palette=palette,
+                                                     targets=realign.phase_targets(ep, ev, sp, budget))),
     ]
     # the non-stationary tables of this group's arms (the arm labels are unique across runs)
     mine = set(a.arms.loc[a.arms["run"].isin([r.name for r in group]), "arm"]) if not a.arms.empty else set()
