@@ -17,7 +17,7 @@ export ONEDNN_MAX_CPU_ISA := SSE41
 export TESTBED_NUMERICS_PINNED := ATEN_CPU_CAPABILITY MKL_CBWR ONEDNN_MAX_CPU_ISA
 endif
 
-.PHONY: run demo test bench notebooks clean vllm test-vllm
+.PHONY: run demo test lint bench notebooks clean vllm test-vllm
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -37,6 +37,17 @@ demo: $(VENV)/.installed
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25
+
+# The lint gate: ruff (lint + format check; [tool.ruff] in pyproject.toml) and mypy ([tool.mypy]),
+# pinned in requirements-lint.txt. `make lint` checks only; `ruff check --fix` and `ruff format` fix.
+$(VENV)/.lint-installed: requirements-lint.txt $(VENV)/.installed
+	$(PY) -m pip install -q -c constraints.txt -r requirements-lint.txt
+	touch $@
+
+lint: $(VENV)/.lint-installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/throughput.py

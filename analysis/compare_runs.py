@@ -36,6 +36,7 @@ from IPython.display import Image, Markdown, display
 ROOT = Path.cwd().parent if Path.cwd().name == "analysis" else Path.cwd()
 sys.path.insert(0, str(ROOT))
 from analysis import plots, realign, report, tables  # noqa: E402
+from analysis.markdown import md_table  # noqa: E402
 from analysis.notebook_io import figure_dir, newest_runs, save_and_show  # noqa: E402
 
 pd.set_option("display.width", 200)
@@ -67,7 +68,7 @@ a.arms
 # intervals over seeds. Arms of different runs share no seeds, so paired.csv compares them unpaired.
 
 # %%
-display(Markdown(tables.md_table(tables.SWITCH_HEADER, tables.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"))
+display(Markdown(md_table(tables.SWITCH_HEADER, tables.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"))
 
 # %%
 # the same numbers as a wide table, one column per run:arm

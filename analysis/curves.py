@@ -1,6 +1,7 @@
 """Curves over the drift clock, from a run directory's tables: the rolling training reward (also
-against cumulative judge calls, a trainer's warm-up calls included) and the held-out style shares. Pure functions of DataFrames; the
-figures in `analysis.plots` draw them and `analysis.realign` measures on them."""
+against cumulative judge calls, a trainer's warm-up calls included) and the held-out style shares.
+Pure functions of DataFrames; the figures in `analysis.plots` draw them and `analysis.realign`
+measures on them."""
 
 from __future__ import annotations
 

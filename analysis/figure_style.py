@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import matplotlib
 
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.typing import RcKeyType
 
 from analysis import realign
 
@@ -41,7 +43,7 @@ FAMILY_COLORS = {"attention": "#4c72b0", "experts": "#dd8452", "router": "#55a86
 FAMILY_ORDER = ["attention", "experts", "router", "other"]
 UNKNOWN_COLOR = "#999999"  # a phase whose target no table records
 
-RC = {"figure.dpi": 110, "savefig.dpi": 110, "axes.titleweight": "bold", "legend.frameon": False}
+RC: dict[RcKeyType, Any] = {"figure.dpi": 110, "savefig.dpi": 110, "axes.titleweight": "bold", "legend.frameon": False}
 
 
 def arm_palette(arms: Sequence[str]) -> dict[str, str]:

@@ -80,6 +80,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import realign
+from analysis.bootstrap import stratified_bootstrap
 from analysis.shares import first_crossing, share_series
 
 DEFAULT_OLD_LEVEL = 0.1
@@ -138,7 +139,7 @@ from analysis.segments import BEST_ARM, REFERENCE, SEGMENT_COLUMNS, segment_metr
 # per switch
 
 
-def fall_time(t: Sequence[float], share: Sequence[float], switch: float, end: float,
+def fall_time(t: Sequence[float] | np.ndarray, share: Sequence[float] | np.ndarray, switch: float, end: float,
               level: float = DEFAULT_OLD_LEVEL) -> float:
     """Episodes after `switch` until `share` (sampled at clocks `t`) first falls to `level` or
     below before `end`, linear between samples; the last sample at or before `switch` stands for
@@ -253,22 +254,6 @@ def improvement_matrix(*scores: np.ndarray) -> np.ndarray:
     return per_task.mean(axis=2)
 
 
-def _bootstrap(scores: list[np.ndarray], statistic, reps: int, confidence: float, seed: int):
-    """rliable's stratified bootstrap (seeds resampled within each task, each matrix on its own)
-    of `statistic(*scores)`: (low, high) arrays, reproducible for `seed`."""
-    rly, _ = _rliable()
-    with seeded_global_rng(seed):
-        _, ci = rly.get_interval_estimates({"x": scores}, statistic, reps=reps, confidence_interval_size=confidence)
-    return ci["x"][0], ci["x"][1]
-
-
-def bootstrap_mean(values: np.ndarray, reps: int = DEFAULT_REPS, confidence: float = DEFAULT_CONFIDENCE,
-                   seed: int = DEFAULT_SEED) -> tuple[float, float]:
-    """rliable's bootstrap interval of the mean of one metric's values over seeds (one task)."""
-    low, high = _bootstrap([np.asarray(values, dtype=float)[:, None]], lambda s: np.array([s.mean()]), reps, confidence, seed)
-    return float(low[0]), float(high[0])
-
-
 def _mean_and_iqm(*scores: np.ndarray) -> np.ndarray:
     return np.array([v for s in scores for v in (s.mean(axis=0).mean(), iqm(s))])
 
@@ -304,7 +289,7 @@ def interval_estimates(table: pd.DataFrame, metrics: Sequence[str], unit: str, r
         spread = [arm for arm in arms if scores[arm].shape[0] >= 2]
         bounds = {}
         if spread:
-            lo, hi = _bootstrap([scores[a] for a in spread], _mean_and_iqm, reps, confidence, seed)
+            lo, hi = stratified_bootstrap([scores[a] for a in spread], _mean_and_iqm, reps, confidence, seed)
             bounds = {a: (lo[2 * i:2 * i + 2], hi[2 * i:2 * i + 2]) for i, a in enumerate(spread)}
         for arm in arms:
             s = scores[arm]
@@ -336,7 +321,7 @@ def probability_of_improvement(table: pd.DataFrame, metrics: Sequence[str], unit
         spread = [arm for arm in arms if scores[arm].shape[0] >= 2]
         bounds = {}
         if len(spread) >= 2:
-            lo, hi = _bootstrap([scores[a] for a in spread], _off_diagonal, reps, confidence, seed)
+            lo, hi = stratified_bootstrap([scores[a] for a in spread], _off_diagonal, reps, confidence, seed)
             pairs = [(x, y) for x in spread for y in spread if x != y]  # _off_diagonal's order
             bounds = {pair: (float(lo[i]), float(hi[i])) for i, pair in enumerate(pairs)}
         points = {}

@@ -46,12 +46,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from analysis.nonstationary import LOWER_IS_BETTER, POOLED, poolable
+
+Values: TypeAlias = Sequence[float] | np.ndarray  # one arm's values over seeds
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_N_BOOT = 2000
@@ -88,7 +91,7 @@ def t_interval(mean: float, se: float, df: float, confidence: float = DEFAULT_CO
     return mean - half, mean + half
 
 
-def paired_t_interval(d: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float]:
+def paired_t_interval(d: Values, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float]:
     """(mean, low, high) of the per-seed differences `d`: the Student-t interval, n - 1 degrees
     of freedom. One difference: no interval (NaN bounds)."""
     d = np.asarray(d, dtype=float)
@@ -113,7 +116,7 @@ def welch_se_df(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return se, float(df)
 
 
-def welch_interval(x: Sequence[float], y: Sequence[float],
+def welch_interval(x: Values, y: Values,
                    confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float]:
     """(mean(x) - mean(y), low, high): Welch's t interval for arms that share no seeds."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
@@ -130,7 +133,7 @@ def _score(x: np.ndarray, y: np.ndarray, lower: bool) -> np.ndarray:
     return better + 0.5 * (x == y)
 
 
-def p_better(x: Sequence[float], y: Sequence[float], lower: bool, paired: bool = True) -> float:
+def p_better(x: Values, y: Values, lower: bool, paired: bool = True) -> float:
     """P(X better than Y): paired, the share of seeds (x[i] vs y[i]) where X is better, ties
     half; unpaired, over every pair of a value of X and one of Y."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
@@ -144,7 +147,7 @@ def _percentiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def paired_bootstrap(x: Sequence[float], y: Sequence[float], lower: bool, confidence: float = DEFAULT_CONFIDENCE,
+def paired_bootstrap(x: Values, y: Values, lower: bool, confidence: float = DEFAULT_CONFIDENCE,
                      n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> dict[str, float]:
     """Percentile intervals of mean(x - y) and of the paired P(X better) under ONE resample of
     seeds applied to both arms (x[i], y[i] are seed i's): boot_lo, boot_hi, p_better_lo,
@@ -159,7 +162,7 @@ def paired_bootstrap(x: Sequence[float], y: Sequence[float], lower: bool, confid
     return dict(boot_lo=lo, boot_hi=hi, p_better_lo=p_lo, p_better_hi=p_hi)
 
 
-def unpaired_bootstrap(x: Sequence[float], y: Sequence[float], lower: bool, confidence: float = DEFAULT_CONFIDENCE,
+def unpaired_bootstrap(x: Values, y: Values, lower: bool, confidence: float = DEFAULT_CONFIDENCE,
                        n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> dict[str, float]:
     """As `paired_bootstrap`, each arm's values resampled on their own (and P(X better) over all
     pairs); NaN when an arm has under two values."""
@@ -231,7 +234,7 @@ def _aligned(x: pd.Series, y: pd.Series) -> tuple[np.ndarray, np.ndarray, np.nda
     """(x, y on the seeds both have, in seed order; all of x's values; all of y's values)."""
     sx, vx = _finite(x)
     sy, vy = _finite(y)
-    shared, ix, iy = np.intersect1d(sx, sy, return_indices=True)
+    _, ix, iy = np.intersect1d(sx, sy, return_indices=True)
     return vx[ix], vy[iy], vx, vy
 
 

@@ -77,6 +77,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from analysis import bootstrap
+
 # The curves live in their own module; they are re-exported here, where callers have found them.
 from analysis.curves import (  # noqa: F401
     judge_call_counter,
@@ -159,16 +161,14 @@ def phase_targets(episodes: pd.DataFrame, evals: pd.DataFrame | None, switch_poi
     return out
 
 
-def bootstrap_ci(values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE, n_boot: int = DEFAULT_N_BOOT,
-                 seed: int = 0) -> tuple[float, float, float]:
+def bootstrap_ci(values: Sequence[float] | np.ndarray, confidence: float = DEFAULT_CONFIDENCE,
+                 n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> tuple[float, float, float]:
     """(mean, low, high): the mean of the finite values and rliable's percentile bootstrap
-    interval of it (one task: the seeds resampled with replacement; `analysis.nonstationary`).
+    interval of it (one task: the seeds resampled with replacement; `analysis.bootstrap`).
     One value: (x, nan, nan); none: all nan; identical values: a zero-width interval.
 
     The interval is the bootstrap's percentiles as they come: it is not widened to contain the
     mean, so on a skewed sample (or at a low `confidence`) it can miss it."""
-    from analysis.nonstationary import bootstrap_mean  # rliable's machinery lives there
-
     x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
     if x.size == 0:
         return float("nan"), float("nan"), float("nan")
@@ -177,7 +177,7 @@ def bootstrap_ci(values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE
         return mean, float("nan"), float("nan")
     if np.all(x == x[0]):
         return mean, mean, mean
-    low, high = bootstrap_mean(x, n_boot, confidence, seed)
+    low, high = bootstrap.bootstrap_mean(x, n_boot, confidence, seed)
     return mean, float(low), float(high)
 
 

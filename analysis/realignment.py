@@ -36,6 +36,7 @@ from IPython.display import Markdown, display
 ROOT = Path.cwd().parent if Path.cwd().name == "analysis" else Path.cwd()
 sys.path.insert(0, str(ROOT))
 from analysis import plots, realign, report, tables, verdicts  # noqa: E402
+from analysis.markdown import md_table  # noqa: E402
 from analysis.notebook_io import figure_dir, newest_runs, save_and_show  # noqa: E402
 
 pd.set_option("display.width", 200)
@@ -114,7 +115,7 @@ a.per_seed
 # Kaplan-Meier median. This is the table `summary.md` shows.
 
 # %%
-display(Markdown(tables.md_table(tables.SWITCH_HEADER, tables.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"))
+display(Markdown(md_table(tables.SWITCH_HEADER, tables.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"))
 
 # %% [markdown]
 # ## Arms compared seed by seed, between switches, pooled, and the Goodhart gap
@@ -132,7 +133,7 @@ display(Markdown(tables.md_table(tables.SWITCH_HEADER, tables.switch_rows(a.swit
 display(Markdown("\n".join(verdicts.lead_lines(a) + verdicts.paired_markdown(a)) or "_one arm: nothing to compare_"))
 display(Markdown("\n".join(tables.nonstationary_markdown(a)) or "_no segment metrics for this run_"))
 if not a.goodhart.empty:
-    display(Markdown(tables.md_table(tables.GOODHART_HEADER, tables.goodhart_rows(a.goodhart))))
+    display(Markdown(md_table(tables.GOODHART_HEADER, tables.goodhart_rows(a.goodhart))))
 
 # %% [markdown]
 # ## Realignment speed

@@ -107,7 +107,7 @@ def _first_at_or_below(t: np.ndarray, s: np.ndarray, level: float) -> float:
     return float(t[below[0]]) if below.size else float("nan")
 
 
-def km_median(times: Sequence[float], censored: Sequence[bool],
+def km_median(times: Sequence[float] | np.ndarray, censored: Sequence[bool] | np.ndarray,
               confidence: float = 0.95) -> tuple[float, float, float]:
     """Kaplan-Meier median of the times to the bar with right-censoring, and its interval.
 

@@ -60,18 +60,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from analysis import goodhart, nonstationary, realign, training_data
+from analysis.results import Analysis
 from analysis.tables import (  # noqa: F401  (the tables were first found here: kept importable)
     ARM_HEADER,
     SWITCH_HEADER,
     arm_rows,
     fmt_ci,
-    md_table,
     print_tables,
     summary_markdown,
     switch_rows,
@@ -84,34 +85,6 @@ from analysis.run_data import RunData, load_run  # noqa: E402,F401
 
 # ----------------------------------------------------------------------------------------------
 # analysis
-
-
-@dataclass
-class Analysis:
-    runs: list[RunData]
-    per_seed: pd.DataFrame      # switch metrics per run, arm, seed and switch
-    switches: pd.DataFrame      # aggregated per run, arm and switch
-    arms: pd.DataFrame          # per run and arm
-    summary: pd.DataFrame       # arms joined with switches: summary.csv
-    windows: dict[str, int]
-    fraction: float
-    horizon: int | None
-    labelled: bool              # arms are labelled "run:arm" (several runs)
-    offpolicy: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run and arm: staleness, DIS, clip
-    turns: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run and arm of a multi-turn run
-    segments: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run, arm, seed and segment
-    intervals: pd.DataFrame = field(default_factory=pd.DataFrame)  # rliable: per arm, metric and task
-    improvement: pd.DataFrame = field(default_factory=pd.DataFrame)  # rliable: per ordered pair of arms
-    old_level: float = nonstationary.DEFAULT_OLD_LEVEL
-    goodhart: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run, arm and phase: training vs gold reward
-    paired: pd.DataFrame = field(default_factory=pd.DataFrame)  # analysis/paired.py: per pair of arms, metric, task
-    arm_order: list[str] = field(default_factory=list)  # the scenario's order (labelled 'run:arm' for several runs)
-
-    @property
-    def asynchronous(self) -> bool:
-        """Any episode trained off-policy, or dropped as too stale: worth a table."""
-        o = self.offpolicy
-        return not o.empty and bool((o["staleness_mean"].fillna(0) > 0).any() or (o["dropped"] > 0).any())
 
 
 # The non-stationary metrics over runs grouped by schedule live in their own module.
@@ -189,9 +162,49 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
 # figures
 
 
+def _concat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
+    dfs = [d for d in dfs if not d.empty]
+    return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
+
+
+def _figure_jobs(a: Analysis, group: list[RunData], palette) -> list[tuple[str, Callable[[], Any]]]:
+    """(name, draw) for each figure of a group of runs that share a schedule: `draw` makes the
+    figure when called, so that make_figures can catch its failure."""
+    from analysis import nonstationary_plots, plots
+
+    head = group[0]
+    sp, budget = head.switch_points, head.budget
+    window = a.windows.get(head.name)
+    ep = _concat([r.episodes for r in group])
+    up = _concat([r.updates for r in group])
+    ev = _concat([r.evals for r in group])
+    title = head.name if len(group) == 1 else f"{len(group)} runs"
+    jobs: list[tuple[str, Callable[[], Any]]] = [
+        ("realignment", lambda: plots.realignment_figure(ep, ev, sp, budget, window, title=title, palette=palette)),
+        ("target_share", lambda: plots.target_share_figure(ev, sp, budget, palette=palette, title=title,
+                                                           targets=realign.phase_targets(ep, ev, sp, budget))),
+        ("reward_vs_judge_calls", lambda: plots.judge_calls_figure(ep, up, sp, budget, window, palette=palette,
+                                                                   title=title)),
+        ("training_diagnostics", lambda: plots.training_figure(up, sp, budget, palette=palette)),
+        ("critic_diagnostics", lambda: plots.critic_figure(up, sp, budget, palette=palette)),
+        ("goodhart_gap", lambda: goodhart.gap_figure(ep, sp, budget, realign.auto_window(sp, budget, window),
+                                                     palette=palette,
+                                                     targets=realign.phase_targets(ep, ev, sp, budget))),
+    ]
+    # the non-stationary tables of this group's arms (the arm labels are unique across runs)
+    mine = set(a.arms.loc[a.arms["run"].isin([r.name for r in group]), "arm"]) if not a.arms.empty else set()
+    seg, iv, imp = (df[df[col].isin(mine)] if not df.empty else df
+                    for df, col in ((a.segments, "arm"), (a.intervals, "arm"), (a.improvement, "arm_x")))
+    jobs += [
+        ("segments", lambda: nonstationary_plots.segment_figure(seg, iv, palette=palette)),
+        ("probability_of_improvement", lambda: nonstationary_plots.improvement_figure(imp)),
+    ]
+    return jobs
+
+
 def make_figures(a: Analysis, fig_dir: Path, log=print) -> list[Path]:
     """Draw every figure that the data allows into fig_dir; returns the files written."""
-    from analysis import nonstationary_plots, plots
+    from analysis import plots
 
     fig_dir.mkdir(parents=True, exist_ok=True)
     runs = a.runs
@@ -213,36 +226,9 @@ def make_figures(a: Analysis, fig_dir: Path, log=print) -> list[Path]:
         fig.savefig(path)
         written.append(path)
 
-    def cat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
-        dfs = [d for d in dfs if not d.empty]
-        return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
-
     for group in groups:
         suffix = "" if len(groups) == 1 else f"_{group[0].name}"
-        head = group[0]
-        sp, budget = head.switch_points, head.budget
-        window = a.windows.get(head.name)
-        ep, up, ev = cat([r.episodes for r in group]), cat([r.updates for r in group]), cat([r.evals for r in group])
-        title = head.name if len(group) == 1 else f"{len(group)} runs"
-        jobs = [
-            ("realignment", lambda: plots.realignment_figure(ep, ev, sp, budget, window, title=title, palette=palette)),
-            ("target_share", lambda: plots.target_share_figure(ev, sp, budget, palette=palette, title=title,
-                                                               targets=realign.phase_targets(ep, ev, sp, budget))),
-            ("reward_vs_judge_calls", lambda: plots.judge_calls_figure(ep, up, sp, budget, window, palette=palette,
-                                                                       title=title)),
-            ("training_diagnostics", lambda: plots.training_figure(up, sp, budget, palette=palette)),
-            ("critic_diagnostics", lambda: plots.critic_figure(up, sp, budget, palette=palette)),
-            ("goodhart_gap", lambda: goodhart.gap_figure(ep, sp, budget, window, palette=palette,
-                                                         targets=realign.phase_targets(ep, ev, sp, budget))),
-        ]
-        # the non-stationary tables of this group's arms (the arm labels are unique across runs)
-        mine = set(a.arms.loc[a.arms["run"].isin([r.name for r in group]), "arm"]) if not a.arms.empty else set()
-        seg, iv, imp = (df[df[col].isin(mine)] if not df.empty else df
-                        for df, col in ((a.segments, "arm"), (a.intervals, "arm"), (a.improvement, "arm_x")))
-        jobs += [
-            ("segments", lambda: nonstationary_plots.segment_figure(seg, iv, palette=palette)),
-            ("probability_of_improvement", lambda: nonstationary_plots.improvement_figure(imp)),
-        ]
+        jobs = _figure_jobs(a, group, palette)
         for name, job in jobs:
             try:
                 save(job(), name + suffix)

@@ -28,7 +28,8 @@ from typing import Any
 import pandas as pd
 
 from analysis.report import RunData, analyse, load_run
-from analysis.tables import fmt_ci, md_table, rich_table
+from analysis.markdown import md_table
+from analysis.tables import fmt_ci, rich_table
 from analysis.training_data import BASELINE_STATS, baseline_overview
 
 # the per-switch metrics shown side by side (name -> column header)
@@ -133,7 +134,7 @@ def grid_figure(grid: pd.DataFrame, axes: list[str]):
             ax.errorbar(x, mean, yerr=[(mean - lo).clip(lower=0), (hi - mean).clip(lower=0)], fmt="o", capsize=3, label=arm,
                         color=colors.get(arm))
         ax.set_xticks(range(len(points)))
-        ax.set_xticklabels([p for p in points], rotation=0)
+        ax.set_xticklabels(list(points), rotation=0)
         ax.set_ylabel("episodes to the bar")
         ax.set_title(f"switch {int(switch)}")
     panels[0, 0].legend(title="arm", fontsize=8)
@@ -171,8 +172,8 @@ def sweep_report(root: str | Path, console: Any = None) -> Path:
     for switch, g in grid[grid["switch"].notna()].groupby("switch"):
         rows = [[r["point"], *[str(r[a]) for a in axes], str(r["arm"]), reached_text(r),
                  *[fmt_ci(r, m, 0 if m == "episodes_to_bar" else 3) for m in SHOWN]] for _, r in g.iterrows()]
-        console.print(rich_table(f"switch {int(switch)}: {g.iloc[0]['from_style']} -> {g.iloc[0]['to_style']} (mean [95% CI] over seeds)",
-                                 ["point", *short_names(axes), "arm", REACHED, *SHOWN.values()], rows))
+        title = f"switch {int(switch)}: {g.iloc[0]['from_style']} -> {g.iloc[0]['to_style']} (mean [95% CI] over seeds)"
+        console.print(rich_table(title, ["point", *short_names(axes), "arm", REACHED, *SHOWN.values()], rows))
     return out
 
 

@@ -4,15 +4,14 @@ is a mean with its 95% interval over seeds ('mean [lo, hi]'), '-' where there is
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from analysis import nonstationary, realign
-
-if TYPE_CHECKING:
-    from analysis.report import Analysis
+from analysis.markdown import md_table
+from analysis.results import Analysis
+from analysis.verdicts import lead_lines, paired_markdown
 
 
 def _num(x: float, digits: int) -> str:
@@ -178,12 +177,6 @@ def goodhart_rows(gaps: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
-def md_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def definitions(a: Analysis) -> str:
     w = ", ".join(f"{v}" for v in dict.fromkeys(a.windows.values())) or str(realign.DEFAULT_WINDOW)
     horizon = "the whole phase" if a.horizon is None else f"{a.horizon} episodes (capped at the phase)"
@@ -248,8 +241,6 @@ def nonstationary_markdown(a: Analysis) -> list[str]:
 
 
 def summary_markdown(a: Analysis, figures: list[Path], out_dir: Path) -> str:
-    from analysis.verdicts import lead_lines, paired_markdown
-
     parts = ["# Realignment summary", ""]
     lead = lead_lines(a)
     if lead:
@@ -320,8 +311,6 @@ def print_tables(a: Analysis, console=None) -> None:
         console.print("no switches in this run" if len(a.runs) == 1 else "no switches in these runs")
     else:
         _print_switches(a, console)
-    from analysis.verdicts import lead_lines
-
     for line in lead_lines(a)[:-2]:  # the verdicts, without the note on the bar
         console.print(line, highlight=False, markup=False)
     if not a.intervals.empty:

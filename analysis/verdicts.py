@@ -14,15 +14,12 @@ minimum detectable difference at 80% power and the run's number of seeds.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pandas as pd
 
 from analysis import paired
-
-if TYPE_CHECKING:
-    from analysis.report import Analysis
+from analysis.markdown import md_table
+from analysis.results import Analysis
 
 LEAD_METRIC = "episodes_to_bar"
 UNITS = {"episodes_to_bar": "episodes to the bar", "judge_calls_to_bar": "judge calls to the bar",
@@ -166,8 +163,6 @@ def paired_rows(a: Analysis) -> list[list[str]]:
 
 def paired_markdown(a: Analysis) -> list[str]:
     """summary.md's section of paired comparisons (empty without a second arm)."""
-    from analysis.tables import md_table
-
     rows = paired_rows(a)
     if not rows:
         return []

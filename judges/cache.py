@@ -12,6 +12,7 @@ keeps commits cheap; a crash can lose the last few inserts but never corrupts th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -22,7 +23,8 @@ from typing import Any, Iterable, Sequence
 
 from testbed.paths import cache_dir
 
-_SCHEMA = "CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL DEFAULT (julianday('now')))"
+_SCHEMA = ("CREATE TABLE IF NOT EXISTS verdicts "
+           "(key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL DEFAULT (julianday('now')))")
 _CHUNK = 500  # keys per SELECT ... IN (...)
 
 
@@ -112,8 +114,6 @@ class VerdictCache:
         with self._lock:
             conns, self._all = self._all, []
         for conn in conns:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 conn.close()
-            except sqlite3.Error:
-                pass
         self._local = threading.local()

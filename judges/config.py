@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 __all__ = ["JudgeConfigError", "LLMJudgeConfig", "LocalServerConfig", "validate_config"]
 
@@ -87,7 +88,7 @@ class LLMJudgeConfig(BaseModel):
         return self
 
 
-def _describe(err: dict[str, Any], model: type[BaseModel]) -> str:
+def _describe(err: ErrorDetails, model: type[BaseModel]) -> str:
     where = ".".join(str(p) for p in err["loc"]) or "(arguments)"
     if err["type"] == "extra_forbidden":
         owner: type[BaseModel] = model

@@ -33,6 +33,7 @@ client and its connection pool live across steps); the concurrency limit holds p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -241,10 +242,8 @@ class LLMJudge:
         self._count.latency(latency)
         raw = self._scrub(content)
         if self._cache is not None:
-            try:
+            with contextlib.suppress(Exception):  # a cache write failure loses a cache entry, not a verdict
                 self._cache.put(key, {"quality": quality, "style": style, "raw": raw, "reason": reason})
-            except Exception:  # noqa: BLE001 - a cache write failure loses a cache entry, not a verdict
-                pass
         return Verdict(quality=quality, style_match=int(style == req.target_style), style=style, raw=raw,
                        latency_s=latency)
 

@@ -31,12 +31,12 @@ from judges.open_guard import injection
 from judges.open_styles import MARKED, LEXICON_WORDS, style_scores
 from judges.open_text import normalise, proper_ending, repetition, shape, tokens, words_of
 from judges.open_topics import TOPIC_MIN, topicality
-from judges.rubric import DOMINANCE, label_noise_flips
+from judges.rubric_contract import DOMINANCE, label_noise_flips
 from testbed.types import JudgeRequest, Verdict
 from testbed.world.prompts import topic_of_prompt
 
 OpenCheck = Literal["length", "ending", "repetition", "fluency", "topic", "stuffing", "injection"]
-OPEN_CHECKS: tuple[str, ...] = ("length", "ending", "repetition", "fluency", "topic", "stuffing", "injection")
+OPEN_CHECKS: tuple[OpenCheck, ...] = ("length", "ending", "repetition", "fluency", "topic", "stuffing", "injection")
 KNOWN_MIN = 0.9  # English words among the words
 FUNCTION_MIN = 0.2  # English prose runs at ~0.4-0.55 function words; a list of content words near 0
 DISORDER_MAX = 1  # one closed-class order English does not produce fails a piece (a shuffle makes several)

@@ -23,11 +23,10 @@ word salad or marker stuffing can pass it that the strict rubric fails.
 
 from __future__ import annotations
 
-import hashlib
-import struct
 import time
 from typing import Any, Literal
 
+from judges.rubric_contract import DOMINANCE, label_noise_flips
 from testbed.types import JudgeRequest, Verdict
 from testbed.world.language import (
     EMOTICON_SET,
@@ -45,7 +44,6 @@ from testbed.world.topics import TOPICS, topic_keywords
 
 MARKED_STYLES: tuple[str, ...] = tuple(s for s in STYLES if s != "plain")
 MIN_MARKER_MASS = 1.5  # below this a text reads as plain (a marked piece carries >= 2 markers)
-DOMINANCE = 0.6  # share of marker mass the top style needs, else "mixed"
 FLUENCY_MIN = 0.9
 MAX_CHARS = 4000  # longer than any acceptable piece: analyse a prefix only, fail on length
 EMOTICON_WEIGHT = 1.0  # -> cute
@@ -95,26 +93,6 @@ def fluency(tokens: list[str]) -> float:
     return ok / (len(tokens) - 1)
 
 
-def _noise(seed: int, prompt: str, response: str) -> tuple[float, float]:
-    """Two uniforms in [0, 1) from a hash, so noise is a pure function of its inputs."""
-    h = hashlib.blake2b(f"{seed}\x00{prompt}\x00{response}".encode("utf-8", "replace"), digest_size=16).digest()
-    a, b = struct.unpack("<QQ", h)
-    return a / 2**64, b / 2**64
-
-
-def label_noise_flips(seed: int, rate: float, prompt: str, response: str, quality: int, style_match: int) -> tuple[int, int, str]:
-    """(quality, style_match, note): each flipped with probability `rate`, decided by the hash of
-    (seed, prompt, response), so an imperfect judge is still a pure function (both modes use it)."""
-    note = ""
-    if rate > 0.0:
-        u_q, u_s = _noise(seed, prompt, response)
-        if u_q < rate:
-            quality, note = 1 - quality, note + " flip_q"
-        if u_s < rate:
-            style_match, note = 1 - style_match, note + " flip_s"
-    return quality, style_match, note
-
-
 class RubricJudge:
     """Rule-based judge (see module doc). `label_noise` in [0, 1] models an imperfect judge."""
 
@@ -127,7 +105,7 @@ class RubricJudge:
         if mode == "open":  # imported here: the world mode never loads wordfreq's word list
             from judges.open_world import OpenWorldJudge
 
-            extra = {} if checks is None else {"checks": checks}
+            extra: dict[str, Any] = {} if checks is None else {"checks": checks}
             self._open = OpenWorldJudge(seed=seed, label_noise=label_noise, dominance=dominance, **extra, **open_args)
             return
         if open_args:

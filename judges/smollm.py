@@ -85,6 +85,8 @@ def parse_reply(text: str, styles: tuple[str, ...] = KNOWN_STYLES) -> tuple[int,
     """(quality, style) from the model's reply; VerdictParseError if either cannot be read."""
     if not isinstance(text, str) or not text.strip():
         raise VerdictParseError("empty reply")
+    quality: int | None
+    style: str | None
     try:
         quality, style, _ = parse_verdict(text)
         if style in styles:
@@ -168,11 +170,14 @@ class SmolLMJudge:
     def generate(self, messages: list[dict[str, str]]) -> str:
         torch = self._torch
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        assert isinstance(text, str)  # tokenize=False: the chat as text
         enc = self.tokenizer(text + self._prefix, return_tensors="pt", add_special_tokens=False)
         with self._lock, torch.inference_mode():
             out = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False,
                                       pad_token_id=self.tokenizer.eos_token_id)
-        return self._prefix + self.tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        reply = self.tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        assert isinstance(reply, str)  # one sequence's ids: one string
+        return self._prefix + reply
 
     # -- the Judge protocol ----------------------------------------------------------------------
     def score(self, req: JudgeRequest) -> Verdict:

@@ -185,9 +185,9 @@ def test_bootstrap_ci_is_the_bootstraps_percentiles_and_can_miss_the_mean():
 
 
 def test_bootstrap_ci_does_not_stretch_an_interval_to_the_mean(monkeypatch):
-    from analysis import nonstationary
+    from analysis import bootstrap
 
-    monkeypatch.setattr(nonstationary, "bootstrap_mean", lambda x, reps, confidence, seed: (5.0, 6.0))
+    monkeypatch.setattr(bootstrap, "bootstrap_mean", lambda x, reps, confidence, seed: (5.0, 6.0))
     assert realign.bootstrap_ci([1.0, 2.0, 3.0]) == (2.0, 5.0, 6.0)
 
 
