@@ -21,12 +21,18 @@ Only the shape the testbed builds is supported (every layer MoE, no sliding wind
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
+# A transformers model or one of its submodules: torch types their config and children as
+# `Tensor | Module` attributes, so they are walked untyped.
+HFModule = Any
+
 
 class LeanDecoder:
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: HFModule):
         cfg = model.config
         self.model = model
         self.cfg = cfg
@@ -38,10 +44,11 @@ class LeanDecoder:
         rotary = model.model.rotary_emb
         self.inv_freq, self.rope_scale = rotary.inv_freq, rotary.attention_scaling
         self._rope_len = 0
+        self._cos = self._sin = self._sin_signed = torch.empty(0)  # built by _rope on first use
 
     @staticmethod
-    def supports(model: torch.nn.Module) -> bool:
-        cfg = getattr(model, "config", None)
+    def supports(model: HFModule) -> bool:
+        cfg: Any = getattr(model, "config", None)
         return (
             getattr(cfg, "model_type", None) == "qwen3_moe"
             and cfg.decoder_sparse_step == 1

@@ -17,13 +17,19 @@ callers fall back to transformers' forward for any other.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
 from testbed.models.decoder import LeanDecoder
 
+# A transformers model or one of its submodules: torch types their config and children as
+# `Tensor | Module` attributes, so they are walked untyped.
+HFModule = Any
 
-def supports(backbone: torch.nn.Module) -> bool:
+
+def supports(backbone: HFModule) -> bool:
     """A `Qwen3MoeModel` of the shape the lean decoder knows (every layer MoE, no biases, ...)."""
     holder = type("Holder", (), {"config": getattr(backbone, "config", None)})()
     return getattr(backbone, "layers", None) is not None and LeanDecoder.supports(holder)
@@ -36,7 +42,7 @@ def _rms(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tens
     return out if weight is None else weight * out
 
 
-def _rope_tables(backbone: torch.nn.Module, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _rope_tables(backbone: HFModule, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     rotary = backbone.rotary_emb
     freqs = torch.arange(length, dtype=torch.float, device=rotary.inv_freq.device)[:, None] * rotary.inv_freq.float()[None]
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -48,7 +54,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def _attention(layer: torch.nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+def _attention(layer: HFModule, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
                eps: float) -> torch.Tensor:
     attn = layer.self_attn
     B, T, _ = h.shape
@@ -61,7 +67,7 @@ def _attention(layer: torch.nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: 
     return F.linear(out.transpose(1, 2).reshape(B, T, -1), attn.o_proj.weight)
 
 
-def _moe(moe: torch.nn.Module, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _moe(moe: HFModule, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The sparse MoE block on real tokens [N, H]: (output [N, H], router logits [N, E])."""
     router = moe.gate
     logits = F.linear(h, router.weight)
@@ -72,7 +78,7 @@ def _moe(moe: torch.nn.Module, h: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return moe.experts(h, index, top.to(logits.dtype)), logits
 
 
-def backbone_forward(backbone: torch.nn.Module, tokens: torch.Tensor, attention_mask: torch.Tensor,
+def backbone_forward(backbone: HFModule, tokens: torch.Tensor, attention_mask: torch.Tensor,
                      routing: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
     """(last hidden state [B, T, H], per-layer router logits [B*T, E] or None) of right-padded
     `tokens` [B, T]; positions where `attention_mask` is 0 hold unspecified values."""
