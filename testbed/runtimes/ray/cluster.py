@@ -30,11 +30,11 @@ def start_local(**kwargs: Any) -> None:
 
     Ray (2.60) binds the GCS, the raylet's node and object managers and every worker's gRPC server
     to all interfaces, and the runtime-env agent to the node's address, unless that address is a
-    loopback one; and `ray.init`
-    replaces a loopback `_node_ip_address` with the machine's routable address while its cluster
-    mode is on. So the mode is off while the instance starts: in this process (the value ray read
-    at import) and in the environment the Ray processes inherit. A node that came up elsewhere
-    anyway is shut down: a local run never listens on an external interface."""
+    loopback one; and `ray.init` replaces a loopback `_node_ip_address` with the machine's routable
+    address while its cluster mode is on. So the mode is off while the instance starts: in this
+    process (the value ray read at import) and in the environment the Ray processes inherit. A
+    node that came up elsewhere anyway is shut down: a local run never listens on an external
+    interface."""
     import ray
     from ray._private import ray_constants
 
