@@ -42,7 +42,8 @@ def start_local(**kwargs: Any) -> None:
     os.environ[CLUSTER_MODE_ENV] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
-        ray.init(_node_ip_address=LOOPBACK, include_dashboard=False, **kwargs)
+        # "local": a new instance even where RAY_ADDRESS names a cluster
+        ray.init(address="local", _node_ip_address=LOOPBACK, include_dashboard=False, **kwargs)
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = saved_mode
         if saved_env is None:
