@@ -11,6 +11,7 @@ import ray
 import torch
 from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
 
+from testbed.runtimes.ray.cluster import start_local
 from testbed.runtimes.ray.learner import LearnerGroup, flat_state, gradients, shard_weights, split_batch
 from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Segment, Verdict
@@ -50,8 +51,8 @@ class MakeTrainer:
 @pytest.fixture(scope="module")
 def ray_cluster():
     # PYTHONPATH: the actors must import this checkout, not whatever the venv has installed.
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="warning",
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}})
+    start_local(num_cpus=2, logging_level="warning",
+                runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}})
     try:
         yield
     finally:

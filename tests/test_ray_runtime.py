@@ -15,6 +15,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from testbed.cli.run import main  # noqa: E402
+from testbed.runtimes.ray.cluster import start_local  # noqa: E402
 from testbed.store import read_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +29,7 @@ ROWS = ["arm", "seed", "t", "prompt_id", "target_style", "judged_style", "reward
 
 @pytest.fixture
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=2, log_to_driver=False)
     try:
         yield
     finally:

@@ -22,6 +22,7 @@ from testbed.envs.revision import BOILERPLATE, RevisionConfig, RevisionEnv, edit
 from testbed.models.policy import build_policy, token_logprobs_and_routing
 from testbed.models.sft import encode_examples
 from testbed.models.tokenizer import WordTokenizer
+from testbed.runtimes.ray.cluster import start_local
 from testbed.engines.hf_engine import HFEngine
 from testbed.cli.run import main
 from testbed.store import read_table
@@ -174,7 +175,7 @@ def test_the_ray_runtime_runs_the_same_revision_episodes(tmp_path, monkeypatch, 
     ray = pytest.importorskip("ray")
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     sync = run_tiny(tmp_path, "sync", "--set", "budget.episodes=32")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=2, log_to_driver=False)
     try:
         on_ray = run_tiny(tmp_path, "ray", "--set", "budget.episodes=32", "--runtime", "ray")
     finally:

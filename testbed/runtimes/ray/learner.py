@@ -15,8 +15,13 @@ and refuse to start otherwise (a state_dict would not carry e.g. a KL reference 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import ipaddress
+import os
 import socket
+import tempfile
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -97,6 +102,43 @@ def digest(state: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
+# -- the process group -------------------------------------------------------------------------
+def loopback_interface() -> str | None:
+    """The loopback interface's name (lo on Linux, lo0 on macOS), where the system lists one."""
+    names = {name for _, name in socket.if_nameindex()}
+    return next((name for name in ("lo", "lo0") if name in names), None)
+
+
+def rendezvous_address() -> str:
+    """The process group's init_method, made on rank 0's node. A node on a loopback address is a
+    local run, every rank on this machine: a file store, since torch's TCPStore listens on every
+    interface whatever host it is given. Else a free port on this node's IP."""
+    ip = ray.util.get_node_ip_address()
+    if ipaddress.ip_address(ip).is_loopback:
+        return "file://" + os.path.join(tempfile.gettempdir(), f"testbed-rendezvous-{uuid.uuid4().hex}")
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((ip, 0))
+        port = s.getsockname()[1]
+    return f"tcp://[{ip}]:{port}" if ":" in ip else f"tcp://{ip}:{port}"
+
+
+def join_process_group(init_method: str, rank: int, world: int, timeout_s: float) -> None:
+    import torch.distributed as dist
+
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(0)  # Ray shows each actor only its own GPU(s)
+    interface = loopback_interface() if init_method.startswith("file://") else None
+    if interface:
+        # a local run: gloo's and NCCL's own connections would listen on the address the host
+        # name resolves to, which may be an external one
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", interface)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout_s))
+
+
 # -- the worker (a Ray actor) -------------------------------------------------------------------
 class LearnerWorker:
     def __init__(self, make_trainer: Callable[[], Any], rank: int, world: int, torch_threads: int):
@@ -106,23 +148,11 @@ class LearnerWorker:
         self.trainer: Any = None
 
     def rendezvous_address(self) -> str:
-        """A free port on this node's IP (rank 0's): the process group's init_method."""
-        ip = ray.util.get_node_ip_address()
-        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.bind((ip, 0))
-            port = s.getsockname()[1]
-        return f"tcp://[{ip}]:{port}" if ":" in ip else f"tcp://{ip}:{port}"
+        return rendezvous_address()
 
     def setup(self, init_method: str | None, timeout_s: float) -> dict[str, Any]:
         if self.world > 1:
-            import torch.distributed as dist
-
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            if backend == "nccl":
-                torch.cuda.set_device(0)  # Ray shows each actor only its own GPU(s)
-            dist.init_process_group(backend, init_method=init_method, rank=self.rank, world_size=self.world,
-                                    timeout=timedelta(seconds=timeout_s))
+            join_process_group(init_method, self.rank, self.world, timeout_s)
         self.trainer = self.make_trainer()  # after the group, so a trainer can see it is data-parallel
         make_probe = getattr(self.make_trainer, "probe", None)  # engine.mismatch, where the factory offers it
         self.probe = make_probe(self.trainer) if callable(make_probe) else None
@@ -212,9 +242,10 @@ class LearnerGroup:
         actor = ray.remote(LearnerWorker)
         self.workers = [actor.options(num_cpus=actor_cpus, num_gpus=actor_gpus, name=f"{name}-learner{rank}" if name else None)
                         .remote(make_trainer, rank, workers, torch_threads) for rank in range(workers)]
+        self.init_method: str | None = None
         try:
-            init_method = ray.get(self.workers[0].rendezvous_address.remote()) if workers > 1 else None
-            infos = _get_all([w.setup.remote(init_method, timeout_s) for w in self.workers])
+            self.init_method = ray.get(self.workers[0].rendezvous_address.remote()) if workers > 1 else None
+            infos = _get_all([w.setup.remote(self.init_method, timeout_s) for w in self.workers])
             if len({info["digest"] for info in infos}) > 1:
                 raise RuntimeError("make_trainer built different trainers on different workers; it must be "
                                    "deterministic (seed the model)")
@@ -282,3 +313,7 @@ class LearnerGroup:
         for w in self.workers:
             ray.kill(w, no_restart=True)
         self.workers = []
+        if self.init_method and self.init_method.startswith("file://"):
+            # a local run's store file, on this machine: killed workers leave it behind
+            with contextlib.suppress(OSError):
+                os.remove(self.init_method.removeprefix("file://"))
