@@ -12,6 +12,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from testbed.models.modules import HFModule
 from testbed.models.modules import (  # noqa: F401  (re-exported: the trainers and tests import them from here)
     ATTENTION, DEFAULT_PATTERNS, EXPERTS, HEAD, OTHER, ROUTER, ModulePatterns, missing_parts, module_family, parameter_split,
 )
@@ -32,7 +33,7 @@ class Critic(nn.Module):
 
     @classmethod
     def from_policy(
-        cls, policy: nn.Module, trainable: Literal["moe", "all"] = "moe", train_embeddings_norms: bool = False,
+        cls, policy: HFModule, trainable: Literal["moe", "all"] = "moe", train_embeddings_norms: bool = False,
         patterns: ModulePatterns | None = None,
     ) -> Critic:
         """A copy of the policy's backbone (`get_decoder()`: `model` in transformers' causal LMs)."""
@@ -73,6 +74,6 @@ class Critic(nn.Module):
         return values, router
 
 
-def trainable_parameter_counts(model: nn.Module, patterns: ModulePatterns | None = None) -> dict[str, int]:
+def trainable_parameter_counts(model: HFModule, patterns: ModulePatterns | None = None) -> dict[str, int]:
     """The split of a model's parameters (attention, experts, router, head, other), trainable and in total."""
     return parameter_split(model, patterns)

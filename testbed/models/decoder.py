@@ -26,9 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-# A transformers model or one of its submodules: torch types their config and children as
-# `Tensor | Module` attributes, so they are walked untyped.
-HFModule = Any
+from testbed.models.modules import HFModule
 
 
 class LeanDecoder:

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from testbed.models.modules import HFModule
 from testbed.paths import WEIGHTS, check_directory
 
 if TYPE_CHECKING:  # torch loads on use
@@ -42,7 +43,7 @@ def is_project_format(directory: Path) -> bool:
 
 
 
-def _load_model(directory: Path) -> torch.nn.Module:
+def _load_model(directory: Path) -> HFModule:
     from transformers import AutoModelForCausalLM
 
     try:
@@ -59,7 +60,7 @@ def _load_model(directory: Path) -> torch.nn.Module:
 LOGIT_TRANSFORMS = {"final_logit_softcapping": None, "logits_scaling": 1.0, "logit_scale": 1.0, "output_multiplier_scale": None}
 
 
-def check_scoring(model: torch.nn.Module, directory: Path) -> None:
+def check_scoring(model: HFModule, directory: Path) -> None:
     for name, neutral in LOGIT_TRANSFORMS.items():
         value = getattr(model.config, name, neutral)
         if value not in (neutral, None):
@@ -68,7 +69,7 @@ def check_scoring(model: torch.nn.Module, directory: Path) -> None:
                              "repeat; the behaviour log-probs would not match")
 
 
-def load_project_checkpoint(directory: Path) -> tuple[torch.nn.Module, Any, dict]:
+def load_project_checkpoint(directory: Path) -> tuple[HFModule, Any, dict]:
     """The project's own directory: the model and the word-level tokenizer.json."""
     from testbed.models.tokenizer import WordTokenizer
 
@@ -76,7 +77,7 @@ def load_project_checkpoint(directory: Path) -> tuple[torch.nn.Module, Any, dict
     return _load_model(directory), tok, {"checkpoint": str(directory)}
 
 
-def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, Any, dict]:
+def load_checkpoint(path: str | Path) -> tuple[HFModule, Any, dict]:
     """(model, tokenizer, report) for `policy.checkpoint`; errors name the directory."""
     directory = check_directory(path)
     if is_project_format(directory):

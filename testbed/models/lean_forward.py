@@ -22,11 +22,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from testbed.models.decoder import LeanDecoder
+from testbed.models.modules import HFModule
 
-# A transformers model or one of its submodules: torch types their config and children as
-# `Tensor | Module` attributes, so they are walked untyped.
-HFModule = Any
+from testbed.models.decoder import LeanDecoder
 
 
 def supports(backbone: HFModule) -> bool:

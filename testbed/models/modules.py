@@ -12,8 +12,13 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# A transformers model or one of its submodules: torch types their config and children as
+# `Tensor | Module` attributes, so they are walked untyped.
+HFModule = Any
 
 ATTENTION, EXPERTS, ROUTER, HEAD, OTHER = "attention", "experts", "router", "head", "other"
 FAMILIES = (ATTENTION, EXPERTS, ROUTER, HEAD, OTHER)

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
+from testbed.models.modules import HFModule
 from testbed.scenario.schema import PolicyConfig
 from testbed.models import lean_forward
 from testbed.models.tokenizer import WordTokenizer
@@ -14,7 +15,7 @@ from testbed.models.tokenizer import WordTokenizer
 
 def build_policy(cfg: PolicyConfig, tokenizer: WordTokenizer, seed: int = 0) -> Qwen3MoeForCausalLM:
     torch.manual_seed(seed)
-    config = Qwen3MoeConfig(
+    config = Qwen3MoeConfig(  # type: ignore[call-arg]  # head_dim: a PretrainedConfig keyword its stub omits
         vocab_size=tokenizer.vocab_size,
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.expert_size * 2,
@@ -37,12 +38,12 @@ def build_policy(cfg: PolicyConfig, tokenizer: WordTokenizer, seed: int = 0) -> 
     return Qwen3MoeForCausalLM(config)
 
 
-def count_parameters(model: torch.nn.Module, trainable_only: bool = False) -> int:
+def count_parameters(model: HFModule, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
 def token_logprobs(
-    model: torch.nn.Module,
+    model: HFModule,
     tokens: torch.Tensor,
     attention_mask: torch.Tensor,
     temperature: float = 1.0,
@@ -61,7 +62,7 @@ def token_logprobs(
 
 
 def token_logprobs_and_routing(
-    model: torch.nn.Module,
+    model: HFModule,
     tokens: torch.Tensor,
     attention_mask: torch.Tensor,
     temperature: float = 1.0,
@@ -84,7 +85,7 @@ def token_logprobs_and_routing(
     return logp, entropy, router
 
 
-def hidden_states(backbone: torch.nn.Module, tokens: torch.Tensor, attention_mask: torch.Tensor,
+def hidden_states(backbone: HFModule, tokens: torch.Tensor, attention_mask: torch.Tensor,
                   routing: bool = False) -> tuple[torch.Tensor, tuple | None]:
     """(last hidden state [B, T, H], router logits per layer or None) of right-padded tokens: the
     lean forward (testbed/models/lean_forward.py) for the testbed's own Qwen3-MoE shape, the

@@ -23,8 +23,8 @@ class WordTokenizer:
 
     def __init__(self, tokenizer: Tokenizer):
         self.hf = tokenizer
-        ids = {s: tokenizer.token_to_id(s) for s in SPECIALS}
-        missing = [s for s, i in ids.items() if i is None]
+        ids = {s: i for s in SPECIALS if (i := tokenizer.token_to_id(s)) is not None}
+        missing = [s for s in SPECIALS if s not in ids]
         if missing:
             raise ValueError(f"tokenizer lacks special tokens {missing}")
         self.pad_id, self.unk_id, self.bos_id, self.eos_id, self.sep_id = (ids[s] for s in SPECIALS)
