@@ -128,17 +128,6 @@ def test_value_pretraining_improves_explained_variance():
     assert report["parameters"]["trainable"] < report["parameters"]["total"]
 
 
-def test_staleness_bound_drops_old_rollouts():
-    model = policy()
-    trainer = SAOTrainer(model, {"batch_size": 4, "staleness_bound": 0, "value_warmup_updates": 0}, pad_id=TOK.pad_id)
-    trainer.update(rollouts(model, 4))
-    old = rollouts(model, 4, seed=5)
-    for t in old:
-        t.policy_version = 0
-    metrics = trainer.update(old)  # the trainer is at version 1 now: all 4 are stale
-    assert metrics["dropped_stale"] == 4.0 and trainer.version == 1
-
-
 def test_grpo_group_size_one_warns_and_has_zero_advantage():
     model = policy()
     with warnings.catch_warnings(record=True) as caught:
