@@ -22,10 +22,10 @@ KINDS = ("running_mean", "grpo", "sao")
 # -- helpers ------------------------------------------------------------------------------------
 def make(kind, model):
     if kind == "running_mean":
-        return RunningMeanTrainer(model, {"batch_size": 4, "window": 8}, pad_id=TOK.pad_id)
+        return RunningMeanTrainer(model, {"episodes_per_update": 4, "window": 8}, pad_id=TOK.pad_id)
     if kind == "grpo":  # two epochs: several optimiser steps per update
-        return GRPOTrainer(model, {"group_size": 2, "prompts_per_update": 2, "epochs": 2}, pad_id=TOK.pad_id)
-    return SAOTrainer(model, {"batch_size": 4, "value_warmup_updates": 0}, pad_id=TOK.pad_id)
+        return GRPOTrainer(model, {"group_size": 2, "episodes_per_update": 4, "epochs": 2}, pad_id=TOK.pad_id)
+    return SAOTrainer(model, {"episodes_per_update": 4, "value_warmup_updates": 0}, pad_id=TOK.pad_id)
 
 
 def batch(kind, model, seed):

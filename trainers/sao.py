@@ -46,14 +46,14 @@ from trainers.diagnostics import advantage_shrinkage, expert_load, first_value_m
 from trainers.losses import dis_policy_loss, explained_variance, ppo_clip_loss, token_mean, value_loss
 from trainers.numerics import guarded_step
 from trainers.reference import reference_for
-from trainers.renamed import moved_to_runtime, refuse_renamed
+from trainers.renamed import moved_to_runtime, refuse_renamed, renamed_to
 from trainers.router_balance import with_router_aux
 
 
 class SAOConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # an inf lr would NaN the policy
 
-    batch_size: int = Field(32, ge=1, description="single rollouts per policy update")
+    episodes_per_update: int = Field(32, ge=1, description="single rollouts per policy update (each a judged episode)")
     policy_lr: float = Field(2e-4, gt=0)
     critic_lr: float = Field(1e-3, gt=0, description="TTUR: larger than the policy's (paper: 5x)")
     value_updates_per_policy_update: int = Field(2, ge=1, description="K; the 'w/o faster value' ablation is 1")
@@ -88,15 +88,10 @@ class SAOConfig(BaseModel):
     router_aux_loss_coef: float = Field(0.0, ge=0, description=(
         "MoE load-balancing loss (Switch/Mixtral) weight, on the policy's and the critic's routers; 0 = off"))
 
-    @property
-    def episodes_per_update(self) -> int:
-        """Judged episodes one update takes (the loop and the budget check read it)."""
-        return self.batch_size
-
     @model_validator(mode="before")
     @classmethod
     def _old_spellings(cls, args: Any) -> Any:
-        return refuse_renamed(args, {"staleness_bound": moved_to_runtime})
+        return refuse_renamed(args, {"batch_size": renamed_to("episodes_per_update"), "staleness_bound": moved_to_runtime})
 
 
 class SAOTrainer:
@@ -108,7 +103,7 @@ class SAOTrainer:
         self.policy = policy
         self.pad_id = pad_id
         self.temperature = temperature
-        self.batch_size = self.episodes_per_update = self.cfg.episodes_per_update
+        self.episodes_per_update = self.cfg.episodes_per_update
         self.top_k = policy.config.num_experts_per_tok
         self.critic = Critic.from_policy(policy, self.cfg.critic_trainable, self.cfg.critic_train_embeddings_norms,
                                          self.cfg.critic_module_patterns)
