@@ -55,8 +55,8 @@ def test_staleness_bound_is_refused_with_the_runtime_spelling(value):
     with pytest.raises(ScenarioError) as info:
         load_scenario(SCENARIO, [arms])
     said = str(info.value)
-    assert f"arms.0.args: staleness_bound: {value} is no longer a trainer argument" in said
-    assert f"runtime.max_staleness: {value}" in said and f"runtime: {{max_staleness: {value}}}" in said
+    assert f"arms.0.args: staleness_bound: {value} is now runtime.max_staleness: {value}" in said
+    assert f"its runtime: {{max_staleness: {value}}}" in said
 
 
 class EverySeventhFails:

@@ -24,13 +24,12 @@ def refusal(trainer: str, args: str) -> str:
 @pytest.mark.parametrize("trainer", ["sao", "running_mean"])
 def test_batch_size_is_refused_with_episodes_per_update(trainer):
     said = refusal(trainer, "{batch_size: 24}")
-    assert "arms.0.args: batch_size: 24 is no longer a trainer argument; write episodes_per_update: 24" in said
+    assert "arms.0.args: batch_size: 24 is now episodes_per_update: 24" in said
 
 
 def test_prompts_per_update_is_refused_with_the_episodes_it_meant():
     said = refusal("grpo", "{group_size: 4, prompts_per_update: 6}")
-    assert "arms.0.args: prompts_per_update: 6 is no longer a trainer argument" in said
-    assert "write episodes_per_update: 24 (prompts_per_update x group_size = 6 x 4)" in said
+    assert "arms.0.args: prompts_per_update: 6 is now episodes_per_update: 24 (prompts_per_update x group_size = 6 x 4)" in said
 
 
 def test_prompts_per_update_alone_counts_the_default_group():
