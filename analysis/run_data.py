@@ -24,7 +24,7 @@ class RunData:
     episodes: pd.DataFrame
     updates: pd.DataFrame
     evals: pd.DataFrame
-    dropped: pd.DataFrame = field(default_factory=pd.DataFrame)  # too stale to train on (async runtime)
+    dropped: pd.DataFrame = field(default_factory=pd.DataFrame)  # too stale to train on (runtime.max_staleness)
     reference: pd.DataFrame = field(default_factory=pd.DataFrame)  # the reference policy per arm, seed, phase
     name: str = ""
     notes: list[str] = field(default_factory=list)

@@ -104,8 +104,8 @@ def tiny_recipe(checkpoint: Path, episodes: int, kind: str, device: str) -> list
         "policy.checkpoint": str(checkpoint), "judge": "{name: rubric}", "seeds": "[0]", "budget.episodes": episodes,
         "eval.every": max(8, episodes // 2), "eval.prompts": 8, "sampling.max_new_tokens": 32, "engine.mismatch": "true",
         "runtime.kind": kind, "runtime.device": device, "runtime.actor_gpus": 0.25 if device == "cuda" else 0, "runtime.torch_threads": 2,
-        "arms.0.args.batch_size": 8, "arms.0.args.value_pretrain_samples": 16, "arms.0.args.value_pretrain_batch": 8,
-        "arms.0.args.value_warmup_updates": 2, "arms.1.args.batch_size": 8, "arms.1.args.window": 16,
+        "arms.0.args.episodes_per_update": 8, "arms.0.args.value_pretrain_samples": 16, "arms.0.args.value_pretrain_batch": 8,
+        "arms.0.args.value_warmup_updates": 2, "arms.1.args.episodes_per_update": 8, "arms.1.args.window": 16,
     }
     return [part for key, value in sets.items() for part in ("--set", f"{key}={value}")]
 

@@ -69,8 +69,8 @@ def main() -> int:
             token_logprobs(model, data.tokens, data.attention_mask, where=data.action_mask)
 
     trainers = {name: registry.load("trainer", name)(copy.deepcopy(model), cfg, pad_id=tok.pad_id) for name, cfg in (
-        ("running_mean", {"batch_size": 32, "lr": 1e-12, "kl_coef": 0.2}),
-        ("sao", {"batch_size": 32, "policy_lr": 1e-12, "critic_lr": 1e-12, "kl_coef": 0.2, "value_warmup_updates": 0}))}
+        ("running_mean", {"episodes_per_update": 32, "lr": 1e-12, "kl_coef": 0.2}),
+        ("sao", {"episodes_per_update": 32, "policy_lr": 1e-12, "critic_lr": 1e-12, "kl_coef": 0.2, "value_warmup_updates": 0}))}
     pieces = {
         "generate_32": lambda: engine.generate(texts),
         "generate_64": lambda: engine.generate(texts + texts),

@@ -58,7 +58,7 @@ def run_testbed(steps: int, tok: WordTokenizer, judge) -> dict:
     torch.manual_seed(0)
     model = build_policy(PolicyConfig(), tok, seed=0)
     engine = HFEngine(model, tok, SamplingConfig(temperature=TEMPERATURE, max_new_tokens=COMPLETION))
-    trainer = GRPOTrainer(model, {"group_size": GROUP, "prompts_per_update": PROMPTS, "lr": LR, "kl_coef": KL},
+    trainer = GRPOTrainer(model, {"group_size": GROUP, "episodes_per_update": GROUP * PROMPTS, "lr": LR, "kl_coef": KL},
                           pad_id=tok.pad_id, temperature=TEMPERATURE)
     env = make_env(judge)
     env.reset(seed=0)

@@ -7,7 +7,7 @@ Scenario snippet (with this directory, or your own package, on PYTHONPATH)::
     arms:
       - name: ema
         trainer: "custom_trainer:EMABaselineTrainer"   # for your package: "mypkg.algo:MyTrainer"
-        args: {batch_size: 32, lr: 2.0e-4, beta: 0.05}
+        args: {episodes_per_update: 32, lr: 2.0e-4, beta: 0.05}
 
 The contract (docs/plugins.md has it in full):
   * `Config`: a pydantic model that validates the arm's `args` when the scenario loads (unknown
@@ -15,8 +15,8 @@ The contract (docs/plugins.md has it in full):
     before the trainer is built;
   * built as `cls(policy, args, *, pad_id, temperature, seed)`; `policy` is the transformers
     causal LM that the engine samples from (in the synchronous runtime the same object);
-  * `group_size` (samples per prompt), `batch_size` (prompts per update), `version` (policy
-    updates so far), `episodes_per_update` (judged episodes one update consumes);
+  * `episodes_per_update` (judged episodes one update consumes), `group_size` (samples per
+    prompt; 1 for single rollouts), `version` (policy updates so far);
   * `update(batch) -> dict` of float metrics, always with "nonfinite" (the first non-finite
     quantity, or None) and "skipped_steps" (optimiser steps skipped for it, an int);
   * `state_dict()` / `load_state_dict()`: everything a resumed run needs to continue exactly.
@@ -44,15 +44,10 @@ class EMABaselineTrainer:
     class Config(BaseModel):
         model_config = ConfigDict(extra="forbid")
 
-        batch_size: int = Field(32, ge=1, description="single rollouts per policy update")
+        episodes_per_update: int = Field(32, ge=1, description="single rollouts per policy update (each a judged episode)")
         lr: float = Field(2e-4, gt=0, allow_inf_nan=False)
         beta: float = Field(0.05, gt=0, le=1, description="weight of the newest reward in the baseline")
         max_grad_norm: float = Field(1.0, gt=0, allow_inf_nan=False)
-
-        @property
-        def episodes_per_update(self) -> int:
-            """Read when the scenario loads, so a budget too small for one update is refused early."""
-            return self.batch_size
 
     group_size = 1  # one rollout per prompt: the baseline, not a group, centres the reward
 
@@ -60,14 +55,10 @@ class EMABaselineTrainer:
                  seed: int = 0) -> None:
         self.cfg = self.Config.model_validate(args)
         self.policy, self.pad_id, self.temperature = policy, pad_id, temperature
-        self.batch_size = self.cfg.batch_size
+        self.episodes_per_update = self.cfg.episodes_per_update  # the loop reads it
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0)
         self.baseline = 0.0
         self.version = 0
-
-    @property
-    def episodes_per_update(self) -> int:
-        return self.cfg.episodes_per_update * self.group_size
 
     def _advantages(self, rewards: list[float]) -> list[float]:
         out = []

@@ -25,15 +25,13 @@ class Trainer(Protocol):
     """An algorithm behind one protocol. The loop builds it as
     `cls(policy, args: dict, *, pad_id, temperature, seed)`, validates `args` with `cls.Config`
     (a pydantic model) when the scenario loads, and feeds it judged trajectories in batches of
-    `batch_size` episodes, `group_size` samples per prompt. `version` counts policy updates.
+    `episodes_per_update` episodes, `group_size` samples per prompt (1 for single rollouts; a
+    batch is whole groups). `version` counts policy updates.
 
     `update()` returns float metrics plus two keys always present: "nonfinite", the first
     non-finite quantity of the update ("policy loss", "policy grad norm", "critic loss",
     "critic grad norm") or None, and "skipped_steps", the optimiser steps the update skipped for
     it (int). A skipped policy step leaves the parameters, optimiser state and `version` as they were.
-
-    `episodes_per_update` (also a property of its `Config`) is how many judged episodes one
-    update takes (`batch_size` single rollouts, or prompts x group size).
 
     Optional warm-up hooks (the loop never names an algorithm): a trainer with
     `warmup_samples > 0` also has `warmup(trajectories) -> report`, `warmup_key()` (what the
@@ -43,10 +41,9 @@ class Trainer(Protocol):
     of its steps draws a progress bar (values it has on the host anyway, e.g. `value_loss`).
     """
 
+    episodes_per_update: int  # its `Config` may have it too: the budget check reads it when the scenario loads
     group_size: int
-    batch_size: int
     version: int
-    episodes_per_update: int
 
     def update(self, batch: list[Trajectory]) -> dict[str, Any]: ...
 

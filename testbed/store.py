@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 import yaml
 from filelock import FileLock, Timeout
 
-# dropped: episodes too stale to train on (async runtime); reference: the starting policy told the target, per phase
+# dropped: episodes too stale to train on (runtime.max_staleness); reference: the starting policy told the target, per phase
 TABLES = ("episodes", "updates", "evals", "dropped", "reference")
 PART = re.compile(r"^part-(\d{6})-([0-9a-f]{16})\.parquet$")  # index and the first 16 hex of its sha256
 RUN_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")  # as arm names; "." and ".." are refused besides

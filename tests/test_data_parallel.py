@@ -28,11 +28,11 @@ CLASSES = {"sao": SAOTrainer, "running_mean": RunningMeanTrainer, "grpo": GRPOTr
 # value pretraining and the KL anchor; the running mean with a window that slides over batches
 # (global, and per prompt); GRPO with groups, two epochs and the router load-balancing loss.
 CONFIGS = {
-    "sao": ("sao", {"batch_size": 8, "value_warmup_updates": 0, "value_pretrain_samples": 8,
+    "sao": ("sao", {"episodes_per_update": 8, "value_warmup_updates": 0, "value_pretrain_samples": 8,
                     "value_pretrain_epochs": 1, "value_pretrain_batch": 4, "kl_coef": 0.1}),
-    "running_mean": ("running_mean", {"batch_size": 8, "window": 6}),
-    "running_mean_per_prompt": ("running_mean", {"batch_size": 8, "window": 2, "per_prompt": True}),
-    "grpo": ("grpo", {"group_size": 2, "prompts_per_update": 4, "epochs": 2, "router_aux_loss_coef": 0.05}),
+    "running_mean": ("running_mean", {"episodes_per_update": 8, "window": 6}),
+    "running_mean_per_prompt": ("running_mean", {"episodes_per_update": 8, "window": 2, "per_prompt": True}),
+    "grpo": ("grpo", {"group_size": 2, "episodes_per_update": 8, "epochs": 2, "router_aux_loss_coef": 0.05}),
 }
 TIMEOUT_S = 180  # ray.get timeout: a deadlock fails the test instead of hanging it
 
@@ -244,8 +244,8 @@ def router_grads(trainer):
 
 @pytest.mark.parametrize("kind", ["sao", "running_mean", "grpo"])
 def test_router_aux_loss_coef_changes_the_router_gradient(kind):
-    base = {"sao": {"batch_size": 8, "value_warmup_updates": 0}, "running_mean": {"batch_size": 8},
-            "grpo": {"group_size": 2, "prompts_per_update": 4}}[kind]
+    base = {"sao": {"episodes_per_update": 8, "value_warmup_updates": 0}, "running_mean": {"episodes_per_update": 8},
+            "grpo": {"group_size": 2, "episodes_per_update": 8}}[kind]
     batch = rollouts(policy(), 8, groups=2 if kind == "grpo" else 1)
     runs = {}
     for label, extra in (("default", {}), ("off", {"router_aux_loss_coef": 0.0}), ("on", {"router_aux_loss_coef": 1.0})):

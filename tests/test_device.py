@@ -28,7 +28,7 @@ from trainers.sao import SAOTrainer
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
 SCENARIO = str(ROOT / "tests/data/golden.yaml")
-ONE_ARM = "arms=[{name: running_mean, trainer: running_mean, args: {window: 32, batch_size: 16, kl_coef: 0.2}}]"
+ONE_ARM = "arms=[{name: running_mean, trainer: running_mean, args: {window: 32, episodes_per_update: 16, kl_coef: 0.2}}]"
 
 
 @no_cuda
@@ -93,13 +93,13 @@ def saved_as_on_cuda(monkeypatch):
 @no_cuda
 def test_a_checkpoint_written_on_cuda_resumes_here(tmp_path, saved_as_on_cuda):
     model = policy()
-    trainer = RunningMeanTrainer(model, {"batch_size": 4}, pad_id=TOK.pad_id)
+    trainer = RunningMeanTrainer(model, {"episodes_per_update": 4}, pad_id=TOK.pad_id)
     trainer.update(rollouts(model, 4))
     path = checkpoint.save(tmp_path, "arm", 0, {"loop": {"updates": 1}, "trainer": trainer.state_dict()})
     del saved_as_on_cuda[0]  # from here torch saves and loads as on this machine
     with pytest.raises(RuntimeError, match="CUDA"):  # the control: the file really claims CUDA
         torch.load(path, weights_only=False)
-    restored = RunningMeanTrainer(policy(seed=1), {"batch_size": 4}, pad_id=TOK.pad_id)
+    restored = RunningMeanTrainer(policy(seed=1), {"episodes_per_update": 4}, pad_id=TOK.pad_id)
     restored.load_state_dict(checkpoint.load(path)["trainer"])
     batch = rollouts(model, 4, seed=1)
     assert trainer.update(batch) == restored.update(batch)  # the same next step: optimiser state included
@@ -108,7 +108,7 @@ def test_a_checkpoint_written_on_cuda_resumes_here(tmp_path, saved_as_on_cuda):
 @no_cuda
 def test_a_warm_up_cache_written_on_cuda_loads_here(tmp_path, monkeypatch, saved_as_on_cuda):
     monkeypatch.setenv("TESTBED_CACHE", str(tmp_path))
-    args = {"batch_size": 4, "value_pretrain_samples": 4, "value_pretrain_epochs": 1, "value_pretrain_batch": 4}
+    args = {"episodes_per_update": 4, "value_pretrain_samples": 4, "value_pretrain_epochs": 1, "value_pretrain_batch": 4}
     trainer = SAOTrainer(policy(), args, pad_id=TOK.pad_id)
     key = {"test": "cuda-cache"}
     report = warm_up(trainer, lambda n: rollouts(trainer.policy, n), key, log=lambda _: None)
@@ -169,7 +169,7 @@ def test_a_trainer_keeps_what_it_builds_on_its_policys_device():
     module a trainer builds from it (SAO's critic with its value head, the KL reference) is there too."""
     with torch.device("meta"):
         model = policy()
-    trainer = SAOTrainer(model, {"batch_size": 4, "kl_coef": 0.1}, pad_id=TOK.pad_id)
+    trainer = SAOTrainer(model, {"episodes_per_update": 4, "kl_coef": 0.1}, pad_id=TOK.pad_id)
     modules = {"policy": trainer.policy, "critic": trainer.critic, "reference": trainer.reference.model}
     for name, module in modules.items():
         on = {t.device.type for t in [*module.parameters(), *module.buffers()]}

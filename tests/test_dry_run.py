@@ -196,8 +196,8 @@ def test_dry_run_refuses_resume_and_json_needs_it(capsys):
 
 TINY = ["--set", "budget.episodes=40", "--set", "eval.every=16", "--set", "eval.prompts=4", "--set", "seeds=[0]",
         "--set", "policy.sft.steps=10", "--set", "policy.sft.eval_samples=8", "--set", "gold_judge={name: rubric, share: 0.5}",
-        "--set", "arms=[{name: sao, trainer: sao, args: {batch_size: 8, value_pretrain_samples: 12, value_pretrain_epochs: 1}},"
-                 " {name: grpo, trainer: grpo, args: {group_size: 4, prompts_per_update: 3}}]"]
+        "--set", "arms=[{name: sao, trainer: sao, args: {episodes_per_update: 8, value_pretrain_samples: 12, value_pretrain_epochs: 1}},"
+                 " {name: grpo, trainer: grpo, args: {group_size: 4, episodes_per_update: 12}}]"]
 
 
 def test_the_estimate_equals_the_judge_calls_a_real_tiny_run_counts(tmp_path, monkeypatch, capsys):

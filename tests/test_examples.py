@@ -95,9 +95,9 @@ def trajectories(model, n=6):
 
 def test_trainer_config_names_bad_arguments(plugins):
     Config = plugins("custom_trainer:EMABaselineTrainer").Config
-    assert Config.model_validate({"batch_size": 12}).episodes_per_update == 12
+    assert Config.model_validate({"episodes_per_update": 12}).episodes_per_update == 12
     for bad, field in (({"betta": 0.1}, "betta"), ({"lr": float("inf")}, "lr"), ({"beta": 2}, "beta"),
-                       ({"batch_size": "many"}, "batch_size")):
+                       ({"episodes_per_update": "many"}, "episodes_per_update")):
         with pytest.raises(ValidationError) as err:
             Config.model_validate(bad)
         assert field in str(err.value)
@@ -106,8 +106,8 @@ def test_trainer_config_names_bad_arguments(plugins):
 def test_trainer_updates_on_real_trajectories(plugins):
     cls = plugins("custom_trainer:EMABaselineTrainer")
     model = build_policy(SMALL, TOK, seed=0)
-    trainer = cls(model, {"batch_size": 6, "lr": 1e-2, "beta": 0.5}, pad_id=TOK.pad_id, temperature=1.0, seed=0)
-    assert (trainer.group_size, trainer.batch_size, trainer.episodes_per_update, trainer.version) == (1, 6, 6, 0)
+    trainer = cls(model, {"episodes_per_update": 6, "lr": 1e-2, "beta": 0.5}, pad_id=TOK.pad_id, temperature=1.0, seed=0)
+    assert (trainer.group_size, trainer.episodes_per_update, trainer.version) == (1, 6, 0)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     metrics = trainer.update(trajectories(model))
     assert metrics["nonfinite"] is None and metrics["skipped_steps"] == 0 and trainer.version == 1
@@ -116,7 +116,7 @@ def test_trainer_updates_on_real_trajectories(plugins):
     # rewards 0, 1, 0, 1, 0, 1 with beta 0.5: the baseline follows them
     assert trainer.baseline == pytest.approx(sum(0.5 ** (6 - i) for i in (1, 3, 5)))
 
-    fresh = cls(build_policy(SMALL, TOK, seed=1), {"batch_size": 6}, pad_id=TOK.pad_id, temperature=1.0, seed=0)
+    fresh = cls(build_policy(SMALL, TOK, seed=1), {"episodes_per_update": 6}, pad_id=TOK.pad_id, temperature=1.0, seed=0)
     fresh.load_state_dict(trainer.state_dict())
     assert (fresh.version, fresh.baseline) == (trainer.version, trainer.baseline)
     assert all(torch.equal(p, dict(model.named_parameters())[n]) for n, p in fresh.policy.named_parameters())
@@ -126,7 +126,7 @@ def test_trainer_skips_a_nonfinite_step_and_says_so(plugins):
     cls = plugins("custom_trainer:EMABaselineTrainer")
     model = build_policy(SMALL, TOK, seed=0)
     batch = trajectories(model)
-    trainer = cls(model, {"batch_size": 6}, pad_id=TOK.pad_id, temperature=1.0, seed=0)
+    trainer = cls(model, {"episodes_per_update": 6}, pad_id=TOK.pad_id, temperature=1.0, seed=0)
     with torch.no_grad():
         model.lm_head.weight.fill_(float("nan"))
     metrics = trainer.update(batch)
@@ -152,13 +152,13 @@ def test_a_scenario_loads_both_examples_and_names_their_bad_keys(plugins, tmp_pa
     from testbed.envs.schedules import check_schedule
 
     kind = {"kind": "custom_schedule:ReturningSchedule"}
-    scenario = load_scenario(scenario_file(tmp_path, {**kind, **RETURNING}, {"batch_size": 8}))
+    scenario = load_scenario(scenario_file(tmp_path, {**kind, **RETURNING}, {"episodes_per_update": 8}))
     schedule = scenario.schedule_object()
     assert type(schedule).__name__ == "ReturningSchedule" and schedule.switch_points() == [800, 1600]  # in episodes
     check_schedule(schedule, 2400, STYLES)
     for schedule_keys, args, says in (({**kind, **RETURNING, "switch_att": [1]}, {}, "switch_att"),
                                       ({**kind, **RETURNING}, {"betta": 0.1}, "betta"),
-                                      ({**kind, **RETURNING}, {"batch_size": 5000}, "one update needs 5000 episodes")):
+                                      ({**kind, **RETURNING}, {"episodes_per_update": 5000}, "one update needs 5000 episodes")):
         with pytest.raises(ScenarioError, match=says):
             load_scenario(scenario_file(tmp_path, schedule_keys, args))
 

@@ -8,7 +8,7 @@ from testbed.cli.run import main
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = str(ROOT / "tests/data/golden.yaml")
 ONE_ARM = ["--set", f"policy.checkpoint={ROOT / 'tests/data/golden/policy'}",
-           "--set", "arms=[{name: rm, trainer: running_mean, args: {window: 32, batch_size: 16}}]",
+           "--set", "arms=[{name: rm, trainer: running_mean, args: {window: 32, episodes_per_update: 16}}]",
            "--set", "reliability.judge_failure_budget=4", "--no-report"]
 
 

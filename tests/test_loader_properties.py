@@ -27,7 +27,7 @@ GOOD = {
             {"style": "academic", "start": 0.5, "end": 1.0},
         ],
     },
-    "arms": [{"name": "rm", "trainer": "running_mean", "args": {"window": 16, "batch_size": 4}}],
+    "arms": [{"name": "rm", "trainer": "running_mean", "args": {"window": 16, "episodes_per_update": 4}}],
     "budget": {"episodes": 40},
     "eval": {"every": 20, "prompts": 8},
 }

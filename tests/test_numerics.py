@@ -22,10 +22,10 @@ KINDS = ("running_mean", "grpo", "sao")
 # -- helpers ------------------------------------------------------------------------------------
 def make(kind, model):
     if kind == "running_mean":
-        return RunningMeanTrainer(model, {"batch_size": 4, "window": 8}, pad_id=TOK.pad_id)
+        return RunningMeanTrainer(model, {"episodes_per_update": 4, "window": 8}, pad_id=TOK.pad_id)
     if kind == "grpo":  # two epochs: several optimiser steps per update
-        return GRPOTrainer(model, {"group_size": 2, "prompts_per_update": 2, "epochs": 2}, pad_id=TOK.pad_id)
-    return SAOTrainer(model, {"batch_size": 4, "value_warmup_updates": 0}, pad_id=TOK.pad_id)
+        return GRPOTrainer(model, {"group_size": 2, "episodes_per_update": 4, "epochs": 2}, pad_id=TOK.pad_id)
+    return SAOTrainer(model, {"episodes_per_update": 4, "value_warmup_updates": 0}, pad_id=TOK.pad_id)
 
 
 def batch(kind, model, seed):
@@ -205,11 +205,3 @@ def test_skipped_steps_total_is_checkpointed(kind):
     del state["skipped_steps_total"]  # a checkpoint from before the counter
     fresh.load_state_dict(state)
     assert fresh.skipped_steps_total == 0
-
-
-def test_sao_all_stale_batch_still_reports_the_keys():
-    model = policy()
-    trainer = SAOTrainer(model, {"batch_size": 4, "staleness_bound": 0, "value_warmup_updates": 0}, pad_id=TOK.pad_id)
-    trainer.version = 3
-    trajs = rollouts(model, 4)  # policy_version 0: all stale
-    assert trainer.update(trajs) == {"dropped_stale": 4.0, "nonfinite": None, "skipped_steps": 0}

@@ -23,8 +23,8 @@ from tests.test_end_to_end import ROOT, run_cli
 # Two arms (one with a critic); a checkpoint every 4 updates, an episodes part every round (16
 # episodes) in between, so durable rows after the last checkpoint exist most of the time.
 BASE = ["tests/data/tiny.yaml", "--set", "seeds=[0]", "--set", "budget.episodes=160",
-        "--set", "arms=[{name: rm, trainer: running_mean, args: {window: 32, batch_size: 16}}, "
-                 "{name: sao, trainer: sao, args: {batch_size: 16, value_pretrain_samples: 64, value_warmup_updates: 1}}]",
+        "--set", "arms=[{name: rm, trainer: running_mean, args: {window: 32, episodes_per_update: 16}}, "
+                 "{name: sao, trainer: sao, args: {episodes_per_update: 16, value_pretrain_samples: 64, value_warmup_updates: 1}}]",
         "--set", "reliability.checkpoint_every=4", "--set", "output.flush_rows=16", "--set", "output.flush_seconds=600"]
 ARMS = ("rm", "sao")
 
@@ -143,7 +143,7 @@ class FlakyJudge:
 
 # no reference evaluation: FlakyJudge counts this process's calls, and the outage must fall in training
 ONE_ARM = ["tests/data/tiny.yaml", "--set", "seeds=[0]", "--set", "budget.episodes=160", "--set", "eval.reference_samples=0",
-           "--set", "arms=[{name: rm, trainer: running_mean, args: {window: 32, batch_size: 16}}]"]
+           "--set", "arms=[{name: rm, trainer: running_mean, args: {window: 32, episodes_per_update: 16}}]"]
 
 
 def test_a_judge_outage_is_a_reported_gap_not_zeros(tmp_path, shared_cache):

@@ -148,8 +148,8 @@ def test_sft_examples_teach_revising_and_never_teach_damaged_drafts():
 
 
 def run_tiny(tmp_path: Path, name: str, *extra: str) -> Path:
-    arms = "arms=[{name: sao, trainer: sao, args: {batch_size: 16, value_pretrain_samples: 32, value_pretrain_epochs: 1, " \
-           "value_warmup_updates: 1}}, {name: naive, trainer: sao, args: {batch_size: 16, gae: naive, " \
+    arms = "arms=[{name: sao, trainer: sao, args: {episodes_per_update: 16, value_pretrain_samples: 32, value_pretrain_epochs: 1, " \
+           "value_warmup_updates: 1}}, {name: naive, trainer: sao, args: {episodes_per_update: 16, gae: naive, " \
            "value_pretrain_samples: 0}}]"
     code = main([TINY, "--out", str(tmp_path), "--run-name", name, "--set", arms, "--set", "runtime.torch_threads=1", "--no-report", *extra])
     assert code == 0

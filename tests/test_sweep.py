@@ -14,8 +14,8 @@ from testbed.cli.sweep import expand, load_sweep, parse_grid_flag, plan
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "data" / "tiny.yaml"
-ARMS = [{"name": "running_mean", "trainer": "running_mean", "args": {"window": 32, "batch_size": 16}},
-        {"name": "grpo", "trainer": "grpo", "args": {"group_size": 4, "prompts_per_update": 4}}]
+ARMS = [{"name": "running_mean", "trainer": "running_mean", "args": {"window": 32, "episodes_per_update": 16}},
+        {"name": "grpo", "trainer": "grpo", "args": {"group_size": 4, "episodes_per_update": 16}}]
 
 
 def sweep_file(tmp_path, grid, **extra):
@@ -36,15 +36,15 @@ def test_grid_flags_read_each_value_as_yaml():
 
 def test_the_grid_is_the_product_of_its_axes_first_axis_slowest(tmp_path):
     path = sweep_file(tmp_path, {"arms.running_mean.args.window": [16, 32],
-                                 "batch": {"small": {"arms.running_mean.args.batch_size": 16, "arms.grpo.args.prompts_per_update": 4},
-                                           "large": {"arms.running_mean.args.batch_size": 32, "arms.grpo.args.prompts_per_update": 8}}})
+                                 "batch": {"small": {"arms.running_mean.args.episodes_per_update": 16, "arms.grpo.args.episodes_per_update": 16},
+                                           "large": {"arms.running_mean.args.episodes_per_update": 32, "arms.grpo.args.episodes_per_update": 32}}})
     points = expand(load_sweep(path, [], [], None))
     assert [p.label for p in points] == ["p00", "p01", "p02", "p03"]
     assert [tuple(p.values.values()) for p in points] == [("16", "small"), ("16", "large"), ("32", "small"), ("32", "large")]
     p = points[3]
     rm = next(a for a in p.data["arms"] if a["name"] == "running_mean")
     grpo = next(a for a in p.data["arms"] if a["name"] == "grpo")
-    assert rm["args"] == {"window": 32, "batch_size": 32} and grpo["args"]["prompts_per_update"] == 8
+    assert rm["args"] == {"window": 32, "episodes_per_update": 32} and grpo["args"]["episodes_per_update"] == 32
     assert p.data["name"] == "tinysweep-p03" and "window=32" in p.data["description"]
     # the window changes only the running mean: GRPO runs once per batch size
     owners = plan(points)

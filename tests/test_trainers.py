@@ -54,7 +54,7 @@ def test_module_families():
 
 def test_frozen_attention_critic_keeps_attention_bit_identical():
     model = policy()
-    trainer = SAOTrainer(model, {"batch_size": 8, "value_warmup_updates": 0, "critic_lr": 1e-2}, pad_id=TOK.pad_id)
+    trainer = SAOTrainer(model, {"episodes_per_update": 8, "value_warmup_updates": 0, "critic_lr": 1e-2}, pad_id=TOK.pad_id)
     before = snapshot(trainer.critic)
     for step in range(3):
         trainer.update(rollouts(model, 8, seed=step))
@@ -71,7 +71,7 @@ def test_frozen_attention_critic_keeps_attention_bit_identical():
 
 def test_critic_trainable_all_moves_attention_too():
     model = policy()
-    trainer = SAOTrainer(model, {"batch_size": 8, "critic_trainable": "all", "value_warmup_updates": 0}, pad_id=TOK.pad_id)
+    trainer = SAOTrainer(model, {"episodes_per_update": 8, "critic_trainable": "all", "value_warmup_updates": 0}, pad_id=TOK.pad_id)
     before = snapshot(trainer.critic)
     trainer.update(rollouts(model, 8))
     after = snapshot(trainer.critic)
@@ -88,7 +88,7 @@ def test_critic_starts_from_the_sft_policy_weights():
 
 def test_sao_update_metrics_and_warmup():
     model = policy()
-    trainer = SAOTrainer(model, {"batch_size": 8, "value_warmup_updates": 1}, pad_id=TOK.pad_id)
+    trainer = SAOTrainer(model, {"episodes_per_update": 8, "value_warmup_updates": 1}, pad_id=TOK.pad_id)
     policy_before = snapshot(model)
     warm = trainer.update(rollouts(model, 8))
     assert warm["value_warmup"] == 1.0 and trainer.version == 0
@@ -106,7 +106,7 @@ def test_sao_update_metrics_and_warmup():
 def test_k_value_updates_per_policy_update():
     model = policy()
     calls = []
-    trainer = SAOTrainer(model, {"batch_size": 8, "value_updates_per_policy_update": 3, "value_warmup_updates": 0},
+    trainer = SAOTrainer(model, {"episodes_per_update": 8, "value_updates_per_policy_update": 3, "value_warmup_updates": 0},
                          pad_id=TOK.pad_id)
     original = trainer._critic_step
     trainer._critic_step = lambda *a, **k: calls.append(1) or original(*a, **k)
@@ -128,7 +128,6 @@ def test_value_pretraining_improves_explained_variance():
     assert report["parameters"]["trainable"] < report["parameters"]["total"]
 
 
-
 def test_value_pretraining_reports_each_critic_step():
     """Steps 1..epochs x batches, each with its epoch and the epoch's mean value loss so far."""
     trainer = SAOTrainer(policy(), {"value_pretrain_epochs": 2, "value_pretrain_batch": 8}, pad_id=TOK.pad_id)
@@ -139,22 +138,12 @@ def test_value_pretraining_reports_each_critic_step():
     assert [seen[2][2]["value_loss"], seen[5][2]["value_loss"]] == [point["value_loss"] for point in report["curve"]]
     assert seen[0][2]["value_loss"] != seen[1][2]["value_loss"]  # a running mean, step by step
 
-def test_staleness_bound_drops_old_rollouts():
-    model = policy()
-    trainer = SAOTrainer(model, {"batch_size": 4, "staleness_bound": 0, "value_warmup_updates": 0}, pad_id=TOK.pad_id)
-    trainer.update(rollouts(model, 4))
-    old = rollouts(model, 4, seed=5)
-    for t in old:
-        t.policy_version = 0
-    metrics = trainer.update(old)  # the trainer is at version 1 now: all 4 are stale
-    assert metrics["dropped_stale"] == 4.0 and trainer.version == 1
-
 
 def test_grpo_group_size_one_warns_and_has_zero_advantage():
     model = policy()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trainer = GRPOTrainer(model, {"group_size": 1, "prompts_per_update": 8}, pad_id=TOK.pad_id)
+        trainer = GRPOTrainer(model, {"group_size": 1, "episodes_per_update": 8}, pad_id=TOK.pad_id)
     assert any(G1_WARNING in str(w.message) for w in caught)
     before = snapshot(model)
     metrics = trainer.update(rollouts(model, 8))
@@ -164,16 +153,16 @@ def test_grpo_group_size_one_warns_and_has_zero_advantage():
 
 def test_grpo_groups_learn_from_within_group_differences():
     model = policy()
-    trainer = GRPOTrainer(model, {"group_size": 4, "prompts_per_update": 2}, pad_id=TOK.pad_id)
+    trainer = GRPOTrainer(model, {"group_size": 4, "episodes_per_update": 8}, pad_id=TOK.pad_id)
     # group 0 has mixed rewards, group 1 all ones (zero advantage)
     metrics = trainer.update(rollouts(model, 8, rewards=[1, 0, 0, 1, 1, 1, 1, 1], groups=4))
     assert metrics["zero_advantage_groups"] == 0.5 and metrics["advantage_abs_mean"] > 0
-    assert trainer.batch_size == 8 and trainer.group_size == 4
+    assert trainer.episodes_per_update == 8 and trainer.group_size == 4
 
 
 def test_running_mean_baseline_window():
     model = policy()
-    trainer = RunningMeanTrainer(model, {"batch_size": 4, "window": 4}, pad_id=TOK.pad_id)
+    trainer = RunningMeanTrainer(model, {"episodes_per_update": 4, "window": 4}, pad_id=TOK.pad_id)
     m1 = trainer.update(rollouts(model, 4, rewards=[1, 1, 1, 1]))
     assert m1["advantage_abs_mean"] == pytest.approx(0.0)  # every reward equals the window mean
     m2 = trainer.update(rollouts(model, 4, rewards=[0, 0, 0, 0], seed=1))
@@ -198,9 +187,9 @@ def test_kl_anchor_pulls_the_policy_back_towards_where_it_started(kind):
 
     model = policy()
     start = copy.deepcopy(model)
-    config = {"running_mean": {"batch_size": 8, "kl_coef": 1.0, "lr": 1e-3},
-              "grpo": {"group_size": 2, "prompts_per_update": 4, "kl_coef": 1.0, "lr": 1e-3},
-              "sao": {"batch_size": 8, "kl_coef": 1.0, "policy_lr": 1e-3, "value_warmup_updates": 0,
+    config = {"running_mean": {"episodes_per_update": 8, "kl_coef": 1.0, "lr": 1e-3},
+              "grpo": {"group_size": 2, "episodes_per_update": 8, "kl_coef": 1.0, "lr": 1e-3},
+              "sao": {"episodes_per_update": 8, "kl_coef": 1.0, "policy_lr": 1e-3, "value_warmup_updates": 0,
                       "value_pretrain_samples": 0}}[kind]
     trainer = {"running_mean": RunningMeanTrainer, "grpo": GRPOTrainer, "sao": SAOTrainer}[kind](model, config, pad_id=TOK.pad_id)
     with torch.no_grad():  # drift away from the reference
@@ -219,7 +208,7 @@ def test_kl_anchor_pulls_the_policy_back_towards_where_it_started(kind):
 
 
 def test_without_kl_coef_there_is_no_reference_copy():
-    trainer = RunningMeanTrainer(policy(), {"batch_size": 8}, pad_id=TOK.pad_id)
+    trainer = RunningMeanTrainer(policy(), {"episodes_per_update": 8}, pad_id=TOK.pad_id)
     assert trainer.reference is None and "kl_ref" not in trainer.update(rollouts(trainer.policy, 8))
 
 
@@ -228,7 +217,7 @@ def test_sao_advantages_from_sets_which_critic_scores_the_batch(order):
     """'fitted' scores the batch with the critic after its K steps, 'pre_update' with the critic
     before it saw the batch; both log |A| from each and the shrinkage between them."""
     model = policy()
-    trainer = SAOTrainer(model, {"batch_size": 8, "value_warmup_updates": 0, "critic_lr": 1e-2,
+    trainer = SAOTrainer(model, {"episodes_per_update": 8, "value_warmup_updates": 0, "critic_lr": 1e-2,
                                  "value_updates_per_policy_update": 4, "advantages_from": order}, pad_id=TOK.pad_id)
     m = trainer.update(rollouts(model, 8, rewards=[1, 0, 0, 1, 1, 0, 1, 0]))
     chosen = m["advantage_abs_fitted"] if order == "fitted" else m["advantage_abs_pre"]

@@ -1,6 +1,8 @@
 """GRPO (docs/algorithms.md): G rollouts per prompt, group-normalised advantages
 A_i = (R_i - mean_j R_j) / (std_j R_j + eps) (or RLOO: R_i - mean_{j!=i} R_j) broadcast to the
-tokens, and the PPO-clip loss against the policy that generated the batch.
+tokens, and the PPO-clip loss against the policy that generated the batch. An update takes
+`episodes_per_update` judged episodes, whole groups of `group_size` (so the prompts per update are
+their quotient): the one size field every trainer has, so a sweep sets every arm's batch alike.
 
 With G = 1 every advantage is exactly zero: in an online setting that returns one feedback per
 prompt, GRPO cannot learn. The trainer says so plainly and still runs (the flat curve is the point).
@@ -12,7 +14,7 @@ import warnings
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.device import of as device_of
 from testbed.models.policy import token_logprobs_and_routing
@@ -23,6 +25,7 @@ from trainers.diagnostics import expert_load, grad_norms_by_family
 from trainers.losses import ppo_clip_loss, token_mean
 from trainers.numerics import guarded_step
 from trainers.reference import reference_for
+from trainers.renamed import refuse_renamed
 from trainers.router_balance import with_router_aux
 
 G1_WARNING = (
@@ -32,11 +35,19 @@ G1_WARNING = (
 )
 
 
+def episodes_hint(prompts: Any, group: Any) -> str:
+    """The new spelling of the old `prompts_per_update`: the update's episodes, prompts x group_size."""
+    if isinstance(prompts, int) and isinstance(group, int):
+        return f"episodes_per_update: {prompts * group} (prompts_per_update x group_size = {prompts} x {group})"
+    return "episodes_per_update: prompts_per_update x group_size"
+
+
 class GRPOConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # an inf lr would NaN the policy
 
     group_size: int = Field(8, ge=1, description="G rollouts per prompt, each judged (and counted)")
-    prompts_per_update: int = Field(4, ge=1)
+    episodes_per_update: int = Field(32, ge=1, description=(
+        "judged episodes per update: whole groups, so a multiple of group_size (prompts per update x group_size)"))
     lr: float = Field(2e-4, gt=0)
     advantage: Literal["grpo", "rloo"] = "grpo"
     clip_low: float = Field(0.2, gt=0, lt=1)
@@ -47,10 +58,20 @@ class GRPOConfig(BaseModel):
     kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in the paper")
     router_aux_loss_coef: float = Field(0.0, ge=0, description="MoE load-balancing loss (Switch/Mixtral) weight; 0 = off")
 
-    @property
-    def episodes_per_update(self) -> int:
-        """Judged episodes one update takes (the loop and the budget check read it)."""
-        return self.group_size * self.prompts_per_update
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, args: Any) -> Any:
+        default = cls.model_fields["group_size"].default
+        return refuse_renamed(args, {"prompts_per_update": lambda prompts, given: episodes_hint(prompts, given.get("group_size", default))})
+
+    @model_validator(mode="after")
+    def _whole_groups(self) -> GRPOConfig:
+        epu, group = self.episodes_per_update, self.group_size
+        if epu % group:
+            below, above = epu // group * group, (epu // group + 1) * group
+            raise ValueError(f"episodes_per_update ({epu}) is not a multiple of group_size ({group}): an update takes whole "
+                             f"groups of {group} samples of a prompt; use {f'{below} or ' if below else ''}{above}")
+        return self
 
 
 class GRPOTrainer:
@@ -62,7 +83,7 @@ class GRPOTrainer:
         self.pad_id = pad_id
         self.temperature = temperature
         self.group_size = self.cfg.group_size
-        self.batch_size = self.episodes_per_update = self.cfg.episodes_per_update
+        self.episodes_per_update = self.cfg.episodes_per_update
         self.top_k = policy.config.num_experts_per_tok
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0, eps=self.cfg.adam_eps)
         self.version = 0

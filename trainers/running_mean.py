@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.device import of as device_of
 from testbed.models.policy import token_logprobs_and_routing
@@ -23,13 +23,14 @@ from trainers.data_parallel import full_batch
 from trainers.losses import dis_policy_loss, reinforce_loss, token_mean
 from trainers.numerics import guarded_step
 from trainers.reference import reference_for
+from trainers.renamed import refuse_renamed, renamed_to
 from trainers.router_balance import with_router_aux
 
 
 class RunningMeanConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # an inf lr would NaN the policy
 
-    batch_size: int = Field(32, ge=1, description="single rollouts per policy update")
+    episodes_per_update: int = Field(32, ge=1, description="single rollouts per policy update (each a judged episode)")
     window: int = Field(128, ge=1, description="rewards in the sliding-window baseline")
     per_prompt: bool = Field(False, description="one window per prompt (Table 4 variant) instead of global")
     lr: float = Field(2e-3, gt=0)
@@ -41,10 +42,10 @@ class RunningMeanConfig(BaseModel):
     kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in the paper")
     router_aux_loss_coef: float = Field(0.0, ge=0, description="MoE load-balancing loss (Switch/Mixtral) weight; 0 = off")
 
-    @property
-    def episodes_per_update(self) -> int:
-        """Judged episodes one update takes (the loop and the budget check read it)."""
-        return self.batch_size
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, args: Any) -> Any:
+        return refuse_renamed(args, {"batch_size": renamed_to("episodes_per_update")})
 
 
 class RunningMeanTrainer:
@@ -56,7 +57,7 @@ class RunningMeanTrainer:
         self.policy = policy
         self.pad_id = pad_id
         self.temperature = temperature
-        self.batch_size = self.episodes_per_update = self.cfg.episodes_per_update
+        self.episodes_per_update = self.cfg.episodes_per_update
         self.baseline = SlidingWindowBaseline(size=self.cfg.window, per_prompt=self.cfg.per_prompt)
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0, eps=self.cfg.adam_eps)
         self.version = 0

@@ -21,8 +21,9 @@ Advantage order (`advantages_from`): from the critic after its K steps (default,
 Policy loss DIS against the rollout engine's own log-probs, r = exp(log pi - log pi_rollout),
   L = -token_mean[sg(f(r)) A log pi], f(r) = r inside (1 - eps_low, 1 + eps_high), else 0
   -> `trainers.losses.dis_policy_loss`; vanilla VAPO (`policy_loss: ppo_clip`) -> `ppo_clip_loss`.
-Optional: the KL anchor to the SFT policy (`kl_coef`, `trainers.reference`), a staleness bound
-(`staleness_bound`), the router load-balancing loss (`router_aux_loss_coef`).
+Optional: the KL anchor to the SFT policy (`kl_coef`, `trainers.reference`), the router
+load-balancing loss (`router_aux_loss_coef`). Rollouts too stale to train on never reach the
+trainer: the runtime drops them (`runtime.max_staleness`).
 
 Every ablation of the paper's Table 4 is a switch in `SAOConfig`.
 """
@@ -34,26 +35,26 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.device import of as device_of
 from testbed.models.critic import Critic, ModulePatterns, trainable_parameter_counts
 from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
-from trainers import data_parallel
 from trainers.advantages import critic_mask, length_adaptive_lambda, policy_and_critic_advantages
 from trainers.batching import Batch, collate
 from trainers.diagnostics import advantage_shrinkage, expert_load, first_value_metrics, grad_norms_by_family
 from trainers.losses import dis_policy_loss, explained_variance, ppo_clip_loss, token_mean, value_loss
 from trainers.numerics import guarded_step
 from trainers.reference import reference_for
+from trainers.renamed import moved_to_runtime, refuse_renamed, renamed_to
 from trainers.router_balance import with_router_aux
 
 
 class SAOConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # an inf lr would NaN the policy
 
-    batch_size: int = Field(32, ge=1, description="single rollouts per policy update")
+    episodes_per_update: int = Field(32, ge=1, description="single rollouts per policy update (each a judged episode)")
     policy_lr: float = Field(2e-4, gt=0)
     critic_lr: float = Field(1e-3, gt=0, description="TTUR: larger than the policy's (paper: 5x)")
     value_updates_per_policy_update: int = Field(2, ge=1, description="K; the 'w/o faster value' ablation is 1")
@@ -78,7 +79,6 @@ class SAOConfig(BaseModel):
         "'fitted': advantages from the critic after its K steps on this batch (the paper's order: the critic "
         "catches up first); 'pre_update': from the critic as it was before it saw the batch, so the baseline "
         "cannot have been pulled toward the returns it is subtracted from"))
-    staleness_bound: int | None = Field(None, ge=0, description="drop rollouts more than this many versions old")
     value_pretrain_samples: int = Field(2048, ge=0, description="judged SFT samples for value pretraining (0: none)")
     value_pretrain_epochs: int = Field(6, ge=1)
     value_pretrain_batch: int = Field(64, ge=1)
@@ -89,10 +89,10 @@ class SAOConfig(BaseModel):
     router_aux_loss_coef: float = Field(0.0, ge=0, description=(
         "MoE load-balancing loss (Switch/Mixtral) weight, on the policy's and the critic's routers; 0 = off"))
 
-    @property
-    def episodes_per_update(self) -> int:
-        """Judged episodes one update takes (the loop and the budget check read it)."""
-        return self.batch_size
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, args: Any) -> Any:
+        return refuse_renamed(args, {"batch_size": renamed_to("episodes_per_update"), "staleness_bound": moved_to_runtime})
 
 
 class SAOTrainer:
@@ -104,7 +104,7 @@ class SAOTrainer:
         self.policy = policy
         self.pad_id = pad_id
         self.temperature = temperature
-        self.batch_size = self.episodes_per_update = self.cfg.episodes_per_update
+        self.episodes_per_update = self.cfg.episodes_per_update
         self.top_k = policy.config.num_experts_per_tok
         self.critic = Critic.from_policy(policy, self.cfg.critic_trainable, self.cfg.critic_train_embeddings_norms,
                                          self.cfg.critic_module_patterns)
@@ -114,22 +114,14 @@ class SAOTrainer:
         )
         self.version = 0  # policy updates so far
         self.updates = 0  # all updates, warm-up included
-        self.dropped_stale = 0
         self.skipped_steps_total = 0  # optimiser steps (critic and policy) skipped for a non-finite loss or gradient
         self.rng = random.Random(seed)
         self.reference = reference_for(policy, self.cfg.kl_coef, temperature)
         self.parameter_counts = trainable_parameter_counts(self.critic, self.cfg.critic_module_patterns)  # logged at start
-        if self.cfg.staleness_bound is not None and data_parallel.world_size() > 1:
-            # A shard whose rollouts were all stale would return before the others' collectives.
-            raise ValueError("staleness_bound with a data-parallel learner: drop stale rollouts before sharding "
-                             "(the Ray runtime's max_staleness does)")
 
     # -- the update ---------------------------------------------------------------------------
 
     def update(self, batch: list[Trajectory]) -> dict[str, Any]:
-        batch = self._drop_stale(batch)
-        if not batch:
-            return {"dropped_stale": float(self.dropped_stale), "nonfinite": None, "skipped_steps": 0}
         data = collate(batch, self.pad_id, device=device_of(self.policy))
 
         # Values before this batch's critic updates: their explained variance is out of sample.
@@ -176,7 +168,6 @@ class SAOTrainer:
             "advantage_mean": float(token_mean(advantages, data.action_mask)),
             "advantage_abs_mean": float(token_mean(advantages.abs(), data.action_mask)),
             "response_tokens_mean": float(data.action_lengths.float().mean()),
-            "dropped_stale": float(self.dropped_stale),
         })
         return metrics
 
@@ -245,13 +236,6 @@ class SAOTrainer:
             **expert_load(router, data.action_mask, self.top_k, "policy_"),
         }, nonfinite
 
-    def _drop_stale(self, batch: list[Trajectory]) -> list[Trajectory]:
-        if self.cfg.staleness_bound is None:
-            return batch
-        fresh = [t for t in batch if self.version - t.policy_version <= self.cfg.staleness_bound]
-        self.dropped_stale += len(batch) - len(fresh)
-        return fresh
-
     # -- value pretraining ----------------------------------------------------------------------
 
     @property
@@ -319,7 +303,6 @@ class SAOTrainer:
             **self.warmup_state(),
             "version": self.version,
             "updates": self.updates,
-            "dropped_stale": self.dropped_stale,
             "skipped_steps_total": self.skipped_steps_total,
             "rng": self.rng.getstate(),
         }
@@ -328,6 +311,6 @@ class SAOTrainer:
         self.policy.load_state_dict(state["policy"])
         self.policy_opt.load_state_dict(state["policy_opt"])
         self.load_warmup_state(state)
-        self.version, self.updates, self.dropped_stale = state["version"], state["updates"], state["dropped_stale"]
+        self.version, self.updates = state["version"], state["updates"]  # an older checkpoint's "dropped_stale" is unused
         self.skipped_steps_total = state.get("skipped_steps_total", 0)  # absent in older checkpoints
         self.rng.setstate(state["rng"])

@@ -13,8 +13,8 @@ A sweep file names a base scenario, overrides for every point, and the grid:
       world.hard_topics.share: [0.0, 0.5]                # a key and its values
       arms.running_mean.args.window: [16, 128, 512]      # arms by name (or index)
       batch:                                             # a named axis: labels -> several keys
-        b32:  {arms.sao.args.batch_size: 32, arms.grpo.args.prompts_per_update: 4}
-        b128: {arms.sao.args.batch_size: 128, arms.grpo.args.prompts_per_update: 16}
+        b32:  {arms.sao.args.episodes_per_update: 32, arms.grpo.args.episodes_per_update: 32}
+        b128: {arms.sao.args.episodes_per_update: 128, arms.grpo.args.episodes_per_update: 128}
 
 `--reuse EARLIER_SWEEP_DIR` counts the finished arms of an earlier sweep with the same settings
 (the same job key) as done: they are read from there, not rerun.
@@ -92,7 +92,7 @@ def parse_axis(name: str, spec: Any, where: str, scenario_fields: set[str]) -> A
     if named:
         if not isinstance(spec, dict) or not spec or not all(isinstance(v, dict) and v for v in spec.values()):
             raise ScenarioError(f"{where}: '{name}' is not a scenario field, so it must be a named axis: a mapping of labels "
-                                "to mappings of key: value (e.g. b32: {arms.sao.args.batch_size: 32})")
+                                "to mappings of key: value (e.g. b32: {arms.sao.args.episodes_per_update: 32})")
         return Axis(name, [(str(label), dict(sets)) for label, sets in spec.items()])
     if isinstance(spec, list) and spec:
         return Axis(name, [(_label(v), {name: v}) for v in spec])

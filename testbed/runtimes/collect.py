@@ -104,6 +104,12 @@ class Collector:
         return trajs
 
 
+def dropped_rows(trajs: list[Trajectory], learner_version: int) -> list[dict[str, Any]]:
+    """One row per episode dropped at dequeue as too stale (`dropped.parquet`)."""
+    return [{"arm": t.arm, "seed": t.seed, "t": t.t, "policy_version": t.policy_version, "learner_version": learner_version,
+             "staleness": learner_version - t.policy_version} for t in trajs]
+
+
 def episode_rows(trajs: list[Trajectory], learner_version: int | None, trained: bool = False) -> list[dict[str, Any]]:
     """One row per episode, with the run directory's column names. `staleness` is how many policy
     versions the learner was ahead when the episode was trained (`trained`) or dropped as too

@@ -4,6 +4,7 @@
   checkpoint needs to continue a run as if it had never stopped.
 - `update_row`: one trainer update's metrics row for `updates.parquet`, with the loop's own judge
   counts (training and evaluation calls) kept apart from a judge's own counters (`llm_*`).
+- `take_batch`: the next full batch off the queue, less the episodes older than `runtime.max_staleness`.
 - `Guard`: the judge-failure and NaN/inf budgets; past either, the run stops with a checkpoint
   (`RunStopped`) that `--resume` continues.
 - `warm_up`: a trainer's optional warm-up (SAO: value pretraining), cached by what determines it.
@@ -51,7 +52,7 @@ class LoopState:
     in_outage: bool = False  # the last training verdict failed (an outage record is open)
     nonfinite_in_a_row: int = 0  # updates skipped for a NaN/inf
     skipped_updates: int = 0
-    dropped_stale: int = 0  # judged episodes dropped at dequeue for being too stale (async)
+    dropped_stale: int = 0  # judged episodes dropped at dequeue for being too stale (runtime.max_staleness)
     buffer: list[Trajectory] = field(default_factory=list)  # judged episodes not yet trained on
     recent: deque[float] = field(default_factory=lambda: deque(maxlen=128))  # rolling reward, for the bar
     outages: list[dict[str, int]] = field(default_factory=list)  # {"t", "failed_calls"} per judge outage
@@ -123,6 +124,26 @@ def update_row(arm: str, seed: int, state: LoopState, t: int, metrics: dict[str,
             # what the trainer's warm-up spent before RL (SAO's value pretraining), so every arm's calls are counted
             "warmup_judge_calls": int(state.pretrain.get("judge_calls", 0)),
             **metrics, **judge_used}
+
+
+def take_batch(queue: list[Trajectory], size: int, version: int,
+               max_staleness: int | None) -> tuple[list[Trajectory] | None, list[Trajectory]]:
+    """(the next batch of `size` episodes, the episodes dropped on the way), popped from the head of
+    `queue` in place. An episode more than `max_staleness` versions behind `version` is dropped
+    (None: none is). Short of a full batch, its episodes go back to the head, in order, and the
+    batch is None; the dropped stay dropped."""
+    batch: list[Trajectory] = []
+    dropped: list[Trajectory] = []
+    while queue and len(batch) < size:
+        traj = queue.pop(0)
+        if max_staleness is not None and version - traj.policy_version > max_staleness:
+            dropped.append(traj)
+        else:
+            batch.append(traj)
+    if len(batch) < size:
+        queue[:0] = batch
+        return None, dropped
+    return batch, dropped
 
 
 class Guard:

@@ -35,10 +35,11 @@ from rich.progress import Progress, TaskID
 from testbed import device, registry
 from testbed.runtimes import checkpoint
 from testbed.runtimes.bars import StepBar, make_progress
-from testbed.runtimes.collect import Collector, Timer, episode_rows, evaluate_heldout, judged_samples
+from testbed.runtimes.collect import Collector, Timer, dropped_rows, episode_rows, evaluate_heldout, judged_samples
 from testbed.scenario.schema import ArmConfig, Scenario
 from testbed.envs.style_shift import StyleShiftEnv
-from testbed.runtimes.learn import Guard, LoopState, RunStopped, counter_delta, judge_counters, update_row, warm_up, warmup_cache_key
+from testbed.runtimes.learn import (Guard, LoopState, RunStopped, counter_delta, judge_counters, take_batch, update_row, warm_up,
+                                    warmup_cache_key)
 from testbed.models.tokenizer import WordTokenizer
 from testbed.protocols import DriftSchedule, Engine, Judge
 from testbed.runtimes.reference_policy import reference_rows
@@ -89,6 +90,7 @@ class ArmRunner:
         self.env.clock = 0
         self.heldout = prompts("heldout")[: scenario.eval.prompts]
         self.state = LoopState()
+        self.max_staleness = scenario.runtime_for(arm).staleness_limit()  # applied at dequeue (`next_batch`)
         self.guard = Guard(scenario.reliability, arm.name, seed, store.root, log)
         self.task: TaskID | None = None
 
@@ -224,19 +226,31 @@ class ArmRunner:
         last_error = trajs[-1].verdict.error if trajs else None
         self.stop(self.guard.judge(self.state, self.env.clock, last_error))
 
+    def next_batch(self) -> list[Trajectory] | None:
+        """The next full batch to train on, or None. Episodes older than `runtime.max_staleness` are
+        dropped on the way: stored with their staleness (and in `dropped`), never trained on."""
+        version = self.trainer.version
+        batch, dropped = take_batch(self.state.buffer, self.trainer.episodes_per_update, version, self.max_staleness)
+        if dropped:
+            self.state.dropped_stale += len(dropped)
+            self.record_untrained(dropped, version)
+            self.store.append("dropped", dropped_rows(dropped, version))
+        return batch
+
     def record_trained(self, batch: list[Trajectory]) -> None:
         """The rows of a batch the trainer is about to train on, with each episode's staleness."""
         with self.timer.part("bookkeeping"):
             self.store.append("episodes", episode_rows(batch, self.trainer.version, trained=True))
 
     def record_untrained(self, trajs: list[Trajectory], learner_version: int | None = None) -> None:
-        """The rows of judged episodes never trained on: dropped as too stale (at `learner_version`)
-        or left over when the run ended."""
+        """Rows of judged episodes never trained on: dropped as too stale (at `learner_version`) or left over at the end."""
         if trajs:
             self.store.append("episodes", episode_rows(trajs, learner_version))
 
     def record_update(self, metrics: dict[str, Any]) -> None:
-        """Store one update's row, apply the NaN/inf budget, checkpoint when due."""
+        """Store one update's row (with the drops so far, under a staleness bound), apply the NaN/inf budget, checkpoint when due."""
+        if self.max_staleness is not None:
+            metrics = {**metrics, "dropped_stale_total": self.state.dropped_stale}
         self.state.updates += 1
         with self.timer.part("bookkeeping"):
             self.store.append("updates", [update_row(self.arm.name, self.seed, self.state, self.env.clock, metrics, self.judge_used())])
@@ -324,8 +338,7 @@ class SyncRunner(ArmRunner):
             with self.timer.part("judging"):
                 trajs = self.collector.judge(round_, trajs)
             self.record_round(trajs)
-            while len(state.buffer) >= trainer.episodes_per_update:
-                batch, state.buffer = state.buffer[: trainer.episodes_per_update], state.buffer[trainer.episodes_per_update :]
+            while (batch := self.next_batch()) is not None:
                 self.record_trained(batch)
                 mismatch = self.measure_mismatch(batch)
                 with self.timer.part("training"):

@@ -32,6 +32,13 @@ def clip(text: str, limit: int = MAX_MESSAGE) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
+def placed_under(prefix: str, line: str) -> str:
+    """A problem line ("  where: what") of a section's own validation, placed under `prefix`; the
+    section's "(top level)", a check across its fields, is `prefix` itself."""
+    top = "  (top level)"
+    return f"  {prefix}{line[len(top):]}" if line.startswith(top) else line.replace("  ", f"  {prefix}.", 1)
+
+
 class StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys and documents that expand too far through aliases."""
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from testbed import registry
 from testbed.paths import check_directory
-from testbed.scenario.loading import ScenarioError, apply_override, clip, read_scenario_file
+from testbed.scenario.loading import ScenarioError, apply_override, clip, placed_under, read_scenario_file
 from testbed.world import STYLES
 from testbed.world.rules import HardTopics, NoisyTopics, WorldRules
 
@@ -137,7 +137,8 @@ class RuntimeConfig(Strict):
     kind: Literal["sync", "ray"] = "sync"
     rollout_workers: int = Field(1, ge=1, description="rollout actors, each an engine with its own copy of the policy")
     learner_workers: int = Field(1, ge=1, description="data-parallel learners (torch.distributed, gloo on CPU)")
-    max_staleness: int = Field(0, ge=0, description="policy versions an episode may lag when trained; older ones are dropped")
+    max_staleness: int | None = Field(None, ge=0, description="policy versions an episode may lag when trained; older ones are "
+                                      "dropped at dequeue, on either runtime (unset: 0 on ray, no bound on sync)")
     queue_size: int | None = Field(None, ge=1, description="judged episodes waiting for the learner, at most (default: (max_staleness + 2) x batch)")
     address: str | None = Field(None, description="an existing Ray cluster (else RAY_ADDRESS, else a local one)")
     torch_threads: int = Field(1, ge=1, description="torch threads per process; 1: the matmuls are tiny, more only synchronise")
@@ -149,6 +150,10 @@ class RuntimeConfig(Strict):
     actor_gpus: float | None = Field(None, ge=0, description="GPUs Ray reserves per rollout actor and learner "
                                      "(default: 1 on cuda, else 0; a fraction shares one; testbed.device.gpus)")
     task_gpus: float | None = Field(None, ge=0, description="GPUs Ray reserves per arm x seed task (parallel_arms; default as actor_gpus)")
+
+    def staleness_limit(self) -> int | None:
+        """The bound applied: `max_staleness`; unset, 0 on ray (its issue gate needs one), none on sync."""
+        return 0 if self.max_staleness is None and self.kind == "ray" else self.max_staleness
 
 
 class BudgetConfig(Strict):
@@ -335,7 +340,7 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
             config = config_cls.model_validate(arm.args)
         except ValidationError as exc:
             body = format_validation_error(exc, config_cls, source).splitlines()[1:]
-            problems += [line.replace("  ", f"  arms.{i}.args.", 1) for line in body]
+            problems += [placed_under(f"arms.{i}.args", line) for line in body]
             continue
         per_update = getattr(config, "episodes_per_update", None)  # a property of the trainer's Config
         if per_update is not None and per_update > scenario.budget.episodes:

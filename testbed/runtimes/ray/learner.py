@@ -158,7 +158,6 @@ class LearnerWorker:
         self.probe = make_probe(self.trainer) if callable(make_probe) else None
         t = self.trainer
         return {"group_size": t.group_size, "episodes_per_update": t.episodes_per_update,
-                "batch_size": getattr(t, "batch_size", t.episodes_per_update),
                 "warmup_samples": getattr(t, "warmup_samples", 0), "digest": self.digest()}
 
     def update(self, shard: list[Trajectory], weight: float | None) -> tuple[dict, int, dict | None]:
@@ -255,7 +254,6 @@ class LearnerGroup:
         info = infos[0]
         self.group_size: int = info["group_size"]
         self.episodes_per_update: int = info["episodes_per_update"]
-        self.batch_size: int = info["batch_size"]
         self.warmup_samples: int = info["warmup_samples"]
 
     @property

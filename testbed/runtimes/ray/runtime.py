@@ -42,7 +42,6 @@ from testbed.runtimes.ray.rollout import ActorEngine, RolloutActor
 from testbed.runtimes.learn import RunStopped
 from testbed.runtimes.loop import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.models.tokenizer import WordTokenizer
-from testbed.types import Trajectory
 
 ACTOR_DIED = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
 
@@ -200,11 +199,12 @@ class RayRunner(ArmRunner):
 
     def issue_rounds(self) -> None:
         epu, group = self.trainer.episodes_per_update, self.trainer.group_size
-        limit = self.rt.queue_size or (self.rt.max_staleness + 2) * epu
+        lag = self.max_staleness or 0  # always set on ray (RuntimeConfig.staleness_limit)
+        limit = self.rt.queue_size or (lag + 2) * epu
         busy = {i for i, _, _ in self.inflight.values()}
         for i in range(len(self.actors)):
             pending = sum(len(r.starts) for _, r, _ in self.inflight.values())
-            if i in busy or self.env.clock + pending >= self.budget or self.updates_ahead() > self.rt.max_staleness:
+            if i in busy or self.env.clock + pending >= self.budget or self.updates_ahead() > lag:
                 continue
             if len(self.state.buffer) + pending + epu > limit:
                 continue
@@ -246,30 +246,16 @@ class RayRunner(ArmRunner):
                 self.restart_actor(index, None, exc, actor)
 
     def start_update(self) -> None:
-        epu, state = self.trainer.episodes_per_update, self.state
         if self.update_ref is not None:
             return
-        batch: list[Trajectory] = []
-        while len(state.buffer) > 0 and len(batch) < epu:
-            traj = state.buffer.pop(0)
-            if self.trainer.version - traj.policy_version > self.rt.max_staleness:
-                self.drop(traj)
-            else:
-                batch.append(traj)
-        if len(batch) < epu:  # not a full batch yet: put it back, in order
-            state.buffer[:0] = batch
+        batch = self.next_batch()  # drops what is too stale
+        if batch is None:
             return
         self.staleness.update(self.trainer.version - t.policy_version for t in batch)
         self.batch_staleness = [self.trainer.version - t.policy_version for t in batch]
         self.record_trained(batch)
         self.update_started = time.perf_counter()
         self.update_ref = self.learner.update(batch)
-
-    def drop(self, traj: Trajectory) -> None:
-        self.state.dropped_stale += 1
-        self.record_untrained([traj], self.trainer.version)
-        self.store.append("dropped", [{"arm": self.arm.name, "seed": self.seed, "t": traj.t, "policy_version": traj.policy_version,
-                                       "learner_version": self.trainer.version, "staleness": self.trainer.version - traj.policy_version}])
 
     def finish_update(self) -> None:
         if self.update_ref is None:
@@ -285,8 +271,7 @@ class RayRunner(ArmRunner):
         self.timer.seconds["training"] += time.perf_counter() - self.update_started
         self.publish(policy_state, version)
         stale = self.batch_staleness
-        metrics = {**metrics, "staleness_mean": sum(stale) / len(stale), "staleness_max": max(stale),
-                   "dropped_stale_total": self.state.dropped_stale}
+        metrics = {**metrics, "staleness_mean": sum(stale) / len(stale), "staleness_max": max(stale)}
         self.record_update(metrics)
 
     def totals(self) -> dict[str, Any]:
@@ -294,7 +279,7 @@ class RayRunner(ArmRunner):
         wall = max(totals["wall_s"], 1e-9)
         totals["runtime"] = {
             "kind": "ray", "rollout_workers": len(self.actors), "learner_workers": self.rt.learner_workers,
-            "max_staleness": self.rt.max_staleness, "actor_restarts": self.restarts,
+            "max_staleness": self.max_staleness, "actor_restarts": self.restarts,
             "staleness_histogram": {str(k): v for k, v in sorted(self.staleness.items())},
             "rollout_idle_share": round(1 - self.busy["rollout"] / (wall * len(self.actors)), 3),
             "learner_idle_share": round(1 - self.busy["learner"] / wall, 3),
