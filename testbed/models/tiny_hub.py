@@ -19,6 +19,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+from testbed.models.hub_tokenizer import HubTokenizer, chat_messages
+from testbed.models.sft import encode_corpus, sft_corpus, train_sft
+from testbed.world import STYLES
+
 FORMAT = 1  # bump when what the builder writes changes meaning
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 # ChatML, as Qwen's models use it (without their default system prompt).
@@ -33,9 +41,6 @@ DEFAULTS = {"vocab_size": 1024, "corpus_size": 1500, "steps": 40, "batch_size": 
 
 def world_texts(size: int, seed: int) -> list[str]:
     """What the tokenizer learns from: generated pieces in every style and the rendered prompts."""
-    from testbed.models.hub_tokenizer import chat_messages
-    from testbed.models.sft import sft_corpus
-    from testbed.world import STYLES
 
     texts = []
     for prompt, piece, _ in sft_corpus(size, list(STYLES), seed):
@@ -45,8 +50,6 @@ def world_texts(size: int, seed: int) -> list[str]:
 
 def train_bpe(texts: list[str], vocab_size: int) -> Any:
     """A byte-level BPE `PreTrainedTokenizerFast` with the ChatML template; eos is <|im_end|>."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     inner = Tokenizer(models.BPE())
     inner.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -60,8 +63,6 @@ def train_bpe(texts: list[str], vocab_size: int) -> Any:
 
 
 def build_model(tokenizer: Any, seed: int) -> Any:
-    import torch
-    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
 
     torch.manual_seed(seed)
     config = Qwen2MoeConfig(
@@ -75,11 +76,6 @@ def build_model(tokenizer: Any, seed: int) -> Any:
 
 def build(directory: str | Path, **settings: Any) -> Path:
     """Train the tokenizer, build and fine-tune the model, write the Hub-format directory atomically."""
-    from transformers import GenerationConfig
-
-    from testbed.models.hub_tokenizer import HubTokenizer
-    from testbed.models.sft import encode_corpus, sft_corpus, train_sft
-    from testbed.world import STYLES
 
     s = {**DEFAULTS, **settings}
     tokenizer = train_bpe(world_texts(s["corpus_size"], s["seed"]), s["vocab_size"])

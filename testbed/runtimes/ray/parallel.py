@@ -25,6 +25,15 @@ import torch
 from testbed.cpu_numerics import configure_torch
 from testbed.device import gpus
 from testbed.store import TABLES, RunStore, read_table
+from testbed.judging.build import build_judge
+from testbed.models.sft import cache_root, is_cached, load_or_train_policy
+from testbed.paths import cache_dir
+from testbed.runtimes.arms import arm_runner, resolved_dict
+from testbed.runtimes.bars import StepBar, make_progress
+from testbed.runtimes.loop import first_jobs, warm_up_job
+from testbed.runtimes.ray.rollout import build_policy
+from testbed.runtimes.sft_check import sft_evaluator
+from testbed.scenario.schema import PolicyConfig, parse_scenario
 
 
 @ray.remote(num_cpus=0)
@@ -85,7 +94,6 @@ def gather(refs: list[Any], board: Any, progress: Any, bars: dict[tuple[str, Any
 
 def worker_settings(scenario: Any) -> tuple[int, str]:
     """What every task sets first: torch's threads and the driver's cache folder."""
-    from testbed.paths import cache_dir
 
     return scenario.runtime.torch_threads, str(cache_dir())
 
@@ -101,10 +109,6 @@ def enter_task(threads: int, cache: str) -> None:
 @ray.remote
 def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, tokenizer: Any, policy_key: str,
                  worker: tuple[int, str], board: Any, warmed: dict[str, bytes]) -> tuple[dict, dict[str, list[dict]]]:
-    from testbed.scenario.schema import parse_scenario
-    from testbed.runtimes.ray.rollout import build_policy
-    from testbed.judging.build import build_judge
-    from testbed.runtimes.arms import arm_runner
 
     enter_task(*worker)
     install_cache_files(warmed)
@@ -132,10 +136,6 @@ def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
 def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, tokenizer: Any, policy_key: str,
                  worker: tuple[int, str], board: Any) -> dict[str, bytes]:
     """`loop.warm_up_job` in a task: an arm's warm-up as its first job computes it, its bars on `board`."""
-    from testbed.scenario.schema import parse_scenario
-    from testbed.runtimes.ray.rollout import build_policy
-    from testbed.runtimes.loop import warm_up_job
-    from testbed.judging.build import build_judge
 
     enter_task(*worker)
     scenario = parse_scenario(scenario_data, "<scenario>")
@@ -158,10 +158,6 @@ def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
 def sft_task(scenario_data: dict, policy_data: dict, worker: tuple[int, str], board: Any, seed: int) -> tuple[str, dict[str, bytes]]:
     """`load_or_train_policy` in a task, its bar on `board` as SFT seed `seed`; returns the cache
     directory's name and files."""
-    from testbed.scenario.schema import PolicyConfig, parse_scenario
-    from testbed.models.sft import cache_root, load_or_train_policy
-    from testbed.runtimes.bars import StepBar
-    from testbed.runtimes.sft_check import sft_evaluator
 
     enter_task(*worker)
     scenario = parse_scenario(scenario_data, "<scenario>")
@@ -178,9 +174,6 @@ def train_policies_in_parallel(scenario: Any, configs: dict[int, Any], log: Call
     """Train the SFT policies of `configs` (by run seed) that the cache lacks, side by side, one
     task each, with a bar per seed in `progress` (else a display of their own), and put them into
     this process's cache (nodes need no shared disk)."""
-    from testbed.models.sft import is_cached
-    from testbed.runtimes.arms import resolved_dict
-    from testbed.runtimes.bars import make_progress
 
     missing = {seed: c for seed, c in configs.items() if not is_cached(c, scenario.world.archetypes, scenario.env)}
     if len(missing) < 2:
@@ -197,7 +190,6 @@ def train_policies_in_parallel(scenario: Any, configs: dict[int, Any], log: Call
 
 def install_policy(name: str, files: dict[str, bytes]) -> None:
     """A policy a task trained, into this process's cache (unless the task wrote it here already)."""
-    from testbed.models.sft import cache_root
 
     target = cache_root() / name
     if (target / "sft_report.json").exists():
@@ -213,7 +205,6 @@ def install_cache_files(files: dict[str, bytes]) -> None:
     """The driver's warm-up results, into this node's cache (atomically). They replace a file of the
     same name: what a first job computes depends on its random stream, and this run's first jobs
     are the driver's."""
-    from testbed.models.sft import cache_root
 
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
@@ -234,8 +225,6 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: 
     First, each arm's trainer warm-up (SAO's value pretraining) is computed by a task of its own,
     as the arm's first job computes it when the jobs run one after another (`loop.first_jobs`);
     the results reach every task's cache through the object store, and the driver's."""
-    from testbed.runtimes.loop import first_jobs
-    from testbed.runtimes.arms import resolved_dict
 
     data = resolved_dict(scenario)
     refs: dict[str, Any] = {}  # one object per starting policy (one, or one per seed)
