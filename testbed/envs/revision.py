@@ -23,6 +23,7 @@ per-turn reward); by default only the last draft is rewarded.
 
 from __future__ import annotations
 
+import random
 import string
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -30,12 +31,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from gymnasium import spaces
 from pydantic import BaseModel, ConfigDict, Field
 
+from testbed import registry
 from testbed.envs.style_shift import EpisodeStart, StyleShiftEnv
-from testbed.types import Trajectory, Verdict
+from testbed.types import JudgeRequest, Trajectory, Verdict
+from testbed.world import CORRUPTIONS, STYLES, PromptSpec, corrupt, generate, prompts, render_prompt, split_words
 
 if TYPE_CHECKING:
     from testbed.protocols import DriftSchedule, Engine, Judge
-    from testbed.world import PromptSpec
 
 __all__ = ["Revision", "RevisionConfig", "RevisionEnv", "editor_note", "editor_words"]
 
@@ -87,8 +89,6 @@ def editor_note(verdict: Verdict, target_style: str, config: RevisionConfig) -> 
 
 def editor_words(styles: Sequence[str]) -> list[str]:
     """Every word a note can hold (the tokenizer adds those the world lacks)."""
-    from testbed.world import split_words
-
     texts = [*CHECK_NOTES.values(), OTHER_NOTE, BOILERPLATE, "it is too plain", "the voice is mixed",
              "it reads as, the wrong register", "we want", "editor: .", *styles]
     return sorted({w for text in texts for w in split_words(text)})
@@ -164,8 +164,6 @@ class RevisionEnv(StyleShiftEnv):
     # ---- what the SFT policy learns from (testbed.models.sft) --------------------------------
     @staticmethod
     def extra_words() -> list[str]:
-        from testbed.world import STYLES
-
         return editor_words(STYLES)
 
     @staticmethod
@@ -185,12 +183,6 @@ class RevisionEnv(StyleShiftEnv):
         then a clean revision: the target style if hinted, the same style if only the quality
         failed, else a candidate the note did not rule out. Up to `max_turns` drafts, until the
         editor accepts."""
-        import random
-
-        from testbed import registry
-        from testbed.types import JudgeRequest
-        from testbed.world import CORRUPTIONS, corrupt, generate, prompts, render_prompt
-
         rng = random.Random(seed)
         rubric = registry.load("judge", "rubric")()
         specs = prompts("train")
