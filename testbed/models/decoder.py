@@ -42,7 +42,7 @@ class LeanDecoder:
         rotary = model.model.rotary_emb
         self.inv_freq, self.rope_scale = rotary.inv_freq, rotary.attention_scaling
         self._rope_len = 0
-        self._cos = self._sin = self._sin_signed = torch.empty(0)  # built by _rope on first use
+        self._cos = self._sin = self._sin_signed = torch.empty(0, device=self.inv_freq.device)  # built by _rope
 
     @staticmethod
     def supports(model: HFModule) -> bool:
