@@ -24,10 +24,11 @@ BUILTINS: dict[str, dict[str, str]] = {
         "grpo": "trainers.grpo:GRPOTrainer",
     },
     "schedule": {
-        "piecewise": "testbed.envs.schedules:PiecewiseSchedule",
-        "gradual": "testbed.envs.schedules:GradualSchedule",
-        "periodic": "testbed.envs.schedules:PeriodicSchedule",
-        "random": "testbed.envs.schedules:RandomSchedule",
+        # factories: the args (positions in fractions of the budget) -> the schedule object
+        "piecewise": "testbed.envs.schedules.piecewise:piecewise",
+        "gradual": "testbed.envs.schedules.piecewise:gradual",
+        "periodic": "testbed.envs.schedules.periodic:periodic",
+        "random": "testbed.envs.schedules.random_switches:random_switches",
     },
     "engine": {
         "hf": "testbed.engines.hf_engine:HFEngine",

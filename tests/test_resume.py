@@ -23,8 +23,8 @@ from tests.test_end_to_end import ROOT, run_cli
 # Two arms (one with a critic); a checkpoint every 4 updates, an episodes part every round (16
 # episodes) in between, so durable rows after the last checkpoint exist most of the time.
 BASE = ["tests/data/tiny.yaml", "--set", "seeds=[0]", "--set", "budget.episodes=160",
-        "--set", "arms=[{name: rm, trainer: running_mean, args: {window: 32, batch_size: 16}}, "
-                 "{name: sao, trainer: sao, args: {batch_size: 16, value_pretrain_samples: 64, value_warmup_updates: 1}}]",
+        "--set", "arms=[{name: rm, type: running_mean, args: {window: 32, batch_size: 16}}, "
+                 "{name: sao, type: sao, args: {batch_size: 16, value_pretrain_samples: 64, value_warmup_updates: 1}}]",
         "--set", "reliability.checkpoint_every=4", "--set", "output.flush_rows=16", "--set", "output.flush_seconds=600"]
 ARMS = ("rm", "sao")
 
@@ -143,12 +143,12 @@ class FlakyJudge:
 
 # no reference evaluation: FlakyJudge counts this process's calls, and the outage must fall in training
 ONE_ARM = ["tests/data/tiny.yaml", "--set", "seeds=[0]", "--set", "budget.episodes=160", "--set", "eval.reference_samples=0",
-           "--set", "arms=[{name: rm, trainer: running_mean, args: {window: 32, batch_size: 16}}]"]
+           "--set", "arms=[{name: rm, type: running_mean, args: {window: 32, batch_size: 16}}]"]
 
 
 def test_a_judge_outage_is_a_reported_gap_not_zeros(tmp_path, shared_cache):
     proc = run_cli([*ONE_ARM, "--out", str(tmp_path / "runs"),
-                    "--set", "judge={class: 'tests.test_resume:FlakyJudge', args: {down_from: 60, down_to: 110}}"],
+                    "--set", "judge={type: 'tests.test_resume:FlakyJudge', args: {down_from: 60, down_to: 110}}"],
                    tmp_path, cache=shared_cache)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1])
@@ -168,7 +168,7 @@ def test_judge_failure_budget_stops_with_a_checkpoint_and_resume_finishes(tmp_pa
     flag.touch()
     run_dir = tmp_path / "runs" / "outage"
     proc = run_cli([*ONE_ARM, "--out", str(tmp_path / "runs"), "--run-name", "outage",
-                    "--set", f"judge={{class: 'tests.test_resume:FlakyJudge', args: {{down_from: 100, down_file: '{flag}'}}}}",
+                    "--set", f"judge={{type: 'tests.test_resume:FlakyJudge', args: {{down_from: 100, down_file: '{flag}'}}}}",
                     "--set", "reliability.judge_failure_budget=32"], tmp_path, cache=shared_cache)
     assert proc.returncode == 3, proc.stderr[-3000:]
     said = " ".join(proc.stderr.split())
@@ -207,7 +207,7 @@ class NaNGradientsTrainer:
 
 
 def test_nan_updates_are_skipped_then_stop_the_run_naming_arm_update_and_quantity(tmp_path, shared_cache):
-    proc = run_cli([*ONE_ARM, "--out", str(tmp_path / "runs"), "--set", "arms.0.trainer=tests.test_resume:NaNGradientsTrainer",
+    proc = run_cli([*ONE_ARM, "--out", str(tmp_path / "runs"), "--set", "arms.0.type=tests.test_resume:NaNGradientsTrainer",
                     "--set", "reliability.max_nonfinite_updates=3"], tmp_path, cache=shared_cache)
     assert proc.returncode == 3, proc.stderr[-3000:]
     said = " ".join(proc.stderr.split())
