@@ -127,6 +127,10 @@ def check_args(kind: str, obj: Any, args: dict[str, Any], context: dict[str, Any
     """Check `args` for the plugin `obj` of `kind`; returns its validated Config (None without one).
     A pydantic ValidationError escapes for the caller to name the field; a key that the
     signature does not take (or a required one missing) is a ValueError naming the key."""
+    positional, keywords = INPUTS[kind]
+    reserved = sorted(set(args) & set(keywords))
+    if reserved:  # the call would get it twice
+        raise ValueError(f"args.{reserved[0]}: given by the loop to every {kind}, not an arg")
     config = config_of(obj)
     if config is not None:
         return config.model_validate(args, context=context)
@@ -135,10 +139,6 @@ def check_args(kind: str, obj: Any, args: dict[str, Any], context: dict[str, Any
             raise ValueError(f"args: {type(obj).__name__} is a ready-made object, not a class or factory: it takes no args "
                              f"(got {sorted(args)})")
         return None
-    positional, keywords = INPUTS[kind]
-    reserved = sorted(set(args) & set(keywords))
-    if reserved:
-        raise ValueError(f"args.{reserved[0]}: given by the loop to every {kind}, not an arg")
     params = _parameters(obj)
     if params is None:  # a builtin without a signature: its own error will do
         return None

@@ -208,6 +208,7 @@ def test_a_plugin_of_every_kind_runs_a_scenario(package, tmp_path):
     ("engine", {"max_btch": 8}, "engine.args.max_btch: not an argument of make_engine (it takes: max_batch, log)"),
     ("engine", {"seed": 8}, "engine.args.seed: not an argument"),
     ("env", {"lg": "x"}, "env.args.lg: unknown key 'lg'"),
+    ("env", {"seed": 1}, "env.args.seed: given by the loop to every env, not an arg"),  # beside a Config too
 ])
 def test_bad_args_are_named_by_their_field_when_the_scenario_loads(package, where, bad, says):
     data = scenario_data(package)

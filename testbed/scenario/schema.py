@@ -288,8 +288,10 @@ def _args_problems(prefix: str, kind: str, obj: Any, args: dict[str, Any], sourc
     except ValidationError as exc:
         body = format_validation_error(exc, registry.config_of(obj) or BaseModel, source).splitlines()[1:]
         return [line.replace("  ", f"  {prefix}", 1) for line in body], None
-    except ValueError as exc:  # a key the signature does not take: "args.KEY: ..."
-        return [f"  {prefix}{str(exc).removeprefix('args.')}"], None
+    except ValueError as exc:  # "args.KEY: ..." (a key the signature does not take) or "args: ..."
+        text = str(exc)
+        where = prefix + text.removeprefix("args.") if text.startswith("args.") else prefix.rstrip(".") + text.removeprefix("args")
+        return [f"  {where}"], None
 
 
 def _plugin_problems(scenario: Scenario, source: str) -> list[str]:
