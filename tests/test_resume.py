@@ -102,6 +102,7 @@ def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(tmp_p
     assert any(r["discarded_parts"] for r in resumes), "no kill left rows after a checkpoint"
 
     # Every checkpoint left behind loads into a fresh trainer of its arm.
+    from testbed import registry
     from testbed.scenario.schema import load_scenario
     from testbed.models.policy import build_policy
     from testbed.models.tokenizer import WordTokenizer
@@ -114,7 +115,7 @@ def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(tmp_p
         arm = next(a for a in scenario.arms if a.name == state["arm"])
         tokenizer = WordTokenizer.build()
         policy = build_policy(scenario.policy, tokenizer)
-        trainer = arm.trainer_class()(policy, arm.args, pad_id=tokenizer.pad_id)
+        trainer = registry.build(arm.trainer_class(), arm.args, policy, pad_id=tokenizer.pad_id)
         trainer.load_state_dict(state["trainer"])
         assert torch.equal(policy.state_dict()["lm_head.weight"], state["trainer"]["policy"]["lm_head.weight"])
 
@@ -191,10 +192,10 @@ class NaNGradientsTrainer:
     """The running-mean trainer whose gradients turn NaN from its 4th update on (a numerical
     blow-up that a skipped step does not cure)."""
 
-    def __new__(cls, policy, config, **kwargs):
+    def __new__(cls, policy, **kwargs):  # the loop's inputs and the arm's args, as keywords
         from trainers.running_mean import RunningMeanTrainer
 
-        trainer = RunningMeanTrainer(policy, config, **kwargs)
+        trainer = RunningMeanTrainer(policy, **kwargs)
         update = trainer.update
 
         def poisoned(batch):
