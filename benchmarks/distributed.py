@@ -44,7 +44,7 @@ def main_benchmark() -> None:
     args = parser.parse_args()
     common = [f"budget.episodes={args.budget}", "eval.every=100000", "runtime.torch_threads=1"]
     arms = {"sao": 0, "running_mean": 1, "grpo": 2}
-    one_arm = f"arms=[{{name: x, trainer: {args.arm}, args: {{}}}}]"
+    one_arm = f"arms=[{{name: x, type: {args.arm}, args: {{}}}}]"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         rows = []
@@ -59,7 +59,7 @@ def main_benchmark() -> None:
             rt = totals.get("runtime", {})
             rows.append((label, args.budget / wall, totals["episodes_per_s"], rt.get("rollout_idle_share"), rt.get("learner_idle_share")))
         seeds = list(range(max(1, args.jobs // 2)))
-        jobs = [f"seeds={seeds}", "arms=[{name: rm, trainer: running_mean, args: {}}, {name: grpo, trainer: grpo, args: {}}]"]
+        jobs = [f"seeds={seeds}", "arms=[{name: rm, type: running_mean, args: {}}, {name: grpo, type: grpo, args: {}}]"]
         seq, _ = timed(out, "sequential", *common, *jobs)
         par, _ = timed(out, "parallel", *common, *jobs, "runtime.parallel_arms=true")
         n = 2 * len(seeds)

@@ -101,7 +101,7 @@ def logprob_gaps(directory: Path, device: str, prompts: int = 32) -> dict[str, A
 def tiny_recipe(checkpoint: Path, episodes: int, kind: str, device: str) -> list[str]:
     """--set overrides that make the GPU recipe a few-minute check on one GPU."""
     sets = {
-        "policy.checkpoint": str(checkpoint), "judge": "{name: rubric}", "seeds": "[0]", "budget.episodes": episodes,
+        "policy.checkpoint": str(checkpoint), "judge": "{type: rubric}", "seeds": "[0]", "budget.episodes": episodes,
         "eval.every": max(8, episodes // 2), "eval.prompts": 8, "sampling.max_new_tokens": 32, "engine.mismatch": "true",
         "runtime.kind": kind, "runtime.device": device, "runtime.actor_gpus": 0.25 if device == "cuda" else 0, "runtime.torch_threads": 2,
         "arms.0.args.episodes_per_update": 8, "arms.0.args.value_pretrain_samples": 16, "arms.0.args.value_pretrain_batch": 8,

@@ -68,7 +68,7 @@ def main() -> int:
         with torch.no_grad():
             token_logprobs(model, data.tokens, data.attention_mask, where=data.action_mask)
 
-    trainers = {name: registry.load("trainer", name)(copy.deepcopy(model), cfg, pad_id=tok.pad_id) for name, cfg in (
+    trainers = {name: registry.build(registry.load("trainer", name), cfg, copy.deepcopy(model), pad_id=tok.pad_id) for name, cfg in (
         ("running_mean", {"episodes_per_update": 32, "lr": 1e-12, "kl_coef": 0.2}),
         ("sao", {"episodes_per_update": 32, "policy_lr": 1e-12, "critic_lr": 1e-12, "kl_coef": 0.2, "value_warmup_updates": 0}))}
     pieces = {

@@ -1,7 +1,7 @@
 """A custom rollout engine: the HF engine with its own validated arguments and a count of the
 prompts it sampled. Name it in a scenario by import path, with this directory on PYTHONPATH:
 
-    engine: {name: "custom_engine:CountingEngine", args: {max_batch: 16}}
+    engine: {type: "custom_engine:CountingEngine", args: {max_batch: 16}}
 
 An engine is built as `cls(policy, tokenizer, sampling, **args)`; its `Config` (optional) validates
 `args` when the scenario loads. It must return Trajectories with the behaviour log-prob of every

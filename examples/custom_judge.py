@@ -4,11 +4,11 @@ Scenario snippet (run from the repository root so that `examples` is importable;
 package use "mypkg.module:Name")::
 
     judge:
-      class: "examples.custom_judge:LengthAwareJudge"
+      type: "examples.custom_judge:LengthAwareJudge"
       args: {max_words: 30, strict_topic: true}
 
     # or a factory: a function that `args` are passed to and that returns the judge
-    #   judge: {class: "examples.custom_judge:make_keyword_judge", args: {bonus_word: "coffee"}}
+    #   judge: {type: "examples.custom_judge:make_keyword_judge", args: {bonus_word: "coffee"}}
 
 `testbed.judging.adapter.as_judge` accepts (see its docstring for the exact rules):
   * an object with `async def judge(requests) -> list[Verdict]` (the Judge protocol itself),

@@ -5,15 +5,17 @@
 Scenario snippet (with this directory, or your own package, on PYTHONPATH)::
 
     schedule:
-      kind: "custom_schedule:ReturningSchedule"     # for your package: "mypkg.drift:MySchedule"
-      styles: [cute, classical, cute]
-      switch_at: [800, 1600]
-      candidates: [academic, classical, cute]
+      type: "custom_schedule:ReturningSchedule"     # for your package: "mypkg.drift:MySchedule"
+      args:
+        styles: [cute, classical, cute]
+        switch_at: [0.25, 0.5]                       # fractions of the episode budget
+        candidates: [academic, classical, cute]
 
-Every key beside `kind` is checked by the class's own `Config` (a pydantic model), so a misspelt
-or badly typed key is named before anything trains. This class has no `from_config`, so it is
-built as `ReturningSchedule(**config.model_dump())` and its positions are in EPISODES (judged
-training episodes, the env's clock `t`), not fractions of the budget: no budget is passed to it.
+`args` are checked by the class's own `Config` (a pydantic model) when the scenario loads, so a
+misspelt or badly typed key is named before anything trains. The class is then built as
+`ReturningSchedule(budget=..., archetypes=..., **args)` (docs/plugins.md): like every schedule it
+takes positions as FRACTIONS of the episode budget and turns them into clocks (judged training
+episodes, the env's `t`) with the budget it is given.
 
 What a schedule must do (the run checks it at start-up, before any training):
   * `target(t) -> testbed.types.Target(style, candidates)` for every clock t >= 0, a pure
@@ -43,16 +45,16 @@ class ReturningSchedule:
         model_config = ConfigDict(extra="forbid")
 
         styles: list[str] = Field(min_length=2, description="the target styles, in order")
-        switch_at: list[int] = Field(description="episodes at which the next style takes over")
+        switch_at: list[float] = Field(description="fractions of the budget at which the next style takes over")
         candidates: list[str] | None = Field(None, description="styles the prompt lists (default: styles)")
 
         @model_validator(mode="after")
         def _consistent(self) -> ReturningSchedule.Config:
             if len(self.switch_at) != len(self.styles) - 1:
-                raise ValueError(f"switch_at needs {len(self.styles) - 1} episodes for {len(self.styles)} "
+                raise ValueError(f"switch_at needs {len(self.styles) - 1} positions for {len(self.styles)} "
                                  f"styles, got {len(self.switch_at)}")
-            if any(a >= b for a, b in zip([0, *self.switch_at], self.switch_at)):
-                raise ValueError(f"switch_at must be increasing episodes above 0, got {self.switch_at}")
+            if any(a >= b for a, b in zip([0, *self.switch_at], [*self.switch_at, 1])):
+                raise ValueError(f"switch_at must be increasing fractions between 0 and 1, got {self.switch_at}")
             if any(a == b for a, b in zip(self.styles, self.styles[1:])):
                 raise ValueError(f"styles repeats a style back to back, so a switch changes nothing: {self.styles}")
             missing = sorted(set(self.styles) - set(self.candidates or self.styles))
@@ -60,9 +62,10 @@ class ReturningSchedule:
                 raise ValueError(f"candidates {self.candidates} lack the target styles {missing}")
             return self
 
-    def __init__(self, styles: list[str], switch_at: list[int], candidates: list[str] | None = None) -> None:
+    def __init__(self, styles: list[str], switch_at: list[float], candidates: list[str] | None = None, *,
+                 budget: int, archetypes: tuple[str, ...] = ()) -> None:
         self.styles = list(styles)
-        self.switch_at = [int(s) for s in switch_at]
+        self.switch_at = [round(s * budget) for s in switch_at]  # fractions of the budget -> clocks
         self.candidates = tuple(candidates or dict.fromkeys(styles))
 
     def target(self, t: int) -> Target:
@@ -73,8 +76,8 @@ class ReturningSchedule:
 
 
 if __name__ == "__main__":
-    config = ReturningSchedule.Config(styles=["cute", "classical", "cute"], switch_at=[800, 1600])
-    schedule = ReturningSchedule(**config.model_dump())
+    config = ReturningSchedule.Config(styles=["cute", "classical", "cute"], switch_at=[1 / 3, 2 / 3])
+    schedule = ReturningSchedule(**config.model_dump(), budget=2400)
     for t in (0, 799, 800, 1599, 1600, 5000):
         print(f"t={t:>5}: {schedule.target(t)}")
     print("switch points:", schedule.switch_points())

@@ -6,14 +6,14 @@ Scenario snippet (with this directory, or your own package, on PYTHONPATH)::
 
     arms:
       - name: ema
-        trainer: "custom_trainer:EMABaselineTrainer"   # for your package: "mypkg.algo:MyTrainer"
+        type: "custom_trainer:EMABaselineTrainer"   # for your package: "mypkg.algo:MyTrainer"
         args: {episodes_per_update: 32, lr: 2.0e-4, beta: 0.05}
 
 The contract (docs/plugins.md has it in full):
   * `Config`: a pydantic model that validates the arm's `args` when the scenario loads (unknown
     and badly typed keys are named); its optional `episodes_per_update` lets the budget check run
     before the trainer is built;
-  * built as `cls(policy, args, *, pad_id, temperature, seed)`; `policy` is the transformers
+  * built as `cls(policy, *, pad_id, temperature, seed, **args)`; `policy` is the transformers
     causal LM that the engine samples from (in the synchronous runtime the same object);
   * `episodes_per_update` (judged episodes one update consumes), `group_size` (samples per
     prompt; 1 for single rollouts), `version` (policy updates so far);
@@ -51,9 +51,9 @@ class EMABaselineTrainer:
 
     group_size = 1  # one rollout per prompt: the baseline, not a group, centres the reward
 
-    def __init__(self, policy: torch.nn.Module, args: dict[str, Any], *, pad_id: int, temperature: float = 1.0,
-                 seed: int = 0) -> None:
-        self.cfg = self.Config.model_validate(args)
+    def __init__(self, policy: torch.nn.Module, *, pad_id: int, temperature: float = 1.0, seed: int = 0,
+                 **args: Any) -> None:
+        self.cfg = self.Config.model_validate(args)  # the arm's args arrive as keywords
         self.policy, self.pad_id, self.temperature = policy, pad_id, temperature
         self.episodes_per_update = self.cfg.episodes_per_update  # the loop reads it
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.cfg.lr, weight_decay=0.0)

@@ -4,7 +4,7 @@ provider route LiteLLM knows, or the local `judges.server`) scores each response
 Scenario::
 
     judge:
-      name: llm
+      type: llm
       args:
         model: openai/glm-4.7            # LiteLLM model string; "openai/..." = any OpenAI-compatible API
         api_base: https://YOUR-GLM-ENDPOINT/v1

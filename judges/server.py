@@ -203,7 +203,7 @@ def make_server(service: JudgeService, host: str = "127.0.0.1", port: int = 0, v
 
 def build_judge(name: str, args: dict[str, Any] | None = None) -> Any:
     """A judge instance from a registry name or an import path ("pkg.mod:Name")."""
-    return registry.load("judge", name)(**(args or {}))
+    return registry.build(registry.load("judge", name), args or {})
 
 
 def _parser() -> argparse.ArgumentParser:

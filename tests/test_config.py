@@ -12,13 +12,13 @@ ROOT = Path(__file__).resolve().parent.parent
 GOOD = {
     "name": "t",
     "schedule": {
-        "kind": "piecewise",
-        "phases": [
+        "type": "piecewise",
+        "args": {"phases": [
             {"style": "cute", "start": 0.0, "end": 0.5, "candidates": ["cute", "academic"]},
             {"style": "academic", "start": 0.5, "end": 1.0},
-        ],
+        ]},
     },
-    "arms": [{"name": "rm", "trainer": "running_mean", "args": {"window": 16}}],
+    "arms": [{"name": "rm", "type": "running_mean", "args": {"window": 16}}],
     "budget": {"episodes": 100},
 }
 
@@ -71,7 +71,7 @@ def test_a_sweep_file_given_to_the_run_command_says_what_it_is():
 
 def test_good_scenario_defaults(tmp_path):
     s = load_scenario(write(tmp_path, GOOD))
-    assert s.judge.name == "rubric" and s.seeds == [0]
+    assert s.judge.type == "rubric" and s.seeds == [0]
     assert "candidates" not in s.schedule.args["phases"][1]  # filled from world.archetypes when built
     assert s.schedule_object().target(s.budget.episodes - 1).candidates == tuple(s.world.archetypes)
 
@@ -102,8 +102,8 @@ def test_wrong_type_names_field_and_value(tmp_path):
 
 
 def test_unknown_trainer_lists_known(tmp_path):
-    msg = error_for(tmp_path, mutate("arms.0.trainer", "sa0"))
-    assert "arms.0.trainer" in msg and "unknown trainer 'sa0'" in msg and "running_mean" in msg
+    msg = error_for(tmp_path, mutate("arms.0.type", "sa0"))
+    assert "arms.0.type" in msg and "unknown trainer 'sa0'" in msg and "running_mean" in msg
 
 
 def test_unknown_judge_lists_known(tmp_path):
@@ -112,27 +112,27 @@ def test_unknown_judge_lists_known(tmp_path):
 
 
 def test_unknown_schedule_kind(tmp_path):
-    msg = error_for(tmp_path, mutate("schedule.kind", "sawtooth"))
+    msg = error_for(tmp_path, mutate("schedule.type", "sawtooth"))
     assert "schedule" in msg and "sawtooth" in msg and "piecewise" in msg
 
 
 def test_style_not_in_world(tmp_path):
-    msg = error_for(tmp_path, mutate("schedule.phases.1.style", "baroque"))
-    assert "schedule.phases.1.style" in msg and "baroque" in msg
+    msg = error_for(tmp_path, mutate("schedule.args.phases.1.style", "baroque"))
+    assert "schedule.args.phases.1.style" in msg and "baroque" in msg
 
 
 def test_overlapping_phases(tmp_path):
-    msg = error_for(tmp_path, mutate("schedule.phases.1.start", 0.4))
-    assert "schedule.phases" in msg and "overlaps" in msg
+    msg = error_for(tmp_path, mutate("schedule.args.phases.1.start", 0.4))
+    assert "schedule.args.phases" in msg and "overlaps" in msg
 
 
 def test_gap_between_phases(tmp_path):
-    msg = error_for(tmp_path, mutate("schedule.phases.1.start", 0.6))
+    msg = error_for(tmp_path, mutate("schedule.args.phases.1.start", 0.6))
     assert "gap" in msg
 
 
 def test_last_phase_must_cover_budget(tmp_path):
-    msg = error_for(tmp_path, mutate("schedule.phases.1.end", 0.9))
+    msg = error_for(tmp_path, mutate("schedule.args.phases.1.end", 0.9))
     assert "must end at 1.0" in msg
 
 
@@ -159,6 +159,6 @@ def test_bad_override(tmp_path):
 
 
 def test_plugin_class_path(tmp_path):
-    data = {**GOOD, "judge": {"class": "judges.rubric:RubricJudge", "args": {"seed": 3}}}
+    data = {**GOOD, "judge": {"type": "judges.rubric:RubricJudge", "args": {"seed": 3}}}
     s = load_scenario(write(tmp_path, data))
     assert s.judge.path == "judges.rubric:RubricJudge"

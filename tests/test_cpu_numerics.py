@@ -21,7 +21,7 @@ from testbed.models.sft import loss_curve
 from testbed.cli.run import main
 from tests.test_golden import FROM_POLICY, ROOT, SCENARIO
 
-ONE_ARM = ["--set", "arms=[{name: rm, trainer: running_mean, args: {window: 16, episodes_per_update: 16}}]",
+ONE_ARM = ["--set", "arms=[{name: rm, type: running_mean, args: {window: 16, episodes_per_update: 16}}]",
            "--set", "budget.episodes=32", "--set", "eval.every=32", "--set", "eval.prompts=4"]
 
 

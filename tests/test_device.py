@@ -28,7 +28,7 @@ from trainers.sao import SAOTrainer
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
 SCENARIO = str(ROOT / "tests/data/golden.yaml")
-ONE_ARM = "arms=[{name: running_mean, trainer: running_mean, args: {window: 32, episodes_per_update: 16, kl_coef: 0.2}}]"
+ONE_ARM = "arms=[{name: running_mean, type: running_mean, args: {window: 32, episodes_per_update: 16, kl_coef: 0.2}}]"
 
 
 @no_cuda

@@ -146,10 +146,10 @@ def test_every_bad_input_of_the_readme_fails_the_dry_run_with_its_error(what, co
 
 @pytest.mark.parametrize("override,message", [
     ("policy.checkpoint=/nonexistent/model", "policy.checkpoint: no such directory: /nonexistent/model"),
-    ("judge={name: llm, args: {model: openai/x, concurrency: 0}}", "judge.args.concurrency: Input should be greater than or equal to 1"),
-    ("gold_judge={name: llm, args: {modle: openai/x}}", "gold_judge.args.modle: unknown key 'modle' (did you mean 'model'?)"),
+    ("judge={type: llm, args: {model: openai/x, concurrency: 0}}", "judge.args.concurrency: Input should be greater than or equal to 1"),
+    ("gold_judge={type: llm, args: {modle: openai/x}}", "gold_judge.args.modle: unknown key 'modle' (did you mean 'model'?)"),
     # a judge plugin with a bug fails at its first call: the dry run makes that call on a sample
-    ("judge={class: 'tests.test_judge_plugin_run:key_error_judge'}",
+    ("judge={type: 'tests.test_judge_plugin_run:key_error_judge'}",
      "judge tests.test_judge_plugin_run:key_error_judge: the judge fails on a sample request"),
 ])
 def test_what_a_run_finds_only_later_fails_the_dry_run_with_the_field_named(isolated, capsys, override, message):
@@ -161,8 +161,8 @@ def test_a_secret_in_an_env_var_never_appears_and_no_llm_judge_is_started(isolat
     secret = "sk-dry-run-7f3a9c1e5b"
     monkeypatch.setenv("DRY_RUN_JUDGE_KEY", secret)
     monkeypatch.setenv("DRY_RUN_SERVER_TOKEN", secret + "-server")
-    judge = ("judge={name: llm, args: {model: openai/glm-4.7, api_base: 'http://127.0.0.1:9/v1', api_key_env: DRY_RUN_JUDGE_KEY}}")
-    gold = "gold_judge={name: llm, args: {model: openai/x, local_server: {judge: rubric, token_env: DRY_RUN_SERVER_TOKEN}}}"
+    judge = ("judge={type: llm, args: {model: openai/glm-4.7, api_base: 'http://127.0.0.1:9/v1', api_key_env: DRY_RUN_JUDGE_KEY}}")
+    gold = "gold_judge={type: llm, args: {model: openai/x, local_server: {judge: rubric, token_env: DRY_RUN_SERVER_TOKEN}}}"
     before = snapshot(isolated)
     outputs = []
     for extra in ([], ["--json"]):
@@ -179,7 +179,7 @@ def test_a_secret_in_an_env_var_never_appears_and_no_llm_judge_is_started(isolat
 
 def test_an_unset_key_is_a_warning_of_the_dry_run_not_an_error(isolated, capsys, monkeypatch):
     monkeypatch.delenv("DRY_RUN_MISSING_KEY", raising=False)
-    judge = "judge={name: llm, args: {model: openai/x, api_base: 'http://127.0.0.1:9/v1', api_key_env: DRY_RUN_MISSING_KEY}}"
+    judge = "judge={type: llm, args: {model: openai/x, api_base: 'http://127.0.0.1:9/v1', api_key_env: DRY_RUN_MISSING_KEY}}"
     code, out, _ = dry(capsys, DEFAULT, "--set", judge)
     assert code == 0
     assert "the environment variable DRY_RUN_MISSING_KEY is not set; a real run stops at start-up" in " ".join(out.split())
@@ -195,9 +195,9 @@ def test_dry_run_refuses_resume_and_json_needs_it(capsys):
 # -- the estimate against a real run ----------------------------------------------------------------
 
 TINY = ["--set", "budget.episodes=40", "--set", "eval.every=16", "--set", "eval.prompts=4", "--set", "seeds=[0]",
-        "--set", "policy.sft.steps=10", "--set", "policy.sft.eval_samples=8", "--set", "gold_judge={name: rubric, share: 0.5}",
-        "--set", "arms=[{name: sao, trainer: sao, args: {episodes_per_update: 8, value_pretrain_samples: 12, value_pretrain_epochs: 1}},"
-                 " {name: grpo, trainer: grpo, args: {group_size: 4, episodes_per_update: 12}}]"]
+        "--set", "policy.sft.steps=10", "--set", "policy.sft.eval_samples=8", "--set", "gold_judge={type: rubric, share: 0.5}",
+        "--set", "arms=[{name: sao, type: sao, args: {episodes_per_update: 8, value_pretrain_samples: 12, value_pretrain_epochs: 1}},"
+                 " {name: grpo, type: grpo, args: {group_size: 4, episodes_per_update: 12}}]"]
 
 
 def test_the_estimate_equals_the_judge_calls_a_real_tiny_run_counts(tmp_path, monkeypatch, capsys):

@@ -71,7 +71,7 @@ def test_second_run_reuses_the_cached_policy(tmp_path):
 
 
 def test_bad_scenario_exits_with_a_clear_error(tmp_path):
-    proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), "--set", "arms.0.trainer=sao2"], tmp_path)
+    proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), "--set", "arms.0.type=sao2"], tmp_path)
     assert proc.returncode == 2
     assert "unknown trainer 'sao2'" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "runs").exists()  # nothing is created for a scenario that cannot run
@@ -87,7 +87,7 @@ class BrokenJudge:
 
 
 def test_a_judge_that_always_fails_stops_the_run_with_a_message(tmp_path, shared_cache):
-    proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), "--set", "seeds=[0]", "--set", "judge={class: 'tests.test_end_to_end:BrokenJudge'}",
+    proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), "--set", "seeds=[0]", "--set", "judge={type: 'tests.test_end_to_end:BrokenJudge'}",
                     "--set", "reliability.judge_failure_budget=300"], tmp_path, cache=shared_cache)
     assert proc.returncode == 3
     assert "the judge failed 304 calls in a row" in proc.stderr and "connection refused" in proc.stderr

@@ -44,7 +44,7 @@ def test_failed_evaluation_calls_count_toward_the_failure_budget():
 def test_a_judge_that_is_down_stops_the_run_counting_evaluation_calls(tmp_path, monkeypatch, shared_cache):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     code = main([str(ROOT / "tests/data/tiny.yaml"), "--out", str(tmp_path), "--run-name", "down",
-                 "--set", "judge={class: 'tests.test_eval_gaps:AlwaysDown'}", "--set", "seeds=[0]",
+                 "--set", "judge={type: 'tests.test_eval_gaps:AlwaysDown'}", "--set", "seeds=[0]",
                  "--set", "reliability.judge_failure_budget=20"])
     assert code == 3  # stopped with a checkpoint
     run_dir = tmp_path / "down"

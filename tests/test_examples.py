@@ -24,7 +24,8 @@ from testbed.world import STYLES, prompts, render_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-RETURNING = {"styles": ["cute", "classical", "cute"], "switch_at": [800, 1600], "candidates": ["academic", "classical", "cute"]}
+# switch_at: fractions of the budget (2400 episodes below: clocks 800 and 1600)
+RETURNING = {"styles": ["cute", "classical", "cute"], "switch_at": [1 / 3, 2 / 3], "candidates": ["academic", "classical", "cute"]}
 
 
 @pytest.fixture
@@ -52,8 +53,8 @@ def test_schedule_config_names_bad_keys(plugins):
         with pytest.raises(ValidationError) as err:
             Config.model_validate(bad)
         assert field in str(err.value)
-    for bad, says in (({**RETURNING, "switch_at": [800]}, "switch_at needs 2"),
-                      ({**RETURNING, "switch_at": [900, 900]}, "increasing"),
+    for bad, says in (({**RETURNING, "switch_at": [0.3]}, "switch_at needs 2"),
+                      ({**RETURNING, "switch_at": [0.4, 0.4]}, "increasing"),
                       ({**RETURNING, "candidates": ["cute"]}, r"lack the target styles \['classical'\]")):
         with pytest.raises(ValidationError, match=says):
             Config.model_validate(bad)
@@ -61,7 +62,7 @@ def test_schedule_config_names_bad_keys(plugins):
 
 def test_schedule_targets_and_switch_points_agree(plugins):
     cls = plugins("custom_schedule:ReturningSchedule")
-    schedule = cls(**cls.Config.model_validate(RETURNING).model_dump())  # built as the run builds it
+    schedule = registry.build(cls, RETURNING, budget=2400, archetypes=())  # built as the run builds it
     targets = [schedule.target(t) for t in range(2400)]
     assert all(type(x) is Target and isinstance(x.style, str) and isinstance(x.candidates, tuple) for x in targets)
     assert all(x.style in x.candidates and x.style in STYLES for x in targets)
@@ -141,7 +142,7 @@ def scenario_file(tmp_path, schedule: dict, args: dict) -> Path:
     import yaml
 
     data = {"name": "plugins", "schedule": schedule, "seeds": [0], "budget": {"episodes": 2400},
-            "arms": [{"name": "ema", "trainer": "custom_trainer:EMABaselineTrainer", "args": args}]}
+            "arms": [{"name": "ema", "type": "custom_trainer:EMABaselineTrainer", "args": args}]}
     path = tmp_path / "plugins.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -151,13 +152,13 @@ def test_a_scenario_loads_both_examples_and_names_their_bad_keys(plugins, tmp_pa
     from testbed.scenario.schema import ScenarioError, load_scenario
     from testbed.envs.schedules import check_schedule
 
-    kind = {"kind": "custom_schedule:ReturningSchedule"}
+    kind = {"type": "custom_schedule:ReturningSchedule"}
     scenario = load_scenario(scenario_file(tmp_path, {**kind, **RETURNING}, {"episodes_per_update": 8}))
     schedule = scenario.schedule_object()
     assert type(schedule).__name__ == "ReturningSchedule" and schedule.switch_points() == [800, 1600]  # in episodes
     check_schedule(schedule, 2400, STYLES)
-    for schedule_keys, args, says in (({**kind, **RETURNING, "switch_att": [1]}, {}, "switch_att"),
-                                      ({**kind, **RETURNING}, {"betta": 0.1}, "betta"),
+    for schedule_keys, args, says in (({**kind, "args": {**RETURNING, "switch_att": [1]}}, {}, "schedule.args.switch_att"),
+                                      ({**kind, "args": RETURNING}, {"betta": 0.1}, "betta"),
                                       ({**kind, **RETURNING}, {"episodes_per_update": 5000}, "one update needs 5000 episodes")):
         with pytest.raises(ScenarioError, match=says):
             load_scenario(scenario_file(tmp_path, schedule_keys, args))
@@ -168,7 +169,7 @@ def test_a_custom_engine_runs_a_scenario_and_its_bad_arguments_are_named(plugins
 
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     base = [str(ROOT / "tests/data/tiny.yaml"), "--out", str(tmp_path), "--set", "seeds=[0]", "--set", "budget.episodes=32"]
-    assert main([*base, "--run-name", "bad", "--set", "engine={name: 'custom_engine:CountingEngine', args: {max_btch: 8}}"]) == 2
+    assert main([*base, "--run-name", "bad", "--set", "engine={type: 'custom_engine:CountingEngine', args: {max_btch: 8}}"]) == 2
     assert "max_btch" in " ".join(capsys.readouterr().err.split()) and not (tmp_path / "bad").exists()
-    assert main([*base, "--run-name", "ok", "--set", "engine={name: 'custom_engine:CountingEngine', args: {max_batch: 8}}"]) == 0
+    assert main([*base, "--run-name", "ok", "--set", "engine={type: 'custom_engine:CountingEngine', args: {max_batch: 8}}"]) == 0
     assert (tmp_path / "ok" / "summary.md").exists()

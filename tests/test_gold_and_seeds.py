@@ -17,8 +17,8 @@ def run_dir_of(proc) -> Path:
 def test_the_gold_judge_scores_a_share_of_episodes_beside_a_lenient_training_judge(tmp_path, shared_cache):
     from testbed.world.rules import unit_hash
 
-    lenient = ["--set", "judge={name: rubric, args: {checks: [length, ending], dominance: 0.0}}",
-               "--set", "gold_judge={name: rubric, share: 0.5}", "--set", "seeds=[0]"]
+    lenient = ["--set", "judge={type: rubric, args: {checks: [length, ending], dominance: 0.0}}",
+               "--set", "gold_judge={type: rubric, share: 0.5}", "--set", "seeds=[0]"]
     run = run_dir_of(run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *QUICK, *lenient], tmp_path,
                              cache=shared_cache))
     ep = read_table(run, "episodes")

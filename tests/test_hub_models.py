@@ -103,12 +103,12 @@ def test_a_run_on_the_exported_checkpoint_writes_the_built_policys_rows(exported
 
 def test_second_family_with_its_bpe_tokenizer_runs_sao_and_grpo(second_family, tmp_path, monkeypatch, shared_cache, capsys):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-    arms = ("[{name: sao, trainer: sao, args: {episodes_per_update: 8, value_pretrain_samples: 16, value_pretrain_epochs: 2, "
+    arms = ("[{name: sao, type: sao, args: {episodes_per_update: 8, value_pretrain_samples: 16, value_pretrain_epochs: 2, "
             "value_warmup_updates: 1, critic_lr: 0.01, policy_lr: 0.001}}, "
-            "{name: grpo, trainer: grpo, args: {group_size: 2, episodes_per_update: 8, lr: 0.001}}]")
+            "{name: grpo, type: grpo, args: {group_size: 2, episodes_per_update: 8, lr: 0.001}}]")
     code = run_main([TINY, "--out", str(tmp_path), "--run-name", "qwen2", "--no-report", "--set", "seeds=[0]", "--set", "budget.episodes=32",
                      "--set", "eval.every=32", "--set", "eval.prompts=8", "--set", f"policy.checkpoint={second_family}",
-                     "--set", "judge={class: 'tests.test_hub_models:ShortIsStyled'}", "--set", f"arms={arms}"])
+                     "--set", "judge={type: 'tests.test_hub_models:ShortIsStyled'}", "--set", f"arms={arms}"])
     assert code == 0
     run_dir = tmp_path / "qwen2"
     episodes = read_table(run_dir, "episodes")

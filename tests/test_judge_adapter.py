@@ -176,11 +176,12 @@ def test_async_per_request_judges_run_concurrently():
 
 
 def test_a_factory_named_with_args_is_called_with_them_and_returns_the_judge():
-    from testbed.judging.build import is_factory, judge_from_config
+    from testbed.judging.build import judge_from_config
+    from testbed.registry import is_factory
     from testbed.scenario.plugins import JudgeConfig
 
     judge = judge_from_config(JudgeConfig.model_validate(
-        {"class": "examples.custom_judge:make_keyword_judge", "args": {"bonus_word": "tea"}}), "judge")
+        {"type": "examples.custom_judge:make_keyword_judge", "args": {"bonus_word": "tea"}}), "judge")
     verdicts = asyncio.run(judge.judge(REQS))
     assert [v.quality for v in verdicts] == [0, 1]  # the factory's argument took effect
     assert not is_factory(sync_fn, {}) and is_factory(make_keyword_judge, {}) and is_factory(SyncScore, {})

@@ -8,7 +8,7 @@ from testbed.cli.run import main
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = str(ROOT / "tests/data/golden.yaml")
 ONE_ARM = ["--set", f"policy.checkpoint={ROOT / 'tests/data/golden/policy'}",
-           "--set", "arms=[{name: rm, trainer: running_mean, args: {window: 32, episodes_per_update: 16}}]",
+           "--set", "arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16}}]",
            "--set", "reliability.judge_failure_budget=4", "--no-report"]
 
 
@@ -21,7 +21,7 @@ def timing_out_judge(request):
 
 
 def test_a_judge_that_raises_key_error_stops_the_run_with_its_traceback(tmp_path, capsys):
-    code = main([SCENARIO, *ONE_ARM, "--set", "judge={class: 'tests.test_judge_plugin_run:key_error_judge'}",
+    code = main([SCENARIO, *ONE_ARM, "--set", "judge={type: 'tests.test_judge_plugin_run:key_error_judge'}",
                  "--out", str(tmp_path), "--run-name", "bug"])
     assert code == 2
     err = capsys.readouterr().err
@@ -30,7 +30,7 @@ def test_a_judge_that_raises_key_error_stops_the_run_with_its_traceback(tmp_path
 
 
 def test_a_judge_that_times_out_is_an_outage_that_the_budget_stops(tmp_path, capsys):
-    code = main([SCENARIO, *ONE_ARM, "--set", "judge={class: 'tests.test_judge_plugin_run:timing_out_judge'}",
+    code = main([SCENARIO, *ONE_ARM, "--set", "judge={type: 'tests.test_judge_plugin_run:timing_out_judge'}",
                  "--out", str(tmp_path), "--run-name", "outage"])
     assert code == 3  # stopped with a checkpoint to resume from, after the failure budget
     assert "judge_failure_budget=4" in capsys.readouterr().err

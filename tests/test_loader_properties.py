@@ -21,21 +21,21 @@ from testbed.world import STYLES
 GOOD = {
     "name": "t",
     "schedule": {
-        "kind": "piecewise",
-        "phases": [
+        "type": "piecewise",
+        "args": {"phases": [
             {"style": "cute", "start": 0.0, "end": 0.5, "candidates": ["cute", "academic"]},
             {"style": "academic", "start": 0.5, "end": 1.0},
-        ],
+        ]},
     },
-    "arms": [{"name": "rm", "trainer": "running_mean", "args": {"window": 16, "episodes_per_update": 4}}],
+    "arms": [{"name": "rm", "type": "running_mean", "args": {"window": 16, "episodes_per_update": 4}}],
     "budget": {"episodes": 40},
     "eval": {"every": 20, "prompts": 8},
 }
 KNOWN_PATHS = [
     "name", "description", "seeds", "seeds.0", "world.styles", "world.archetypes", "judge", "judge.args",
-    "schedule", "schedule.kind", "schedule.phases", "schedule.phases.0.style", "schedule.phases.0.start",
-    "schedule.phases.1.end", "schedule.phases.0.candidates", "policy.hidden_size", "policy.sft.lr", "policy.sft.seed",
-    "sampling.temperature", "engine", "arms", "arms.0", "arms.0.name", "arms.0.trainer", "arms.0.args",
+    "schedule", "schedule.type", "schedule.args.phases", "schedule.args.phases.0.style", "schedule.args.phases.0.start",
+    "schedule.args.phases.1.end", "schedule.args.phases.0.candidates", "policy.hidden_size", "policy.sft.lr", "policy.sft.seed",
+    "sampling.temperature", "engine", "arms", "arms.0", "arms.0.name", "arms.0.type", "arms.0.args",
     "arms.0.args.lr", "arms.0.args.window", "budget", "budget.episodes", "eval.every", "output.flush_seconds",
 ]
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -86,8 +86,8 @@ def test_any_file_loads_or_gives_a_scenario_error(content):
 
 @SETTINGS
 @given(st.lists(st.tuples(keys, values), min_size=1, max_size=3))
-@example([("arms.0.trainer", "..relative:X")])  # import_module raised TypeError
-@example([("arms.0.trainer", ":")])  # the registry raised its own error
+@example([("arms.0.type", "..relative:X")])  # import_module raised TypeError
+@example([("arms.0.type", ":")])  # the registry raised its own error
 def test_any_nested_data_parses_or_gives_a_scenario_error(changes):
     def parse():
         data = yaml.safe_load(yaml.safe_dump(GOOD))

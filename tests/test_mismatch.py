@@ -100,14 +100,14 @@ def test_vllm_weight_layout_matches_the_trainers_experts():
 def test_engine_section_of_the_schema():
     base = ROOT / "scenarios" / "vllm_shift.yaml"
     scenario = load_scenario(base)
-    assert scenario.engine.name == "vllm" and scenario.engine.measure_mismatch
+    assert scenario.engine.type == "vllm" and scenario.engine.measure_mismatch
     assert scenario.policy.hidden_size // scenario.policy.num_heads == 32  # vLLM's CPU attention
     assert not load_scenario(ROOT / "scenarios" / "style_shift.yaml").engine.measure_mismatch  # hf: off by default
     cases = {
-        "engine.name=nope": "unknown engine 'nope'",
-        "engine.args.bogus=1": "args.bogus: Extra inputs are not permitted",
-        "engine.args.probe_tolerance=0": "args.probe_tolerance",
-        "engine.name=hf": "not arguments of HFEngine",  # vllm's args left behind
+        "engine.type=nope": "unknown engine 'nope'",
+        "engine.args.bogus=1": "engine.args.bogus: unknown key 'bogus'",
+        "engine.args.probe_tolerance=0": "engine.args.probe_tolerance",
+        "engine.type=hf": "engine.args.cpu_threads_bind: not an argument of HFEngine",  # vllm's args left behind
     }
     for override, message in cases.items():
         with pytest.raises(Exception) as info:

@@ -65,11 +65,11 @@ def test_a_family_named_otherwise_is_refused_then_runs_with_the_override():
 
 def test_the_override_is_validated_when_the_scenario_loads():
     base = "tests/data/tiny.yaml"
-    sao = "arms=[{name: sao, trainer: sao, args: {critic_module_patterns: {attention: ['(['], router: [x], experts: [y]}}}]"
+    sao = "arms=[{name: sao, type: sao, args: {critic_module_patterns: {attention: ['(['], router: [x], experts: [y]}}}]"
     with pytest.raises(ScenarioError, match=r"arms\.0\.args\.critic_module_patterns\.attention.*not a regular expression"):
         load_scenario(base, [sao])
     with pytest.raises(ScenarioError, match=r"critic_module_patterns.*router"):
-        load_scenario(base, ["arms=[{name: sao, trainer: sao, args: {critic_module_patterns: {attention: [a], experts: [b]}}}]"])
+        load_scenario(base, ["arms=[{name: sao, type: sao, args: {critic_module_patterns: {attention: [a], experts: [b]}}}]"])
     assert load_scenario(base, [sao.replace("'(['", "a")]).arms[0].args["critic_module_patterns"]["attention"] == ["a"]
 
 

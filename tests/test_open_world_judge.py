@@ -142,8 +142,8 @@ def test_bad_arguments_name_the_field():
     with pytest.raises(JudgeConfigError, match="mode: unknown key"):
         OpenWorldJudge(mode="open")
     with pytest.raises(ScenarioError, match="judge.args.*mode: must be one of"):
-        judge_from_config(JudgeConfig.model_validate({"name": "rubric", "args": {"mode": "natural"}}), "judge")
-    built = judge_from_config(JudgeConfig.model_validate({"name": "rubric", "args": {"mode": "open"}}), "judge")
+        judge_from_config(JudgeConfig.model_validate({"type": "rubric", "args": {"mode": "natural"}}), "judge")
+    built = judge_from_config(JudgeConfig.model_validate({"type": "rubric", "args": {"mode": "open"}}), "judge")
     assert asyncio.run(built.judge([req(CUTE_CATS, "cats", "cute")]))[0].reward == 1.0
     assert set(OpenWorldJudge(checks=["length"]).checks) == {"length"} and "injection" in OPEN_CHECKS
 

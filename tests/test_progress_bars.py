@@ -18,7 +18,7 @@ from testbed.scenario.schema import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "data" / "tiny.yaml"
-SAO = ("arms=[{name: sao, trainer: sao, args: {episodes_per_update: 16, value_pretrain_samples: 24, value_pretrain_epochs: 2, "
+SAO = ("arms=[{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 24, value_pretrain_epochs: 2, "
        "value_pretrain_batch: 8}}]")
 # a few steps of SFT per seed, checked on a few samples: the bars, not the policy, are under test
 QUICK_SFT = ["policy.sft.steps=12", "policy.sft.batch_size=8", "policy.sft.corpus_size=200",

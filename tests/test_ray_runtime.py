@@ -20,8 +20,8 @@ from testbed.store import read_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = str(ROOT / "tests" / "data" / "tiny.yaml")
-ARMS = ("arms=[{name: rm, trainer: running_mean, args: {window: 32, episodes_per_update: 16}}, "
-        "{name: sao, trainer: sao, args: {episodes_per_update: 16, value_pretrain_samples: 64, value_warmup_updates: 1}}]")
+ARMS = ("arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16}}, "
+        "{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 64, value_warmup_updates: 1}}]")
 BASE = ["--set", "seeds=[0]", "--set", "budget.episodes=96", "--set", ARMS, "--set", "runtime.torch_threads=1",
         "--set", "eval.every=48", "--no-report"]  # rows are compared, not reports
 ROWS = ["arm", "seed", "t", "prompt_id", "target_style", "judged_style", "reward", "policy_version", "staleness", "response"]
@@ -117,7 +117,7 @@ def test_a_killed_rollout_actor_is_restarted_and_nothing_is_lost(tmp_path, local
 
 def test_parallel_arms_write_the_rows_of_running_them_one_after_another(tmp_path, local_ray, monkeypatch, shared_cache):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-    grpo = "arms.1={name: grpo, trainer: grpo, args: {group_size: 4, episodes_per_update: 16}}"
+    grpo = "arms.1={name: grpo, type: grpo, args: {group_size: 4, episodes_per_update: 16}}"
     code_seq, seq_dir = run(tmp_path, "sequential", "--set", grpo, "--set", "seeds=[0, 1]")
     code_par, par_dir = run(tmp_path, "parallel", "--set", grpo, "--set", "seeds=[0, 1]", "--set", "runtime.parallel_arms=true")
     assert code_seq == code_par == 0
@@ -132,9 +132,9 @@ def test_parallel_arms_write_the_rows_of_running_them_one_after_another(tmp_path
 def test_with_parallel_arms_an_asynchronous_arm_runs_after_the_synchronous_ones(tmp_path, local_ray, monkeypatch,
                                                                                 shared_cache):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-    arms = ("arms=[{name: rm, trainer: running_mean, args: {window: 32, episodes_per_update: 16}}, "
-            "{name: rm16, trainer: running_mean, args: {window: 16, episodes_per_update: 16}}, "
-            "{name: rm_async, trainer: running_mean, args: {window: 32, episodes_per_update: 16}, "
+    arms = ("arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16}}, "
+            "{name: rm16, type: running_mean, args: {window: 16, episodes_per_update: 16}}, "
+            "{name: rm_async, type: running_mean, args: {window: 32, episodes_per_update: 16}, "
             "runtime: {kind: ray, rollout_workers: 2, max_staleness: 1}}]")
     code, run_dir = run(tmp_path, "mixed", "--set", arms, "--set", "runtime.parallel_arms=true")
     assert code == 0  # the async arm's actors find cores: it does not wait behind a task holding them
@@ -163,7 +163,7 @@ def test_parallel_arms_pretrain_each_critic_once_as_one_after_another_does(tmp_p
             if not policy.name.count(".tmp"):
                 shutil.copytree(policy, cache / policy.name)
         caches.append(cache)
-    sao = ("arms=[{name: sao, trainer: sao, args: {episodes_per_update: 16, value_pretrain_samples: 48, value_pretrain_epochs: 1, "
+    sao = ("arms=[{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 48, value_pretrain_epochs: 1, "
            "value_warmup_updates: 1}}]")
     monkeypatch.setenv("TESTBED_CACHE", str(caches[0]))
     code_seq, seq_dir = run(tmp_path, "sao_seq", "--set", sao, "--set", "seeds=[0, 1]")

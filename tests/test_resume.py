@@ -23,8 +23,8 @@ from tests.test_end_to_end import ROOT, run_cli
 # Two arms (one with a critic); a checkpoint every 4 updates, an episodes part every round (16
 # episodes) in between, so durable rows after the last checkpoint exist most of the time.
 BASE = ["tests/data/tiny.yaml", "--set", "seeds=[0]", "--set", "budget.episodes=160",
-        "--set", "arms=[{name: rm, trainer: running_mean, args: {window: 32, episodes_per_update: 16}}, "
-                 "{name: sao, trainer: sao, args: {episodes_per_update: 16, value_pretrain_samples: 64, value_warmup_updates: 1}}]",
+        "--set", "arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16}}, "
+                 "{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 64, value_warmup_updates: 1}}]",
         "--set", "reliability.checkpoint_every=4", "--set", "output.flush_rows=16", "--set", "output.flush_seconds=600"]
 ARMS = ("rm", "sao")
 
@@ -102,6 +102,7 @@ def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(tmp_p
     assert any(r["discarded_parts"] for r in resumes), "no kill left rows after a checkpoint"
 
     # Every checkpoint left behind loads into a fresh trainer of its arm.
+    from testbed import registry
     from testbed.scenario.schema import load_scenario
     from testbed.models.policy import build_policy
     from testbed.models.tokenizer import WordTokenizer
@@ -114,7 +115,7 @@ def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(tmp_p
         arm = next(a for a in scenario.arms if a.name == state["arm"])
         tokenizer = WordTokenizer.build()
         policy = build_policy(scenario.policy, tokenizer)
-        trainer = arm.trainer_class()(policy, arm.args, pad_id=tokenizer.pad_id)
+        trainer = registry.build(arm.trainer_class(), arm.args, policy, pad_id=tokenizer.pad_id)
         trainer.load_state_dict(state["trainer"])
         assert torch.equal(policy.state_dict()["lm_head.weight"], state["trainer"]["policy"]["lm_head.weight"])
 
@@ -143,12 +144,12 @@ class FlakyJudge:
 
 # no reference evaluation: FlakyJudge counts this process's calls, and the outage must fall in training
 ONE_ARM = ["tests/data/tiny.yaml", "--set", "seeds=[0]", "--set", "budget.episodes=160", "--set", "eval.reference_samples=0",
-           "--set", "arms=[{name: rm, trainer: running_mean, args: {window: 32, episodes_per_update: 16}}]"]
+           "--set", "arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16}}]"]
 
 
 def test_a_judge_outage_is_a_reported_gap_not_zeros(tmp_path, shared_cache):
     proc = run_cli([*ONE_ARM, "--out", str(tmp_path / "runs"),
-                    "--set", "judge={class: 'tests.test_resume:FlakyJudge', args: {down_from: 60, down_to: 110}}"],
+                    "--set", "judge={type: 'tests.test_resume:FlakyJudge', args: {down_from: 60, down_to: 110}}"],
                    tmp_path, cache=shared_cache)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1])
@@ -168,7 +169,7 @@ def test_judge_failure_budget_stops_with_a_checkpoint_and_resume_finishes(tmp_pa
     flag.touch()
     run_dir = tmp_path / "runs" / "outage"
     proc = run_cli([*ONE_ARM, "--out", str(tmp_path / "runs"), "--run-name", "outage",
-                    "--set", f"judge={{class: 'tests.test_resume:FlakyJudge', args: {{down_from: 100, down_file: '{flag}'}}}}",
+                    "--set", f"judge={{type: 'tests.test_resume:FlakyJudge', args: {{down_from: 100, down_file: '{flag}'}}}}",
                     "--set", "reliability.judge_failure_budget=32"], tmp_path, cache=shared_cache)
     assert proc.returncode == 3, proc.stderr[-3000:]
     said = " ".join(proc.stderr.split())
@@ -191,10 +192,10 @@ class NaNGradientsTrainer:
     """The running-mean trainer whose gradients turn NaN from its 4th update on (a numerical
     blow-up that a skipped step does not cure)."""
 
-    def __new__(cls, policy, config, **kwargs):
+    def __new__(cls, policy, **kwargs):  # the loop's inputs and the arm's args, as keywords
         from trainers.running_mean import RunningMeanTrainer
 
-        trainer = RunningMeanTrainer(policy, config, **kwargs)
+        trainer = RunningMeanTrainer(policy, **kwargs)
         update = trainer.update
 
         def poisoned(batch):
@@ -207,7 +208,7 @@ class NaNGradientsTrainer:
 
 
 def test_nan_updates_are_skipped_then_stop_the_run_naming_arm_update_and_quantity(tmp_path, shared_cache):
-    proc = run_cli([*ONE_ARM, "--out", str(tmp_path / "runs"), "--set", "arms.0.trainer=tests.test_resume:NaNGradientsTrainer",
+    proc = run_cli([*ONE_ARM, "--out", str(tmp_path / "runs"), "--set", "arms.0.type=tests.test_resume:NaNGradientsTrainer",
                     "--set", "reliability.max_nonfinite_updates=3"], tmp_path, cache=shared_cache)
     assert proc.returncode == 3, proc.stderr[-3000:]
     said = " ".join(proc.stderr.split())

@@ -148,8 +148,8 @@ def test_sft_examples_teach_revising_and_never_teach_damaged_drafts():
 
 
 def run_tiny(tmp_path: Path, name: str, *extra: str) -> Path:
-    arms = "arms=[{name: sao, trainer: sao, args: {episodes_per_update: 16, value_pretrain_samples: 32, value_pretrain_epochs: 1, " \
-           "value_warmup_updates: 1}}, {name: naive, trainer: sao, args: {episodes_per_update: 16, gae: naive, " \
+    arms = "arms=[{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 32, value_pretrain_epochs: 1, " \
+           "value_warmup_updates: 1}}, {name: naive, type: sao, args: {episodes_per_update: 16, gae: naive, " \
            "value_pretrain_samples: 0}}]"
     code = main([TINY, "--out", str(tmp_path), "--run-name", name, "--set", arms, "--set", "runtime.torch_threads=1", "--no-report", *extra])
     assert code == 0
@@ -196,10 +196,10 @@ def test_env_settings_are_validated_and_arms_may_override_only_what_keeps_the_sf
     assert scenario.env_for(scenario.arms[0]).settings().feedback == "boilerplate"
     assert scenario.env_for(scenario.arms[1]).settings().feedback == "informative"
     for bad, says in [({"arms": {"env": {"max_turns": 3}}}, "would change what the shared SFT policy learns"),
-                      ({"arms": {"env": {"feedbak": 1}}}, "args.feedbak"),
-                      ({"env": {"name": "revision", "args": {"feedback": "loud"}}}, "args.feedback"),
-                      ({"env": {"name": "style_shift", "args": {"max_turns": 2}}}, "takes no args"),
-                      ({"env": {"name": "nowhere"}}, "unknown env 'nowhere'")]:
+                      ({"arms": {"env": {"feedbak": 1}}}, "arms.0.env.feedbak: unknown key"),
+                      ({"env": {"type": "revision", "args": {"feedback": "loud"}}}, "env.args.feedback"),
+                      ({"env": {"type": "style_shift", "args": {"max_turns": 2}}}, "env.args.max_turns: not an argument of StyleShiftEnv"),
+                      ({"env": {"type": "nowhere"}}, "unknown env 'nowhere'")]:
         broken = yaml.safe_load(open(TINY))
         if "arms" in bad:
             broken["arms"][0]["env"] = bad["arms"]["env"]

@@ -16,13 +16,13 @@ BAD = ROOT / "tests" / "data" / "bad"
 GOOD = {
     "name": "t",
     "schedule": {
-        "kind": "piecewise",
-        "phases": [
+        "type": "piecewise",
+        "args": {"phases": [
             {"style": "cute", "start": 0.0, "end": 0.5, "candidates": ["cute", "academic"]},
             {"style": "academic", "start": 0.5, "end": 1.0},
-        ],
+        ]},
     },
-    "arms": [{"name": "rm", "trainer": "running_mean", "args": {"window": 16}}],
+    "arms": [{"name": "rm", "type": "running_mean", "args": {"window": 16}}],
     "budget": {"episodes": 100},
 }
 
@@ -78,7 +78,7 @@ def test_control_characters_in_an_override_are_refused(tmp_path, assignment):
 
 @pytest.mark.parametrize("path", [
     "arms.0.args.lr", "arms.0.args.max_grad_norm", "sampling.temperature", "output.flush_seconds",
-    "policy.sft.lr", "policy.sft.min_quality", "schedule.phases.0.end",
+    "policy.sft.lr", "policy.sft.min_quality", "schedule.args.phases.0.end",
 ])
 @pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
 def test_non_finite_floats_are_refused_everywhere(tmp_path, path, value):
@@ -88,7 +88,7 @@ def test_non_finite_floats_are_refused_everywhere(tmp_path, path, value):
 
 @pytest.mark.parametrize("trainer,arg", [("sao", "policy_lr"), ("sao", "critic_lr"), ("grpo", "lr"), ("running_mean", "lr")])
 def test_every_trainer_refuses_an_infinite_learning_rate(tmp_path, trainer, arg):
-    arms = f"arms=[{{name: a, trainer: {trainer}, args: {{{arg}: .inf}}}}]"
+    arms = f"arms=[{{name: a, type: {trainer}, args: {{{arg}: .inf}}}}]"
     msg = error_for(write(tmp_path, GOOD), [arms, "budget.episodes=1000"])
     assert f"arms.0.args.{arg}: Input should be a finite number" in msg
 
@@ -112,11 +112,12 @@ def test_duplicate_keys_inside_an_override_value(tmp_path):
 MERGED = """
 name: t
 schedule:
-  kind: piecewise
-  phases:
-    - &first {style: cute, start: 0.0, end: 0.5, candidates: [cute, academic]}
-    - {<<: *first, style: academic, start: 0.5, end: 1.0}
-arms: [{name: rm, trainer: running_mean, args: {window: 16}}]
+  type: piecewise
+  args:
+    phases:
+      - &first {style: cute, start: 0.0, end: 0.5, candidates: [cute, academic]}
+      - {<<: *first, style: academic, start: 0.5, end: 1.0}
+arms: [{name: rm, type: running_mean, args: {window: 16}}]
 budget: {episodes: 100}
 """
 
@@ -171,20 +172,20 @@ def test_long_values_are_clipped_in_messages(tmp_path):
 
 def test_style_not_in_its_candidates_names_the_field_in_fractions():
     msg = error_for(BAD / "style_not_in_candidates.yaml")
-    assert "schedule.phases.1.candidates" in msg and "'cute'" in msg and "0.5-1.0 of the budget" in msg
+    assert "schedule.args.phases.1.candidates" in msg and "'cute'" in msg and "0.5-1.0 of the budget" in msg
     assert "start=50" not in msg  # clock units are the last resort, not what the user wrote
 
 
 def test_style_missing_from_defaulted_candidates_names_the_archetypes(tmp_path):
     data = {**GOOD, "world": {"archetypes": ["cute", "chuunibyou"]}}
     msg = error_for(write(tmp_path, data))
-    assert "schedule.phases.1" in msg and "'academic'" in msg and "world.archetypes" in msg and "0.5-1.0" in msg
+    assert "schedule.args.phases.1" in msg and "'academic'" in msg and "world.archetypes" in msg and "0.5-1.0" in msg
 
 
 @pytest.mark.parametrize("trainer", ["..relative:Thing", "no_such_module_xyz:Thing", "json:no_such_attr"])
 def test_a_trainer_path_that_does_not_load_is_a_scenario_error(tmp_path, trainer):
-    msg = error_for(write(tmp_path, GOOD), [f"arms.0.trainer={trainer}"])
-    assert "arms.0.trainer" in msg
+    msg = error_for(write(tmp_path, GOOD), [f"arms.0.type={trainer}"])
+    assert "arms.0.type" in msg
 
 
 def test_numbers_stay_finite_in_the_digest(tmp_path):

@@ -197,10 +197,11 @@ def test_random_needs_two_styles():
 
 
 class MySchedule:
-    """A user's own schedule: switches from `first` to `second` at `at`."""
+    """A user's own schedule: switches from `first` to `second` at `at` (a fraction of the budget)."""
 
-    def __init__(self, first: str = "cute", second: str = "classical", at: int = 10) -> None:
-        self.first, self.second, self.at = first, second, at
+    def __init__(self, first: str = "cute", second: str = "classical", at: float = 0.25, *, budget: int = 40,
+                 archetypes: tuple[str, ...] = ()) -> None:
+        self.first, self.second, self.at = first, second, round(at * budget)
 
     def target(self, t: int) -> Target:
         return Target(self.first if t < self.at else self.second, (self.first, self.second))
@@ -214,11 +215,11 @@ class NotASchedule:
         return Target("cute", ("cute",))
 
 
-READY_MADE = MySchedule(at=3)
+READY_MADE = MySchedule(at=0.075)
 
 
 def test_load_schedule_from_import_path():
-    s = build_schedule("tests.test_schedules:MySchedule", {"second": "academic", "at": 5}, budget=100, archetypes=())
+    s = build_schedule("tests.test_schedules:MySchedule", {"second": "academic", "at": 0.05}, budget=100, archetypes=())
     assert isinstance(s, MySchedule)
     assert s.target(4).style == "cute" and s.target(5).style == "academic"
     assert s.switch_points() == [5]
@@ -235,8 +236,9 @@ def test_load_schedule_from_import_path():
         ("tests.test_schedules:Missing", {}, "has no attribute 'Missing'"),
         ("tests.test_schedules:NotASchedule", {}, "not a drift schedule"),
         ("tests.test_schedules:STYLES", {}, "not a drift schedule"),
-        ("tests.test_schedules:MySchedule", {"bogus": 1}, "cannot build schedule .* with arguments"),
-        ("tests.test_schedules:READY_MADE", {"at": 1}, "cannot take arguments"),
+        ("tests.test_schedules:MySchedule", {"bogus": 1}, "schedule.args.bogus: not an argument of MySchedule"),
+        ("tests.test_schedules:MySchedule", {"budget": 1}, "schedule.args.budget: given by the loop"),
+        ("tests.test_schedules:READY_MADE", {"at": 1}, "a ready-made schedule, not a class or factory: it takes no args"),
     ],
 )
 def test_load_schedule_errors(path, args, pattern):
@@ -291,7 +293,7 @@ def test_check_schedule_accepts_the_builtins_and_a_good_plugin():
 def test_a_custom_schedule_with_a_foreign_style_stops_the_cli(tmp_path, capsys):
     from testbed.cli.run import main
 
-    code = main(["tests/data/tiny.yaml", "--out", str(tmp_path), "--set", "schedule={kind: 'tests.test_schedules:GothicSchedule'}"])
+    code = main(["tests/data/tiny.yaml", "--out", str(tmp_path), "--set", "schedule={type: 'tests.test_schedules:GothicSchedule'}"])
     assert code == 2
     assert "style 'gothic', which is not in world.styles" in " ".join(capsys.readouterr().err.split())
     assert not any(tmp_path.iterdir())  # nothing written, nothing trained

@@ -51,7 +51,7 @@ def test_unset_max_staleness_is_on_policy_on_ray_and_unbounded_on_sync():
 
 @pytest.mark.parametrize("value", [0, 3])
 def test_staleness_bound_is_refused_with_the_runtime_spelling(value):
-    arms = f"arms=[{{name: sao, trainer: sao, args: {{episodes_per_update: 16, staleness_bound: {value}}}}}]"
+    arms = f"arms=[{{name: sao, type: sao, args: {{episodes_per_update: 16, staleness_bound: {value}}}}}]"
     with pytest.raises(ScenarioError) as info:
         load_scenario(SCENARIO, [arms])
     said = str(info.value)
@@ -79,8 +79,8 @@ class EverySeventhFails:
 
 
 def test_sync_loop_drops_what_max_staleness_bounds_and_keeps_the_rest(tmp_path):
-    arms = ("arms=[{name: free, trainer: running_mean, args: {window: 32, episodes_per_update: 16}}, "
-            "{name: bound, trainer: running_mean, args: {window: 32, episodes_per_update: 16}, runtime: {max_staleness: 0}}]")
+    arms = ("arms=[{name: free, type: running_mean, args: {window: 32, episodes_per_update: 16}}, "
+            "{name: bound, type: running_mean, args: {window: 32, episodes_per_update: 16}, runtime: {max_staleness: 0}}]")
     code = main([SCENARIO, "--set", f"policy.checkpoint={ROOT / 'tests/data/golden/policy'}", "--set", arms,
                  "--set", "judge={class: 'tests.test_staleness:EverySeventhFails'}", "--set", "eval.reference_samples=0",
                  "--out", str(tmp_path), "--run-name", "stale", "--no-report"])

@@ -14,8 +14,8 @@ from testbed.cli.sweep import expand, load_sweep, parse_grid_flag, plan
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "data" / "tiny.yaml"
-ARMS = [{"name": "running_mean", "trainer": "running_mean", "args": {"window": 32, "episodes_per_update": 16}},
-        {"name": "grpo", "trainer": "grpo", "args": {"group_size": 4, "episodes_per_update": 16}}]
+ARMS = [{"name": "running_mean", "type": "running_mean", "args": {"window": 32, "episodes_per_update": 16}},
+        {"name": "grpo", "type": "grpo", "args": {"group_size": 4, "episodes_per_update": 16}}]
 
 
 def sweep_file(tmp_path, grid, **extra):

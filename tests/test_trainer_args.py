@@ -17,7 +17,7 @@ SCENARIO = str(Path(__file__).resolve().parent / "data" / "golden.yaml")
 
 def refusal(trainer: str, args: str) -> str:
     with pytest.raises(ScenarioError) as info:
-        load_scenario(SCENARIO, [f"arms=[{{name: a, trainer: {trainer}, args: {args}}}]"])
+        load_scenario(SCENARIO, [f"arms=[{{name: a, type: {trainer}, args: {args}}}]"])
     return str(info.value)
 
 

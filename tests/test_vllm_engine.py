@@ -102,7 +102,7 @@ def test_tiny_scenario_end_to_end_on_vllm(tmp_path, shared_cache):
            "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
     args = ["tests/data/tiny.yaml", "--out", str(tmp_path), "--run-name", "v", "--set", "seeds=[0]",
             "--set", "budget.episodes=64", "--set", "eval.every=32", "--set", "eval.prompts=4",
-            "--set", "policy.hidden_size=64", "--set", "engine.name=vllm"]
+            "--set", "policy.hidden_size=64", "--set", "engine.type=vllm"]
     proc = subprocess.run([sys.executable, "-m", "testbed.run", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -140,9 +140,9 @@ def test_prompt_forms_that_do_not_follow_the_schedule_keep_the_first_candidate_l
 
 
 def scenario_data(**world):
-    return {"name": "w", "schedule": {"kind": "piecewise", "phases": [{"style": "cute", "start": 0.0, "end": 1.0,
-                                                                       "candidates": ["cute", "academic"]}]},
-            "arms": [{"name": "rm", "trainer": "running_mean"}], "budget": {"episodes": 64}, "world": world}
+    return {"name": "w", "schedule": {"type": "piecewise", "args": {"phases": [{"style": "cute", "start": 0.0, "end": 1.0,
+                                                                                "candidates": ["cute", "academic"]}]}},
+            "arms": [{"name": "rm", "type": "running_mean"}], "budget": {"episodes": 64}, "world": world}
 
 
 def test_world_settings_are_validated_with_the_field_named():

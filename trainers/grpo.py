@@ -77,8 +77,10 @@ class GRPOConfig(BaseModel):
 class GRPOTrainer:
     Config = GRPOConfig
 
-    def __init__(self, policy: torch.nn.Module, config: dict[str, Any], *, pad_id: int, temperature: float = 1.0, seed: int = 0):
-        self.cfg = GRPOConfig.model_validate(config)
+    def __init__(self, policy: torch.nn.Module, config: dict[str, Any] | None = None, /, *, pad_id: int,
+                 temperature: float = 1.0, seed: int = 0, **args: Any):
+        # the loop passes the arm's args as keywords (registry.build); a dict is the same, for direct use
+        self.cfg = GRPOConfig.model_validate({**(config or {}), **args})
         self.policy = policy
         self.pad_id = pad_id
         self.temperature = temperature

@@ -236,9 +236,9 @@ def arm_plan(scenario: Scenario, i: int, model: Any, pad_id: int, schedule: Any,
 
     arm = scenario.arms[i]
     try:
-        trainer = arm.trainer_class()(model, arm.args, pad_id=pad_id, temperature=scenario.sampling.temperature, seed=0)
+        trainer = registry.build(arm.trainer_class(), arm.args, model, pad_id=pad_id, temperature=scenario.sampling.temperature, seed=0)
     except (ValueError, TypeError) as exc:
-        raise ScenarioError(f"arms.{i} ({arm.name}): trainer {arm.trainer} refuses its arguments: {exc}") from None
+        raise ScenarioError(f"arms.{i} ({arm.name}): trainer {arm.type} refuses its arguments: {exc}") from None
     critic = getattr(trainer, "critic", None)
     counts = trainable_parameter_counts(critic) if critic is not None else None
     ref = getattr(trainer, "reference", None)  # the KL anchor's frozen copy of the starting policy
@@ -252,7 +252,7 @@ def arm_plan(scenario: Scenario, i: int, model: Any, pad_id: int, schedule: Any,
             files.setdefault(str(path), path.is_file())
     settings = scenario.env_for(arm).settings()
     return {
-        "name": arm.name, "trainer": arm.trainer, "path": registry.resolve("trainer", arm.trainer), "args": public_args(arm.args),
+        "name": arm.name, "trainer": arm.type, "path": registry.resolve("trainer", arm.type), "args": public_args(arm.args),
         "episodes_per_update": trainer.episodes_per_update, "group_size": trainer.group_size,
         "episodes_per_round": episodes_per_round(trainer.episodes_per_update, trainer.group_size),
         "max_turns": int(getattr(settings, "max_turns", 1) or 1), "env": dict(arm.env),
@@ -287,14 +287,14 @@ def judges_plan(scenario: Scenario) -> dict[str, Any]:
             out[field] = None
             continue
         args = public_args(config.args)
-        out[field] = {"name": config.name or config.class_, "path": config.path, "args": args, "check": check_judge(config, field),
+        out[field] = {"type": config.type, "path": config.path, "args": args, "check": check_judge(config, field),
                       **({"share": config.share} if field == "gold_judge" else {})}
         out["warnings"] += unset_env_vars(args, f"{field}.args")
     default = WorldConfig().model_dump()
     world = scenario.world.model_dump()
     out["world"] = {k: v for k, v in world.items() if k not in ("styles", "archetypes") and v != default[k]}
     out["world"]["archetypes"] = world["archetypes"]
-    out["env"] = {"name": scenario.env.name, "args": public_args(scenario.env.args)}
+    out["env"] = {"type": scenario.env.type, "args": public_args(scenario.env.args)}
     return out
 
 
@@ -308,7 +308,7 @@ def schedule_plan(scenario: Scenario, schedule: Any) -> dict[str, Any]:
             phases[-1]["end"] = t + 1
         else:
             phases.append({"start": t, "end": t + 1, "style": target.style, "candidates": list(target.candidates)})
-    return {"kind": scenario.schedule.kind, "switch_points": list(schedule.switch_points()), "phases": phases[:MAX_PHASES],
+    return {"type": scenario.schedule.type, "switch_points": list(schedule.switch_points()), "phases": phases[:MAX_PHASES],
             "phases_left_out": max(0, len(phases) - MAX_PHASES)}
 
 

@@ -79,15 +79,15 @@ def judges_table(plan: dict[str, Any]) -> Table:
             continue
         how = "args checked by its Config, not built" if j["check"] == "checked" else f"{j['check']}, closed"
         share = f", scores {j['share']:.0%} of episodes" if "share" in j else ""
-        rows.append((field.replace("_", " "), f"{j['name']} ({j['path']}), args {_args(j['args'])}; {how}{share}"))
+        rows.append((field.replace("_", " "), f"{j['type']} ({j['path']}), args {_args(j['args'])}; {how}{share}"))
     rows.append(("world", _args(plan["world"])))
-    rows.append(("env", f"{plan['env']['name']} {_args(plan['env']['args'])}"))
+    rows.append(("env", f"{plan['env']['type']} {_args(plan['env']['args'])}"))
     return _rows(_table("Judges and world"), rows)
 
 
 def schedule_table(plan: dict[str, Any]) -> Table:
     s = plan["schedule"]
-    table = _table(f"Schedule ({s['kind']}; switches at episodes {', '.join(map(_n, s['switch_points'])) or 'none'})",
+    table = _table(f"Schedule ({s['type']}; switches at episodes {', '.join(map(_n, s['switch_points'])) or 'none'})",
                    "episodes", "target", "candidates")
     _rows(table, [(f"{_n(p['start'])} - {_n(p['end'])}", p["style"], ", ".join(p["candidates"])) for p in s["phases"]])
     if s["phases_left_out"]:

@@ -121,7 +121,7 @@ def load_sweep(path: Path, grid_flags: list[str], overrides: list[str], seeds: s
     """A sweep file, or a scenario file with --grid flags."""
 
     data = read_scenario_file(path)
-    fields = set(Scenario.model_fields) | {"class"}
+    fields = set(Scenario.model_fields)
     if isinstance(data, dict) and "grid" in data:
         unknown = set(data) - {"scenario", "name", "set", "grid"}
         if unknown:

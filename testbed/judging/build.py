@@ -29,6 +29,8 @@ def build_gold_judge(scenario: Scenario) -> Judge | None:
 
 
 def judge_from_config(config: Any, field: str) -> Judge:
+    """The judge `config.type` names: a class or factory built with `args` (registry.build), or a
+    ready-made judge; then `as_judge` gives it the Judge protocol."""
     from testbed import registry
     from testbed.scenario.schema import ScenarioError
     from testbed.judging.adapter import as_judge
@@ -36,30 +38,12 @@ def judge_from_config(config: Any, field: str) -> Judge:
     try:
         factory = registry.import_path(config.path)
     except registry.RegistryError as exc:
-        raise ScenarioError(f"{field}.{'class' if config.class_ else 'name'}: {exc}") from None
+        raise ScenarioError(f"{field}.type: {exc}") from None
     try:
-        obj = factory(**config.args) if is_factory(factory, config.args) else factory
+        obj = registry.build(factory, config.args) if registry.is_factory(factory, config.args) else factory
     except (TypeError, ValueError) as exc:  # ValueError: a judge's pydantic config naming the field
         raise ScenarioError(f"{field} {config.path}: bad {field}.args {config.args}: {exc}") from None
     return as_judge(obj)
-
-
-def is_factory(obj: Any, args: dict) -> bool:
-    """Whether the object a judge's `class:` names builds the judge (called with `args`) or is the
-    judge itself: a class, or any callable given `args`, or one that needs no argument, is a
-    factory; a function of one request with no `args` is a per-request judge."""
-    if isinstance(obj, type) or args:
-        return True
-    if not callable(obj):
-        return False
-    import inspect
-
-    try:
-        params = inspect.signature(obj).parameters.values()
-    except (TypeError, ValueError):  # a builtin without a signature: treat it as the judge
-        return False
-    required = [p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return not required
 
 
 def check_judge(config: Any, field: str) -> str:
@@ -69,7 +53,7 @@ def check_judge(config: Any, field: str) -> str:
     as a run builds it at start-up, called once on a sample request (`probe`), then closed. Returns
     "checked" or "built; <the sample verdict>"; bad args, or a judge that fails as a bug would,
     raise a ScenarioError naming the field."""
-    from pydantic import BaseModel, ValidationError
+    from pydantic import ValidationError
 
     from testbed import registry
     from testbed.scenario.schema import ScenarioError, format_validation_error
@@ -77,9 +61,9 @@ def check_judge(config: Any, field: str) -> str:
     try:
         factory = registry.import_path(config.path)
     except registry.RegistryError as exc:
-        raise ScenarioError(f"{field}.{'class' if config.class_ else 'name'}: {exc}") from None
-    schema = getattr(factory, "Config", None)
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        raise ScenarioError(f"{field}.type: {exc}") from None
+    schema = registry.config_of(factory)
+    if schema is not None:
         try:
             schema.model_validate(config.args)
         except ValidationError as exc:

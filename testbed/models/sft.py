@@ -26,7 +26,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from filelock import FileLock
 from transformers import AutoModelForCausalLM
 
-from testbed import registry
 from testbed.scenario.schema import PolicyConfig
 from testbed.models.policy import build_policy, count_parameters, hidden_states
 from testbed.models.tokenizer import WordTokenizer
@@ -57,9 +56,9 @@ def policy_key(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> str
         # the code that builds, trains and accepts the policy: new code retrains, even for rounding
         "code": source_fingerprint("testbed/models", "testbed/world", "judges"),
     }
-    env_cls = registry.load("env", env.name) if env is not None else None
-    if getattr(env_cls, "sft_examples", None) is not None:
-        spec["env"] = {"name": env.name, "corpus": env_cls.sft_key(env.settings())}
+    env_cls = env.load() if env is not None else None
+    if getattr(env_cls, "sft_examples", None) is not None:  # "name": the key the caches were written under
+        spec["env"] = {"name": env.type, "corpus": env_cls.sft_key(env.settings())}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -210,7 +209,7 @@ def sft_passes(report: dict, cfg: PolicyConfig, archetypes: list[str]) -> bool:
 def tokenizer_and_corpus(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> tuple[WordTokenizer, Callable]:
     """The tokenizer, and a function encoding the SFT corpus with it: the world's single-turn
     pieces, or the corpus of an env that brings its own (`extra_words`, `sft_examples`)."""
-    env_cls = registry.load("env", env.name) if env is not None else None
+    env_cls = env.load() if env is not None else None
     examples = getattr(env_cls, "sft_examples", None)
     if examples is None:
         return WordTokenizer.build(), lambda tok: encode_corpus(sft_corpus(cfg.sft.corpus_size, archetypes, cfg.sft.seed), tok)

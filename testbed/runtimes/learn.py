@@ -213,7 +213,7 @@ def warmup_cache_key(scenario: Scenario, arm: ArmConfig, trainer_key: dict[str, 
     key = {"policy": policy_key, "trainer": trainer_key, "judge": scenario.judge.model_dump(by_alias=True),
            "code": source_fingerprint("trainers", "testbed/engines", "testbed/runtimes/learn.py"),  # policy_key has the models
            "target": schedule.target(0), "sampling": scenario.sampling.model_dump()}
-    if scenario.env.name != "style_shift":
+    if scenario.env.type != "style_shift":
         key["env"] = scenario.env_for(arm).model_dump()
     world = scenario.world.model_dump(include={"hard_topics", "noisy_topics", "candidate_change_share"})
     if world != WorldConfig().model_dump(include=set(world)):

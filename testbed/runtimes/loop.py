@@ -37,11 +37,10 @@ from testbed.runtimes import checkpoint
 from testbed.runtimes.bars import StepBar, make_progress
 from testbed.runtimes.collect import Collector, Timer, dropped_rows, episode_rows, evaluate_heldout, judged_samples
 from testbed.scenario.schema import ArmConfig, Scenario
-from testbed.envs.style_shift import StyleShiftEnv
 from testbed.runtimes.learn import (Guard, LoopState, RunStopped, counter_delta, judge_counters, take_batch, update_row, warm_up,
                                     warmup_cache_key)
 from testbed.models.tokenizer import WordTokenizer
-from testbed.protocols import DriftSchedule, Engine, Judge
+from testbed.protocols import DriftSchedule, Engine, Env, Judge, missing_methods
 from testbed.runtimes.reference_policy import reference_rows
 from testbed.engines.mismatch import mismatch_probe
 from testbed.store import RunStore
@@ -52,19 +51,25 @@ __all__ = ["ArmRunner", "RunStopped", "SyncRunner", "make_engine", "make_progres
 
 
 def make_engine(scenario: Scenario, policy: torch.nn.Module, tokenizer: WordTokenizer) -> Engine:
-    """The scenario's rollout engine, looked up by name like every plugin."""
-    return registry.load("engine", scenario.engine.name)(policy, tokenizer, scenario.sampling, **scenario.engine.args)
+    """The scenario's rollout engine, built like every plugin (registry.build)."""
+    return registry.build(scenario.engine.load(), scenario.engine.args, policy, tokenizer, scenario.sampling)
 
 
-def make_env(scenario: Scenario, arm: ArmConfig, judge: Judge, schedule: DriftSchedule, seed: int) -> StyleShiftEnv:
-    """The arm's environment over the training prompts, looked up by name like every plugin."""
-    env = scenario.env_for(arm)
+def make_env(scenario: Scenario, arm: ArmConfig, judge: Judge, schedule: DriftSchedule, seed: int) -> Env:
+    """The arm's environment over the training prompts, built like every plugin (registry.build)."""
+    spec = scenario.env_for(arm)
     world = {"candidate_change_share": scenario.world.candidate_change_share} if scenario.world.candidate_change_share < 1 else {}
-    return registry.load("env", env.name)(judge, schedule, prompts("train"), seed=seed, **world, **env.args)
+    env = registry.build(spec.load(), spec.args, judge, schedule, prompts("train"), seed=seed, **world)
+    missing = missing_methods(env, Env)
+    if missing:
+        raise TypeError(f"env {spec.type} gave a {type(env).__name__} without {', '.join(missing)} (testbed.protocols.Env)")
+    return env
 
 
 def make_trainer(arm: ArmConfig, policy: torch.nn.Module, tokenizer: WordTokenizer, scenario: Scenario, seed: int) -> Any:
-    return arm.trainer_class()(policy, arm.args, pad_id=tokenizer.pad_id, temperature=scenario.sampling.temperature, seed=seed)
+    """The arm's trainer, built like every plugin (registry.build)."""
+    return registry.build(arm.trainer_class(), arm.args, policy, pad_id=tokenizer.pad_id,
+                          temperature=scenario.sampling.temperature, seed=seed)
 
 
 def seed_everything(seed: int) -> None:

@@ -1,58 +1,64 @@
-"""The scenario's plugin sections: a judge, the gold judge, the drift schedule, the rollout engine and
-the environment, each a registered name or an import path with arguments its own Config checks.
-Re-exported by testbed.scenario.schema, where the rest of the schema lives."""
+"""The scenario's plugin sections: the judge, the gold judge, the drift schedule, the rollout engine
+and the environment (the arms' trainers are in schema.py). Every one is written the same way:
+
+    SECTION: {type: NAME, args: {...}}
+
+`type` is a registered name or an import path "package.module:Name" (testbed/registry.py) and
+`args` are that plugin's settings, checked when the scenario loads by its `Config` (or, without
+one, against its signature: registry.check_args, called for every plugin by schema.parse_scenario).
+Settings of the section itself (gold_judge.share, engine.mismatch) stay beside `type`. `judge: rubric` is short for `judge: {type: rubric}`."""
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from testbed import registry
 from testbed.scenario.loading import clip
 
-
-
-def validate_args(config: Any, args: dict, what: str) -> None:
-    """A plugin's `args` through its pydantic `Config`: the first problem, named by its field."""
-    try:
-        config.model_validate(args)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ValueError(f"{what}: args.{where}: {first['msg']} (got {clip(repr(first.get('input')), 80)})") from None
 
 class Strict(BaseModel):
     # inf/nan pass `gt=0`-style bounds (inf) or fail them with a puzzling message (nan): refuse both
     model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
-def _plugin_shorthand(value: Any) -> Any:
-    # `judge: rubric` is short for `judge: {name: rubric}`.
-    return {"name": value} if isinstance(value, str) else value
+class PluginSpec(Strict):
+    """`{type: NAME, args: {...}}`; subclasses say which kind of plugin (`kind`) and its default."""
 
-
-class JudgeConfig(Strict):
-    """A built-in judge by `name`, or a user's judge by `class: "package.module:Name"`."""
-
-    name: str | None = None
-    class_: str | None = Field(None, alias="class")
+    kind: ClassVar[str]
+    type: str
     args: dict[str, Any] = Field(default_factory=dict)
 
-    _shorthand = model_validator(mode="before")(_plugin_shorthand)
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return {"type": value} if isinstance(value, str) else value
 
-    @model_validator(mode="after")
-    def _one_of(self) -> JudgeConfig:
-        if (self.name is None) == (self.class_ is None):
-            raise ValueError("give exactly one of 'name' (a built-in judge) or 'class' (an import path)")
-        if self.name is not None:
-            registry.resolve("judge", self.name)
-        return self
+    @field_validator("type")
+    @classmethod
+    def _loads(cls, name: str) -> str:
+        try:
+            registry.load(cls.kind, name)
+        except registry.RegistryError as exc:
+            raise ValueError(str(exc)) from None
+        return name
+
+    def load(self) -> Any:
+        """The class or factory `type` names."""
+        return registry.load(self.kind, self.type)
 
     @property
     def path(self) -> str:
-        return self.class_ or registry.resolve("judge", self.name or "")
+        return registry.resolve(self.kind, self.type)
+
+
+class JudgeConfig(PluginSpec):
+    """The judge: a class or factory built with `args`, or a ready-made judge (a function of one
+    request, or an object) that takes none; testbed/judging/adapter.py accepts its shapes."""
+
+    kind: ClassVar[str] = "judge"
+    type: str = "rubric"
 
 
 class GoldJudgeConfig(JudgeConfig):
@@ -62,88 +68,84 @@ class GoldJudgeConfig(JudgeConfig):
     share: float = Field(1.0, gt=0, le=1, description="share of judged training episodes it scores (a hash of the clock picks them)")
 
 
-class ScheduleSpec(BaseModel):
-    """`schedule: {kind: NAME, ...}`: `kind` is a registered schedule (piecewise, gradual, periodic,
-    random) or an import path "package.module:Name"; the other keys belong to that schedule and
-    are validated by its own `Config` when the scenario loads (see testbed/envs/schedules)."""
+class ScheduleSpec(PluginSpec):
+    """The drift schedule (its args are checked given the budget: positions are fractions of it,
+    or episodes with `unit: episodes`)."""
 
-    model_config = ConfigDict(extra="allow")
-    kind: str = "piecewise"
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, kind: str) -> str:
-        registry.resolve("schedule", kind)
-        return kind
-
-    @property
-    def args(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
+    kind: ClassVar[str] = "schedule"
+    type: str = "piecewise"
 
 
-class EngineConfig(Strict):
-    """The rollout engine: a registered name (`hf`, `vllm`) or an import path; `args` go to its constructor."""
+class EngineConfig(PluginSpec):
+    """The rollout engine: a registered name (`hf`, `vllm`) or an import path."""
 
-    name: str = "hf"
-    args: dict[str, Any] = Field(default_factory=dict)
+    kind: ClassVar[str] = "engine"
+    type: str = "hf"
     mismatch: bool | None = Field(None, description=(
         "mismatch_* columns in updates.parquet (engine vs trainer log-probs, one no-grad forward per update); "
         "default: on for every engine but hf, whose log-probs are the trainer's own code"))
 
-    _shorthand = model_validator(mode="before")(_plugin_shorthand)
-
-    @model_validator(mode="after")
-    def _known_engine(self) -> EngineConfig:
-        try:
-            cls = registry.load("engine", self.name)
-        except registry.RegistryError as exc:
-            raise ValueError(f"name: {exc}") from None
-        config = getattr(cls, "Config", None)  # an engine may validate its args
-        if config is not None:
-            validate_args(config, self.args, f"engine {self.name}")
-        else:  # no Config: the constructor's keywords are what it takes (after policy, tokenizer, sampling)
-            unknown = _unknown_keywords(cls, self.args)
-            if unknown:
-                raise ValueError(f"engine {self.name}: args {unknown} are not arguments of {cls.__name__} "
-                                 "(engine.args of another engine?)")
-        return self
-
     @property
     def measure_mismatch(self) -> bool:
-        return self.mismatch if self.mismatch is not None else self.name != "hf"
+        return self.mismatch if self.mismatch is not None else self.type != "hf"
 
 
-def _unknown_keywords(cls: Any, args: dict[str, Any]) -> list[str]:
-    try:
-        params = inspect.signature(cls).parameters.values()
-    except (TypeError, ValueError):  # a builtin or an odd callable: its own error will do
-        return []
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return []
-    names = {p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
-    return sorted(set(args) - names)
+class EnvConfig(PluginSpec):
+    """The environment: a registered name (`style_shift`, `revision`) or an import path to any
+    class or factory that gives an object with testbed.protocols.Env's methods."""
 
-
-class EnvConfig(Strict):
-    """The environment: a registered name (`style_shift`, `revision`) or an import path to a
-    StyleShiftEnv subclass; `args` go to its constructor and are checked by its `Config`."""
-
-    name: str = "style_shift"
-    args: dict[str, Any] = Field(default_factory=dict)
-
-    _shorthand = model_validator(mode="before")(_plugin_shorthand)
-
-    @model_validator(mode="after")
-    def _known_env(self) -> EnvConfig:
-        cls = registry.load("env", self.name)
-        config = getattr(cls, "Config", None)
-        if config is not None:
-            validate_args(config, self.args, f"env {self.name}")
-        elif self.args:
-            raise ValueError(f"env {self.name} takes no args, got {sorted(self.args)}")
-        return self
+    kind: ClassVar[str] = "env"
+    type: str = "style_shift"
 
     def settings(self) -> Any:
         """The validated args (the env's Config), or None for an env without one."""
-        config = getattr(registry.load("env", self.name), "Config", None)
+        config = registry.config_of(self.load())
         return config.model_validate(self.args) if config is not None else None
+
+
+# ----------------------------------------------------------------------------------------------
+# The spellings before `type:`/`args:`, refused with the new one
+
+
+SECTIONS = {"judge": JudgeConfig, "gold_judge": GoldJudgeConfig, "schedule": ScheduleSpec, "engine": EngineConfig, "env": EnvConfig}
+OLD_KEYS = {"judge": ("class", "name"), "gold_judge": ("class", "name"), "schedule": ("kind",), "engine": ("name",), "env": ("name",)}
+OWN_KEYS = {"gold_judge": ("share",), "engine": ("mismatch",)}  # settings of the section, not of the plugin
+
+
+def old_spellings(data: dict[str, Any]) -> list[str]:
+    """Each key written the way scenarios were before `type:`/`args:`, with what to write now."""
+    problems = []
+    for section in SECTIONS:
+        value = data.get(section)
+        if isinstance(value, dict):
+            problems += _old_section(section, value)
+    arms = data.get("arms")
+    for i, arm in enumerate(arms if isinstance(arms, list) else []):
+        if isinstance(arm, dict) and "trainer" in arm:
+            args = _args_text(list(arm.get("args") or {}) if isinstance(arm.get("args"), dict) else [])
+            problems.append(f"arms.{i}.trainer: renamed: write `{{name: {arm.get('name', '...')}, "
+                            f"type: {_scalar(arm['trainer'])}, args: {args}}}`")
+    return problems
+
+
+def _old_section(section: str, value: dict[str, Any]) -> list[str]:
+    old = [k for k in OLD_KEYS[section] if k in value]
+    # a schedule's own keys used to sit beside `kind`; every other section already had `args`
+    moved = [k for k in value if section == "schedule" and k not in ("type", "args", *old)]
+    if not old and not moved:
+        return []
+    impl = value.get("type") or next((value[k] for k in old), None) or SECTIONS[section].model_fields["type"].default
+    args = list(value.get("args") or {}) if isinstance(value.get("args"), dict) else []
+    own = "".join(f", {k}: {_scalar(value[k])}" for k in OWN_KEYS.get(section, ()) if k in value)
+    spelling = f"`{section}: {{type: {_scalar(impl)}, args: {_args_text(list(dict.fromkeys(args + moved)))}{own}}}`"
+    return [f"{section}.{k}: renamed: write {spelling}" for k in old] + \
+           [f"{section}.{k}: moved into args: write {spelling}" for k in moved]
+
+
+def _args_text(keys: list[str]) -> str:
+    return "{" + ", ".join(f"{clip(str(k), 40)}: ..." for k in keys) + "}" if keys else "{...}"
+
+
+def _scalar(value: Any) -> str:
+    text = clip(str(value), 80)
+    return f'"{text}"' if ":" in text else text

@@ -7,21 +7,20 @@ budget, so a scenario keeps its shape when the budget changes.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from testbed import registry
 from testbed.paths import check_directory
+from testbed.scenario.errors import format_validation_error
 from testbed.scenario.loading import ScenarioError, apply_override, clip, placed_under, read_scenario_file
+from testbed.scenario.plugins import EngineConfig, EnvConfig, GoldJudgeConfig, JudgeConfig, ScheduleSpec, Strict, old_spellings
 from testbed.world import STYLES
 from testbed.world.rules import HardTopics, NoisyTopics, WorldRules
-
-MAX_PROBLEMS = 20  # validation problems listed in one message
 
 __all__ = ["Scenario", "ScenarioError", "apply_override", "load_scenario", "parse_scenario"]
 
@@ -29,8 +28,6 @@ __all__ = ["Scenario", "ScenarioError", "apply_override", "load_scenario", "pars
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
-# The plugin sections (judge, gold judge, schedule, engine, env) live in their own module.
-from testbed.scenario.plugins import EngineConfig, EnvConfig, GoldJudgeConfig, JudgeConfig, ScheduleSpec, Strict  # noqa: E402,F401
 
 
 class WorldConfig(Strict):
@@ -113,20 +110,24 @@ class SamplingConfig(Strict):
 
 
 class ArmConfig(Strict):
+    """One arm: its label `name`, the trainer `type` names (a registered name or an import path)
+    and the trainer's `args`, checked by its Config in parse_scenario."""
+
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
-    trainer: str
+    type: str
     args: dict[str, Any] = Field(default_factory=dict)
     runtime: dict[str, Any] = Field(default_factory=dict, description="this arm's overrides of the scenario's runtime")
     env: dict[str, Any] = Field(default_factory=dict, description="this arm's overrides of the scenario's env.args")
 
-    @field_validator("trainer")
+    @field_validator("type")
     @classmethod
     def _known_trainer(cls, name: str) -> str:
         registry.resolve("trainer", name)
         return name
 
-    def trainer_class(self) -> type:
-        return registry.load("trainer", self.trainer)
+    def trainer_class(self) -> Any:
+        """The trainer's class or factory."""
+        return registry.load("trainer", self.type)
 
 
 class RuntimeConfig(Strict):
@@ -184,7 +185,7 @@ class Scenario(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     description: str = ""
     world: WorldConfig = Field(default_factory=WorldConfig)
-    judge: JudgeConfig = Field(default_factory=lambda: JudgeConfig(name="rubric"))
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
     gold_judge: GoldJudgeConfig | None = None
     schedule: ScheduleSpec
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
@@ -209,7 +210,7 @@ class Scenario(Strict):
 
     def env_for(self, arm: ArmConfig) -> EnvConfig:
         """The scenario's env with the arm's own overrides of its args (e.g. the feedback setting)."""
-        return EnvConfig(name=self.env.name, args={**self.env.args, **arm.env}) if arm.env else self.env
+        return EnvConfig(type=self.env.type, args={**self.env.args, **arm.env}) if arm.env else self.env
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
@@ -218,17 +219,16 @@ class Scenario(Strict):
                 self.runtime_for(arm)
             except ValidationError as exc:
                 raise ValueError(f"arms.{i}.runtime: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}") from None
-            try:
-                env = self.env_for(arm)
-            except (ValidationError, ValueError) as exc:
-                raise ValueError(f"arms.{i}.env: {exc.errors()[0]['msg'] if isinstance(exc, ValidationError) else exc}") from None
-            sft_key = getattr(registry.load("env", env.name), "sft_key", None)
-            if arm.env and sft_key is not None and sft_key(env.settings()) != sft_key(self.env.settings()):
+            env = self.env_for(arm)
+            sft_key = getattr(env.load(), "sft_key", None)
+            if arm.env and sft_key is not None and _settled(env) and _settled(self.env) \
+                    and sft_key(env.settings()) != sft_key(self.env.settings()):
                 raise ValueError(f"arms.{i}.env: {sorted(arm.env)} would change what the shared SFT policy learns "
                                  f"({sft_key(self.env.settings())}); set it in the scenario's env.args instead")
-        context = getattr(registry.load("env", self.env.name), "context_tokens", None)
-        if context is not None and context(self.env.settings(), self.sampling.max_new_tokens) > self.policy.max_positions:
-            raise ValueError(f"env {self.env.name}: an episode may reach {context(self.env.settings(), self.sampling.max_new_tokens)} "
+        context = getattr(self.env.load(), "context_tokens", None)
+        tokens = context(self.env.settings(), self.sampling.max_new_tokens) if context is not None and _settled(self.env) else 0
+        if tokens > self.policy.max_positions:
+            raise ValueError(f"env {self.env.type}: an episode may reach {tokens} "
                              f"tokens (its turns of sampling.max_new_tokens={self.sampling.max_new_tokens} and its notes), over "
                              f"policy.max_positions={self.policy.max_positions}: raise policy.max_positions")
         names = [a.name for a in self.arms]
@@ -249,71 +249,16 @@ class Scenario(Strict):
 
 
 # ----------------------------------------------------------------------------------------------
-# Loading, overrides and readable errors
+# Loading, overrides and each plugin's args (readable errors: testbed/scenario/errors.py)
 
 
-def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The known keys of the section that `loc` points into (for "did you mean" hints)."""
-    current: Any = model
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
-        field = current.model_fields.get(part) or next(
-            (f for f in current.model_fields.values() if f.alias == part), None
-        )
-        if field is None:
-            # a discriminated union shows the variant's tag in the location ("piecewise")
-            return []
-        current = _unwrap(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [f.alias or name for name, f in current.model_fields.items()]
-    return []
-
-
-def _unwrap(annotation: Any) -> Any:
-    """list[X] -> X, X | None -> X, Annotated[Union[...]] -> the union (left as is)."""
-    while True:
-        origin = get_origin(annotation)
-        if origin in (list, tuple):
-            annotation = get_args(annotation)[0]
-        elif origin is Union or str(origin) == "types.UnionType":
-            models = [a for a in get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
-            if len(models) != 1:
-                return annotation
-            annotation = models[0]
-        elif origin is Annotated:
-            annotation = get_args(annotation)[0]
-        else:
-            return annotation
-
-
-def format_validation_error(exc: ValidationError, model: type[BaseModel], source: str) -> str:
-    lines = [f"{source}: invalid scenario ({exc.error_count()} problem{'s' if exc.error_count() > 1 else ''})"]
-    errors = exc.errors()
-    for err in errors[:MAX_PROBLEMS]:  # keys and values are clipped: the input may be huge
-        loc = tuple(err["loc"])
-        # drop the discriminator tag pydantic inserts for tagged unions
-        where = clip(".".join(str(p) for p in loc), 200) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            known = _fields_at(model, loc)
-            hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
-            msg = f"unknown key '{clip(str(loc[-1]), 80)}'"
-            if hint:
-                msg += f" (did you mean '{hint[0]}'?)"
-            elif known:
-                msg += f" (expected one of: {', '.join(known)})"
-        elif err["type"] == "missing":
-            msg = "required field is missing"
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            if "input" in err and err["type"] not in ("value_error", "assertion_error") and not isinstance(err["input"], dict):
-                msg += f" (got {clip(repr(err['input']), 100)})"
-        lines.append(f"  {where}: {msg}")
-    if len(errors) > MAX_PROBLEMS:
-        lines.append(f"  ... and {len(errors) - MAX_PROBLEMS} more problems")
-    return "\n".join(lines)
+def _settled(env: EnvConfig) -> bool:
+    """Whether the env's args pass its Config (if not, parse_scenario names the problem)."""
+    try:
+        env.settings()
+    except ValidationError:
+        return False
+    return True
 
 
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
@@ -322,56 +267,89 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     if "grid" in data and "scenario" in data:
         raise ScenarioError(f"{source} is a sweep file (a base scenario and a grid), not a scenario: run it with "
                             f"python -m testbed.sweep {source}")
+    old = old_spellings(data)
+    if old:
+        raise ScenarioError(f"{source}: written in an old spelling (every plugin is now `type:` and `args:`)\n"
+                            + "\n".join(f"  {line}" for line in old))
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(format_validation_error(exc, Scenario, source)) from None
-    # Each trainer validates its own arguments, so a typo in `arms[i].args` fails here, not mid-run.
-    problems = []
-    for i, arm in enumerate(scenario.arms):
-        try:
-            config_cls = getattr(arm.trainer_class(), "Config", None)
-        except (registry.RegistryError, ImportError, TypeError) as exc:  # TypeError: a relative module path
-            problems.append(f"  arms.{i}.trainer: {clip(str(exc), 300)}")
-            continue
-        if config_cls is None:
-            continue
-        try:
-            config = config_cls.model_validate(arm.args)
-        except ValidationError as exc:
-            body = format_validation_error(exc, config_cls, source).splitlines()[1:]
-            problems += [placed_under(f"arms.{i}.args", line) for line in body]
-            continue
-        per_update = getattr(config, "episodes_per_update", None)  # a property of the trainer's Config
-        if per_update is not None and per_update > scenario.budget.episodes:
-            problems.append(f"  arms.{i}.args: one update needs {per_update} episodes but budget.episodes is "
-                            f"{scenario.budget.episodes}; the arm would never train")
+    # Every plugin's args are checked now, by one rule, so a typo fails here, not mid-run.
+    problems = _plugin_problems(scenario, source)
+    problems += [line for i, arm in enumerate(scenario.arms) for line in _trainer_problems(i, arm, scenario, source)]
     if problems:
-        raise ScenarioError(f"{source}: invalid trainer arguments\n" + "\n".join(problems))
+        raise ScenarioError(f"{source}: invalid plugin arguments\n" + "\n".join(problems))
     _check_budget(scenario, source)
     scenario._schedule = _build_schedule(scenario, source)
     return scenario
 
 
+def _args_problems(prefix: str, kind: str, obj: Any, args: dict[str, Any], source: str) -> tuple[list[str], Any]:
+    """registry.check_args, every problem on a line named by its path (`prefix` + the field);
+    also the validated Config (None without one, or on a problem)."""
+    try:
+        return [], registry.check_args(kind, obj, args)
+    except ValidationError as exc:
+        body = format_validation_error(exc, registry.config_of(obj) or BaseModel, source).splitlines()[1:]
+        return [placed_under(prefix.rstrip("."), line) for line in body], None
+    except ValueError as exc:  # "args.KEY: ..." (a key the signature does not take) or "args: ..."
+        text = str(exc)
+        where = prefix + text.removeprefix("args.") if text.startswith("args.") else prefix.rstrip(".") + text.removeprefix("args")
+        return [f"  {where}"], None
+
+
+def _plugin_problems(scenario: Scenario, source: str) -> list[str]:
+    """The judges', engine's and env's args (an arm's env overrides with them), each by its Config
+    or signature; a ready-made judge (a function of one request) takes none."""
+    specs = [("judge.args.", scenario.judge), ("gold_judge.args.", scenario.gold_judge),
+             ("engine.args.", scenario.engine), ("env.args.", scenario.env)]
+    specs += [(f"arms.{i}.env.", scenario.env_for(arm)) for i, arm in enumerate(scenario.arms) if arm.env]
+    problems: list[str] = []
+    for prefix, spec in specs:
+        obj = spec.load() if spec is not None else None
+        if obj is None or (spec.kind == "judge" and not registry.is_factory(obj, spec.args)):
+            continue
+        problems += _args_problems(prefix, spec.kind, obj, spec.args, source)[0]
+    return problems
+
+
+def _trainer_problems(i: int, arm: ArmConfig, scenario: Scenario, source: str) -> list[str]:
+    """arms.i's args checked as every plugin's are, and against the budget."""
+    try:
+        trainer = arm.trainer_class()
+    except (registry.RegistryError, ImportError, TypeError) as exc:  # TypeError: a relative module path
+        return [f"  arms.{i}.type: {clip(str(exc), 300)}"]
+    problems, config = _args_problems(f"arms.{i}.args.", "trainer", trainer, arm.args, source)
+    per_update = getattr(config, "episodes_per_update", None)  # a property of the trainer's Config
+    if per_update is not None and per_update > scenario.budget.episodes:
+        problems.append(f"  arms.{i}.args: one update needs {per_update} episodes but budget.episodes is "
+                        f"{scenario.budget.episodes}; the arm would never train")
+    return problems
+
+
 def _build_schedule(scenario: Scenario, source: str) -> Any:
     """Build the scenario's schedule through the registry and check it against the world: its
-    keys by its own Config, then every target it gives over the budget."""
+    args by its own Config (given the budget, for `unit: episodes`), then every target it gives
+    over the budget."""
     from testbed.envs.schedules import build_schedule, check_schedule, style_fields
 
     spec, budget = scenario.schedule, scenario.budget.episodes
+    config_cls = None
     try:
-        schedule_cls = registry.load("schedule", spec.kind)
-        config_cls = getattr(schedule_cls, "Config", None)
+        schedule_obj = spec.load()
+        config_cls = registry.config_of(schedule_obj)
         if config_cls is not None:  # name a style the world lacks by its field, before building
-            for where, style in style_fields(config_cls.model_validate(spec.args).model_dump()):
+            config = config_cls.model_validate(spec.args, context={"budget": budget})
+            for where, style in style_fields(config.model_dump(), "schedule.args"):
                 if style not in scenario.world.styles:
                     raise ValueError(f"{where}: style '{style}' is not in world.styles ({', '.join(scenario.world.styles)})")
-        schedule = build_schedule(spec.kind, spec.args, budget=budget, archetypes=scenario.world.archetypes)
+        schedule = build_schedule(spec.type, spec.args, budget=budget, archetypes=scenario.world.archetypes)
         check_schedule(schedule, budget, scenario.world.styles)
     except ValidationError as exc:
-        body = format_validation_error(exc, config_cls, source).splitlines()[1:]
-        raise ScenarioError(f"{source}: invalid schedule ({spec.kind})\n" + "\n".join(
-            line.replace("  ", "  schedule.", 1) for line in body)) from None
+        body = format_validation_error(exc, config_cls or BaseModel, source).splitlines()[1:]
+        raise ScenarioError(f"{source}: invalid schedule ({spec.type})\n" + "\n".join(
+            line.replace("  ", "  schedule.args.", 1) for line in body)) from None
     except (ValueError, TypeError, AttributeError) as exc:
         raise ScenarioError(f"{source}: {exc}") from None
     return schedule

@@ -14,10 +14,12 @@ Each schedule implements the :class:`testbed.protocols.DriftSchedule` protocol:
 
 and, for analysis, ``phases() -> list[(start, end, style)]`` (end exclusive).
 
-A scenario names one as ``schedule: {kind: NAME, ...}``; the registry maps the name (or an
-import path "package.module:Name") to the class, whose own pydantic ``Config`` validates the other
-keys, and ``from_config`` turns the scenario's budget fractions into clocks (``loading.py``).
-Adding a schedule touches one file: its module (and a line in the registry for a short name).
+A scenario names one as ``schedule: {type: NAME, args: {...}}``; the registry maps the name (or an
+import path "package.module:Name") to a class or factory, whose pydantic ``Config`` checks the
+args, and which is built as ``factory(budget=, archetypes=, **args)`` so that it turns the args'
+fractions of the budget into clocks (``loading.py``; ``unit: episodes`` gives the built-ins'
+positions in episodes). Adding a schedule touches one file: its module (and a line in the
+registry for a short name).
 """
 
 from testbed.envs.schedules.base import Phase

@@ -1,19 +1,53 @@
 """What every drift schedule shares: clock and candidate checks, the Phase type, and the
-scenario-side phase section (positions as fractions of the episode budget)."""
+scenario-side args (positions as fractions of the episode budget, or episodes with `unit: episodes`)."""
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+# the args that are positions on the clock: fractions of the budget, or episodes with `unit: episodes`
+POSITIONS = ("start", "end", "window", "period", "mean_phase", "min_phase")
 
-class ScheduleConfig(BaseModel):
-    """Base of every built-in schedule's scenario section (the keys beside `kind`)."""
 
+class StrictArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class ScheduleConfig(StrictArgs):
+    """Base of every built-in schedule's `args`. Positions are fractions of the episode budget,
+    so a scenario keeps its shape when the budget changes; `unit: episodes` gives them in judged
+    episodes instead, checked against the budget (passed as the validation context)."""
+
+    unit: Literal["fraction", "episodes"] = Field("fraction", description="what the positions count")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _episodes_to_fractions(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict) or data.get("unit") != "episodes":
+            return data
+        budget = (info.context or {}).get("budget")
+        if budget is None:
+            raise ValueError("unit: episodes needs the budget to check the positions against (given when a scenario loads)")
+        return fractions_of(data, budget, "")
+
+
+def fractions_of(data: dict[str, Any], budget: int, where: str) -> dict[str, Any]:
+    """`data` with its positions (POSITIONS, also inside `phases`) in episodes turned into
+    fractions of `budget`; a position outside 0..budget is named with its field."""
+    out = dict(data)
+    for key, value in data.items():
+        if key in POSITIONS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not 0 <= value <= budget:
+                raise ValueError(f"{where}{key}: {value} episodes is outside the budget (0..budget.episodes={budget})")
+            out[key] = value / budget
+        elif key == "phases" and isinstance(value, list):
+            out[key] = [fractions_of(p, budget, f"{where}phases.{i}.") if isinstance(p, dict) else p for i, p in enumerate(value)]
+    return out
 
 
 def check_clock(t: int) -> int:
@@ -81,7 +115,7 @@ class Phase:
         object.__setattr__(self, "candidates", tuple(self.candidates))  # lists from YAML -> a tuple
 
 
-class PhaseConfig(ScheduleConfig):
+class PhaseConfig(StrictArgs):
     """A phase as a scenario writes it: start and end as fractions of the budget."""
 
     style: str
@@ -133,10 +167,10 @@ class PhasesConfig(ScheduleConfig):
         for i, p in enumerate(self.phases):
             start, end = episodes(p.start, budget), episodes(p.end, budget)
             if end - start < 1:
-                raise ValueError(f"schedule.phases.{i} ({p.style}, {p.start}-{p.end} of the budget) is shorter than "
+                raise ValueError(f"schedule.args.phases.{i} ({p.style}, {p.start}-{p.end} of the budget) is shorter than "
                                  f"one episode at budget.episodes={budget}")
             if p.candidates is None and p.style not in archetypes:
-                raise ValueError(f"schedule.phases.{i}.style: '{p.style}' ({p.start}-{p.end} of the budget) is not in "
+                raise ValueError(f"schedule.args.phases.{i}.style: '{p.style}' ({p.start}-{p.end} of the budget) is not in "
                                  f"world.archetypes {list(archetypes)}, the phase's candidates when it lists none")
             out.append(Phase(p.style, start, end, tuple(p.candidates or archetypes)))
         return out

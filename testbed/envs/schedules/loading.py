@@ -1,6 +1,6 @@
-"""One road for every drift schedule, built-in or a user's: look the `kind` up in the registry,
-validate the scenario's keys with the class's own `Config`, build it, and check what it says
-against the world before any training starts."""
+"""One road for every drift schedule, built-in or a user's: look the `type` up in the registry,
+check its args (its `Config`, or its signature), build it as `factory(budget=, archetypes=, **args)`,
+and check what it says against the world before any training starts."""
 
 from __future__ import annotations
 
@@ -14,32 +14,37 @@ MAX_CHECKED_CLOCKS = 2_000_000  # target() is checked at every clock up to this 
 
 
 def build_schedule(kind: str, args: dict[str, Any], *, budget: int, archetypes: Sequence[str]) -> Any:
-    """`kind` (a registered name or "package.module:Name") and its keys -> a schedule object.
+    """`kind` (a registered name or "package.module:Name") and its args -> a schedule object.
 
-    A class with a pydantic `Config` has its keys validated by it (a pydantic ValidationError
-    escapes, for the caller to name the fields); with `from_config(config, budget=, archetypes=)`
-    it converts budget fractions itself, else it is built as `cls(**config.model_dump())`. A class
-    without `Config` gets the keys as keyword arguments (positions in episodes); a ready-made
-    object takes none."""
+    A class or factory is called with the run's `budget` (episodes) and the world's `archetypes`
+    as keywords beside its args (registry.INPUTS), so it can turn fractions of the budget into
+    clocks; its args are checked first (a pydantic ValidationError escapes, for the caller to
+    name the field). A ready-made schedule object takes no args."""
     obj = registry.load("schedule", kind)
-    config_cls = getattr(obj, "Config", None)
-    if config_cls is not None:
-        config = config_cls.model_validate(args)
-        if hasattr(obj, "from_config"):
-            obj = obj.from_config(config, budget=budget, archetypes=tuple(archetypes))
-        else:
-            obj = obj(**config.model_dump())
-    elif isinstance(obj, type) or (callable(obj) and not is_schedule(obj)):
-        try:
-            obj = obj(**args)
-        except TypeError as exc:
-            raise ValueError(f"cannot build schedule {kind!r} with arguments {args}: {exc}") from exc
-    elif args:
-        raise ValueError(f"{kind!r} is not a class or factory, so it cannot take arguments {args}")
-    if not is_schedule(obj):
-        raise ValueError(f"{kind!r} gave a {type(obj).__name__}, which is not a drift schedule: it needs callable "
+    if is_schedule(obj):
+        if args:
+            raise ValueError(f"schedule.args: {kind!r} is a ready-made schedule, not a class or factory: it takes no args "
+                             f"(got {sorted(args)})")
+        return obj
+    lacks = isinstance(obj, type) and not (callable(getattr(obj, "target", None)) and callable(getattr(obj, "switch_points", None)))
+    if not callable(obj) or lacks:
+        what = f"the class {obj.__name__}" if lacks else f"a {type(obj).__name__}"
+        raise ValueError(f"{kind!r} is {what}, which is not a drift schedule: it needs callable "
                          "methods target(t) -> Target and switch_points() -> list[int]")
-    return obj
+    try:
+        registry.check_args("schedule", obj, args, {"budget": budget})
+    except ValueError as exc:
+        if type(exc) is not ValueError:  # a pydantic ValidationError: the caller names its fields
+            raise
+        raise ValueError(f"schedule.{exc}") from None
+    try:
+        schedule = registry.build(obj, args, budget=budget, archetypes=tuple(archetypes))
+    except TypeError as exc:
+        raise ValueError(f"cannot build schedule {kind!r} with args {args}: {exc}") from exc
+    if not is_schedule(schedule):
+        raise ValueError(f"{kind!r} gave a {type(schedule).__name__}, which is not a drift schedule: it needs callable "
+                         "methods target(t) -> Target and switch_points() -> list[int]")
+    return schedule
 
 
 def is_schedule(obj: Any) -> bool:

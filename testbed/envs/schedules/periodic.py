@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import Field
 
+from testbed.registry import configured
 from testbed.envs.schedules.base import ScheduleConfig, check_clock, check_styles, episodes, resolve_candidates
 from testbed.types import Target
 
 
 class PeriodicConfig(ScheduleConfig):
-    """`schedule: {kind: periodic, styles: [...], period: 0.25}` (period as a fraction of the budget)."""
+    """`schedule: {type: periodic, args: {styles: [...], period: 0.25}}` (period as a fraction of the budget)."""
 
     styles: list[str] = Field(min_length=2)
     period: float = Field(gt=0.0, le=1.0, description="phase length, fraction of budget")
     candidates: list[str] | None = None
+
+
+@configured(PeriodicConfig)
+def periodic(*, budget: int, archetypes: Sequence[str], **args: Any) -> PeriodicSchedule:
+    """The registered `periodic`: its args (the period in a fraction of the budget) -> clocks."""
+    config = PeriodicConfig.model_validate(args, context={"budget": budget})
+    return PeriodicSchedule(config.styles, period=max(1, episodes(config.period, budget)), candidates=config.candidates,
+                            horizon=budget)
 
 
 class PeriodicSchedule:
@@ -25,13 +35,6 @@ class PeriodicSchedule:
     ``horizon`` bounds ``switch_points()``/``phases()``, since the cycle never ends; without it
     those two methods need an explicit ``until``.
     """
-
-    Config = PeriodicConfig
-
-    @classmethod
-    def from_config(cls, config: PeriodicConfig, *, budget: int, archetypes: Sequence[str]) -> PeriodicSchedule:
-        return cls(config.styles, period=max(1, episodes(config.period, budget)), candidates=config.candidates,
-                   horizon=budget)
 
     def __init__(
         self,

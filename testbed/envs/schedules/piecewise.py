@@ -5,15 +5,24 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import Field
 
+from testbed.registry import configured
 from testbed.envs.schedules.base import Phase, PhasesConfig, check_candidates, check_clock, episodes
 from testbed.types import Target
 
 
 class PiecewiseConfig(PhasesConfig):
-    """`schedule: {kind: piecewise, phases: [{style, start, end, candidates}, ...]}` (fractions)."""
+    """`schedule: {type: piecewise, args: {phases: [{style, start, end, candidates}, ...]}}` (fractions)."""
+
+
+@configured(PiecewiseConfig)
+def piecewise(*, budget: int, archetypes: Sequence[str], **args: Any) -> PiecewiseSchedule:
+    """The registered `piecewise`: its args (positions in fractions of the budget) -> clocks."""
+    config = PiecewiseConfig.model_validate(args, context={"budget": budget})
+    return PiecewiseSchedule(config.phases_in_episodes(budget, archetypes))
 
 
 class PiecewiseSchedule:
@@ -24,12 +33,6 @@ class PiecewiseSchedule:
     Violations raise ``ValueError`` naming the phase index and the offending values.
     Phases may be given as :class:`Phase` objects or as dicts with the same fields (from YAML).
     """
-
-    Config = PiecewiseConfig
-
-    @classmethod
-    def from_config(cls, config: PiecewiseConfig, *, budget: int, archetypes: Sequence[str]) -> PiecewiseSchedule:
-        return cls(config.phases_in_episodes(budget, archetypes))
 
     def __init__(self, phases: Sequence[Phase]) -> None:
         phases = [p if isinstance(p, Phase) else Phase(**p) for p in phases]
@@ -96,10 +99,18 @@ def _unit_hash(seed: int, t: int) -> float:
 
 
 class GradualConfig(PhasesConfig):
-    """`schedule: {kind: gradual, phases: [...], window: 0.1, seed: 0}` (fractions of the budget)."""
+    """`schedule: {type: gradual, args: {phases: [...], window: 0.1, seed: 0}}` (fractions of the budget)."""
 
     window: float = Field(0.1, gt=0.0, lt=1.0, description="transition width, fraction of budget")
     seed: int = 0
+
+
+@configured(GradualConfig)
+def gradual(*, budget: int, archetypes: Sequence[str], **args: Any) -> GradualSchedule:
+    """The registered `gradual`: its args (positions in fractions of the budget) -> clocks."""
+    config = GradualConfig.model_validate(args, context={"budget": budget})
+    return GradualSchedule(config.phases_in_episodes(budget, archetypes), window=max(1, episodes(config.window, budget)),
+                           seed=config.seed)
 
 
 class GradualSchedule:
@@ -113,13 +124,6 @@ class GradualSchedule:
     piecewise schedule. Each window must fit inside its two phases, and windows may not overlap.
     ``window=0`` is a plain step switch.
     """
-
-    Config = GradualConfig
-
-    @classmethod
-    def from_config(cls, config: GradualConfig, *, budget: int, archetypes: Sequence[str]) -> GradualSchedule:
-        return cls(config.phases_in_episodes(budget, archetypes), window=max(1, episodes(config.window, budget)),
-                   seed=config.seed)
 
     def __init__(self, phases: Sequence[Phase], window: int, seed: int = 0) -> None:
         self._piecewise = PiecewiseSchedule(phases)

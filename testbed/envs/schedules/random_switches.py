@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import Field
 
+from testbed.registry import configured
 from testbed.envs.schedules.base import Phase, ScheduleConfig, check_styles, episodes, resolve_candidates
 from testbed.envs.schedules.piecewise import PiecewiseSchedule
 from testbed.types import Target
 
 
 class RandomConfig(ScheduleConfig):
-    """`schedule: {kind: random, styles: [...], mean_phase: 0.25, min_phase: 0.1, seed: 0}` (fractions)."""
+    """`schedule: {type: random, args: {styles: [...], mean_phase: 0.25, min_phase: 0.1, seed: 0}}` (fractions)."""
 
     styles: list[str] = Field(min_length=2)
     mean_phase: float = Field(0.25, gt=0.0, le=1.0)
@@ -21,6 +23,14 @@ class RandomConfig(ScheduleConfig):
     candidates: list[str] | None = None
     seed: int = 0
 
+
+@configured(RandomConfig)
+def random_switches(*, budget: int, archetypes: Sequence[str], **args: Any) -> RandomSchedule:
+    """The registered `random`: its args (phase lengths in fractions of the budget) -> clocks."""
+    config = RandomConfig.model_validate(args, context={"budget": budget})
+    return RandomSchedule(config.styles, mean_phase=max(1, episodes(config.mean_phase, budget)),
+                          min_phase=max(1, episodes(config.min_phase, budget)), horizon=budget, seed=config.seed,
+                          candidates=config.candidates)
 
 class RandomSchedule:
     """Switch points drawn up front from a seeded RNG: phase lengths are
@@ -30,14 +40,6 @@ class RandomSchedule:
     ``horizon``; beyond the last phase the last target holds. Every phase, the last included,
     is at least ``min_phase`` long.
     """
-
-    Config = RandomConfig
-
-    @classmethod
-    def from_config(cls, config: RandomConfig, *, budget: int, archetypes: Sequence[str]) -> RandomSchedule:
-        return cls(config.styles, mean_phase=max(1, episodes(config.mean_phase, budget)),
-                   min_phase=max(1, episodes(config.min_phase, budget)), horizon=budget, seed=config.seed,
-                   candidates=config.candidates)
 
     def __init__(
         self,

@@ -63,7 +63,7 @@ class RolloutActor:
         configure_torch(threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         policy = build_policy(policy_config, policy_state, for_this_process(device))  # runtime.device
         name, args = engine
-        self.engine = registry.load("engine", name)(policy, tokenizer, sampling, **args)
+        self.engine = registry.build(registry.load("engine", name), args, policy, tokenizer, sampling)
         self.episodes = episodes  # the env's episode runner (testbed.envs: SingleTurn, Revision)
         self.review = LazyReview(scenario_data or {})
         self.version = 0

@@ -34,7 +34,7 @@ import ray
 import torch
 
 from testbed.cpu_numerics import configure_torch
-from testbed import device
+from testbed import device, registry
 from testbed.runtimes.collect import Round
 from testbed.scenario.schema import ArmConfig, Scenario
 from testbed.runtimes.ray.learner import LearnerGroup
@@ -85,7 +85,8 @@ class TrainerFactory:
 
         configure_torch(self.threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         policy = build_policy(self.policy_config, self.policy_state, for_this_process(self.device))
-        return self.arm.trainer_class()(policy, self.arm.args, pad_id=self.pad_id, temperature=self.temperature, seed=self.seed)
+        return registry.build(self.arm.trainer_class(), self.arm.args, policy, pad_id=self.pad_id, temperature=self.temperature,
+                              seed=self.seed)
 
 
 class LearnerProxy:
@@ -132,7 +133,7 @@ class RayRunner(ArmRunner):
                                     actor_gpus=gpus, name=self.name)
         self.trainer = LearnerProxy(make_trainer(arm, policy, tokenizer, scenario, seed), self.learner)
         self.weights = [ray.put(state)]
-        spec = (scenario.engine.name, scenario.engine.args)
+        spec = (scenario.engine.type, scenario.engine.args)
         scenario_data = scenario.model_dump(mode="json", by_alias=True)  # an actor builds its editor's judge from it
         self.new_actor = lambda i: RolloutActor.options(  # noqa: E731
             num_cpus=rt.actor_cpus, num_gpus=gpus, name=f"{self.name}-rollout{i}-r{self.restarts}").remote(
