@@ -107,7 +107,7 @@ def test_trainer_config_names_bad_arguments(plugins):
 def test_trainer_updates_on_real_trajectories(plugins):
     cls = plugins("custom_trainer:EMABaselineTrainer")
     model = build_policy(SMALL, TOK, seed=0)
-    trainer = cls(model, {"episodes_per_update": 6, "lr": 1e-2, "beta": 0.5}, pad_id=TOK.pad_id, temperature=1.0, seed=0)
+    trainer = cls(model, episodes_per_update=6, lr=1e-2, beta=0.5, pad_id=TOK.pad_id, temperature=1.0, seed=0)
     assert (trainer.group_size, trainer.episodes_per_update, trainer.version) == (1, 6, 0)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     metrics = trainer.update(trajectories(model))
@@ -117,7 +117,7 @@ def test_trainer_updates_on_real_trajectories(plugins):
     # rewards 0, 1, 0, 1, 0, 1 with beta 0.5: the baseline follows them
     assert trainer.baseline == pytest.approx(sum(0.5 ** (6 - i) for i in (1, 3, 5)))
 
-    fresh = cls(build_policy(SMALL, TOK, seed=1), {"episodes_per_update": 6}, pad_id=TOK.pad_id, temperature=1.0, seed=0)
+    fresh = cls(build_policy(SMALL, TOK, seed=1), episodes_per_update=6, pad_id=TOK.pad_id, temperature=1.0, seed=0)
     fresh.load_state_dict(trainer.state_dict())
     assert (fresh.version, fresh.baseline) == (trainer.version, trainer.baseline)
     assert all(torch.equal(p, dict(model.named_parameters())[n]) for n, p in fresh.policy.named_parameters())
@@ -127,7 +127,7 @@ def test_trainer_skips_a_nonfinite_step_and_says_so(plugins):
     cls = plugins("custom_trainer:EMABaselineTrainer")
     model = build_policy(SMALL, TOK, seed=0)
     batch = trajectories(model)
-    trainer = cls(model, {"episodes_per_update": 6}, pad_id=TOK.pad_id, temperature=1.0, seed=0)
+    trainer = cls(model, episodes_per_update=6, pad_id=TOK.pad_id, temperature=1.0, seed=0)
     with torch.no_grad():
         model.lm_head.weight.fill_(float("nan"))
     metrics = trainer.update(batch)
@@ -153,13 +153,13 @@ def test_a_scenario_loads_both_examples_and_names_their_bad_keys(plugins, tmp_pa
     from testbed.envs.schedules import check_schedule
 
     kind = {"type": "custom_schedule:ReturningSchedule"}
-    scenario = load_scenario(scenario_file(tmp_path, {**kind, **RETURNING}, {"episodes_per_update": 8}))
+    scenario = load_scenario(scenario_file(tmp_path, {**kind, "args": RETURNING}, {"episodes_per_update": 8}))
     schedule = scenario.schedule_object()
     assert type(schedule).__name__ == "ReturningSchedule" and schedule.switch_points() == [800, 1600]  # in episodes
     check_schedule(schedule, 2400, STYLES)
     for schedule_keys, args, says in (({**kind, "args": {**RETURNING, "switch_att": [1]}}, {}, "schedule.args.switch_att"),
                                       ({**kind, "args": RETURNING}, {"betta": 0.1}, "betta"),
-                                      ({**kind, **RETURNING}, {"episodes_per_update": 5000}, "one update needs 5000 episodes")):
+                                      ({**kind, "args": RETURNING}, {"episodes_per_update": 5000}, "one update needs 5000 episodes")):
         with pytest.raises(ScenarioError, match=says):
             load_scenario(scenario_file(tmp_path, schedule_keys, args))
 

@@ -76,18 +76,14 @@ SOURCES = {
         class Idle:
             class Config(BaseModel):
                 model_config = ConfigDict(extra="forbid")
-                batch_size: int = Field(16, ge=1)
-
-                @property
-                def episodes_per_update(self):
-                    return self.batch_size
+                episodes_per_update: int = Field(16, ge=1)
 
             group_size = 1
 
             def __init__(self, policy, *, pad_id, temperature, seed, **args):
                 self.cfg = self.Config.model_validate(args)
                 self.policy = policy
-                self.batch_size = self.episodes_per_update = self.cfg.batch_size
+                self.episodes_per_update = self.cfg.episodes_per_update
                 self.version = 0
 
             def update(self, batch):
@@ -176,7 +172,7 @@ def scenario_data(root: Path) -> dict:
         schedule={"type": f"{PACKAGE}.schedule:Flip", "args": {"first": "cute", "second": "classical", "at": 0.5}},
         engine={"type": f"{PACKAGE}.engine:make_engine", "args": {"max_batch": 8, "log": log("engine")}},
         env={"type": f"{PACKAGE}.env:make_env", "args": {"log": log("env")}},
-        arms=[{"name": "idle", "type": f"{PACKAGE}.trainer:Idle", "args": {"batch_size": 16}}],
+        arms=[{"name": "idle", "type": f"{PACKAGE}.trainer:Idle", "args": {"episodes_per_update": 16}}],
         seeds=[0], budget={"episodes": 32}, eval={"every": 32, "prompts": 4, "reference_samples": 0})
     data["policy"]["checkpoint"] = str(ROOT / "tests/data/golden/policy")
     return data
@@ -191,7 +187,7 @@ def test_a_plugin_of_every_kind_runs_a_scenario(package, tmp_path):
     assert len(episodes) == 32 and set(episodes[episodes.t < 16].target_style) == {"cute"}
     assert set(episodes[episodes.t >= 16].target_style) == {"classical"}  # Flip's at: 0.5 of the budget
     updates = read_table(run, "updates")
-    assert list(updates.batch) == [16.0, 16.0]  # the Idle trainer's own metric, batch_size from its args
+    assert list(updates.batch) == [16.0, 16.0]  # the Idle trainer's own metric, episodes_per_update from its args
     for kind in ("judge", "engine", "env"):  # each built with its args (the log path) and called
         assert sum(int(n) for n in (package / f"{kind}.log").read_text().split()) >= 32, kind
     # the run directory's scenario is in the new spelling, so a resume reads it back
