@@ -21,6 +21,7 @@ def stratified_bootstrap(scores: list[np.ndarray], statistic, reps: int, confide
 
 def bootstrap_mean(values: np.ndarray, reps: int, confidence: float, seed: int) -> tuple[float, float]:
     """rliable's bootstrap interval of the mean of one metric's values over seeds (one task)."""
-    low, high = stratified_bootstrap([np.asarray(values, dtype=float)[:, None]], lambda s: np.array([s.mean()]),
-                                     reps, confidence, seed)
+    low, high = stratified_bootstrap(
+        [np.asarray(values, dtype=float)[:, None]], lambda s: np.array([s.mean()]), reps, confidence, seed
+    )
     return float(low[0]), float(high[0])

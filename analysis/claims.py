@@ -35,9 +35,11 @@ from analysis import paired
 from analysis.verdicts import num, seeds_text
 
 # what a metric is called on the card, and its unit
-METRIC_NAMES = {"episodes_to_bar": ("episodes to the bar", "episodes"),
-                "old_half_life": ("old style's half-life", "episodes"),
-                "dynamic_regret": ("dynamic regret after switches", "reward per episode")}
+METRIC_NAMES = {
+    "episodes_to_bar": ("episodes to the bar", "episodes"),
+    "old_half_life": ("old style's half-life", "episodes"),
+    "dynamic_regret": ("dynamic regret after switches", "reward per episode"),
+}
 UNITS = {"episodes_to_bar": "switch", "old_half_life": "switch", "dynamic_regret": "segment"}
 
 
@@ -57,24 +59,77 @@ class Claim:
 
 S, A, R = "scenarios/style_shift.yaml", "scenarios/ablations.yaml", "scenarios/revision_shift.yaml"
 CLAIMS: list[Claim] = [
-    Claim("§4.5", "After a preference switch SAO realigns faster than the 128-reward running mean",
-          "sao", "running_mean", "episodes_to_bar", S),
+    Claim(
+        "§4.5",
+        "After a preference switch SAO realigns faster than the 128-reward running mean",
+        "sao",
+        "running_mean",
+        "episodes_to_bar",
+        S,
+    ),
     Claim("§4.5", "After a preference switch SAO realigns faster than GRPO", "sao", "grpo", "episodes_to_bar", S),
-    Claim("§4.5", "SAO suppresses the previously dominant style faster than the running mean",
-          "sao", "running_mean", "old_half_life", S),
-    Claim("Table 4", "Without faster value updates (K = 1) SAO does worse", "sao", "wo_faster_value", "dynamic_regret", A),
-    Claim("Table 4", "Without the frozen attention (critic trains all) SAO does worse",
-          "sao", "wo_frozen_attention", "dynamic_regret", A),
-    Claim("Table 4", "Vanilla VAPO (PPO clip instead of DIS) does worse than SAO", "sao", "vanilla_vapo", "dynamic_regret", A),
+    Claim(
+        "§4.5",
+        "SAO suppresses the previously dominant style faster than the running mean",
+        "sao",
+        "running_mean",
+        "old_half_life",
+        S,
+    ),
+    Claim(
+        "Table 4", "Without faster value updates (K = 1) SAO does worse", "sao", "wo_faster_value", "dynamic_regret", A
+    ),
+    Claim(
+        "Table 4",
+        "Without the frozen attention (critic trains all) SAO does worse",
+        "sao",
+        "wo_frozen_attention",
+        "dynamic_regret",
+        A,
+    ),
+    Claim(
+        "Table 4",
+        "Vanilla VAPO (PPO clip instead of DIS) does worse than SAO",
+        "sao",
+        "vanilla_vapo",
+        "dynamic_regret",
+        A,
+    ),
     Claim("Table 4", "The running mean does worse than SAO", "sao", "running_mean", "dynamic_regret", A),
-    Claim("Table 5", "Token-level GAE ahead of step-level GAE at the turn's last token",
-          "sao", "step_gae_last", "dynamic_regret", A),
-    Claim("Table 5", "Step-level GAE at the last token ahead of the turn's average",
-          "step_gae_last", "step_gae_average", "dynamic_regret", A),
-    Claim("§3 order", "Advantages from the critic after its K steps (the paper's order) realign faster than from "
-          "the critic before it saw the batch", "sao", "sao_pre_update_advantages", "episodes_to_bar", A),
-    Claim("open", "Does skipping observations discard signal? Token-level GAE (skipping the editor's notes) "
-          "realigns faster than GAE run through them (naive)", "sao_token", "sao_naive", "episodes_to_bar", R),
+    Claim(
+        "Table 5",
+        "Token-level GAE ahead of step-level GAE at the turn's last token",
+        "sao",
+        "step_gae_last",
+        "dynamic_regret",
+        A,
+    ),
+    Claim(
+        "Table 5",
+        "Step-level GAE at the last token ahead of the turn's average",
+        "step_gae_last",
+        "step_gae_average",
+        "dynamic_regret",
+        A,
+    ),
+    Claim(
+        "§3 order",
+        "Advantages from the critic after its K steps (the paper's order) realign faster than from "
+        "the critic before it saw the batch",
+        "sao",
+        "sao_pre_update_advantages",
+        "episodes_to_bar",
+        A,
+    ),
+    Claim(
+        "open",
+        "Does skipping observations discard signal? Token-level GAE (skipping the editor's notes) "
+        "realigns faster than GAE run through them (naive)",
+        "sao_token",
+        "sao_naive",
+        "episodes_to_bar",
+        R,
+    ),
 ]
 
 
@@ -101,12 +156,16 @@ def estimate_text(row: pd.Series, claim: Claim) -> str:
     name, unit = METRIC_NAMES[claim.metric]
     digits = 3 if claim.metric == "dynamic_regret" else 0
     kind = row["pairing"]
-    text = (f"{name}, {claim.x} − {claim.y}: {num(row['diff'], digits)} [{num(row['diff_lo'], digits)}, "
-            f"{num(row['diff_hi'], digits)}] {unit}, {kind} over {int(row['n'])} seeds; "
-            f"P({claim.x} better) = {row['p_better']:.2f}")
+    text = (
+        f"{name}, {claim.x} − {claim.y}: {num(row['diff'], digits)} [{num(row['diff_lo'], digits)}, "
+        f"{num(row['diff_hi'], digits)}] {unit}, {kind} over {int(row['n'])} seeds; "
+        f"P({claim.x} better) = {row['p_better']:.2f}"
+    )
     if not bool(row["resolved"]):
-        text += (f"; resolvable: {num(row['mde'], digits)}; 10% needs {seeds_text(row['seeds_10pct'])} seeds, "
-                 f"20% {seeds_text(row['seeds_20pct'])}")
+        text += (
+            f"; resolvable: {num(row['mde'], digits)}; 10% needs {seeds_text(row['seeds_10pct'])} seeds, "
+            f"20% {seeds_text(row['seeds_20pct'])}"
+        )
     return text
 
 
@@ -129,8 +188,15 @@ def card_rows(analyses: list) -> list[dict]:
                 found = (a, _pooled(table, claim))
                 break
         if found is None or found[1] is None:
-            out.append({"claim": claim, "verdict": "not run", "estimate": "no run given holds both arms",
-                        "run": "", "command": claim.command})
+            out.append(
+                {
+                    "claim": claim,
+                    "verdict": "not run",
+                    "estimate": "no run given holds both arms",
+                    "run": "",
+                    "command": claim.command,
+                }
+            )
             continue
         a, row = found
         run = a.runs[0]
@@ -138,22 +204,39 @@ def card_rows(analyses: list) -> list[dict]:
         numerics = (run.manifest.get("numerics") or {}).get("mode", "")
         command = f"python -m testbed.run scenarios/{scenario_name(a)}.yaml"
         command += " --set numerics=native" if numerics == "native" else ""
-        out.append({"claim": claim, "verdict": verdict_of(row, claim), "estimate": estimate_text(row, claim),
-                    "run": f"{run.name} (commit {commit or '?'}, numerics {numerics or '?'})", "command": command})
+        out.append(
+            {
+                "claim": claim,
+                "verdict": verdict_of(row, claim),
+                "estimate": estimate_text(row, claim),
+                "run": f"{run.name} (commit {commit or '?'}, numerics {numerics or '?'})",
+                "command": command,
+            }
+        )
     return out
 
 
 def card_markdown(rows: list[dict]) -> str:
-    lines = ["# Claims card", "",
-             "The paper's claims the testbed can test, each with its verdict on the runs given "
-             "(`python -m analysis.claims`; definitions in analysis/claims.py). Paired over the seeds the arms share, "
-             "pooled over the switches; interval: paired Student-t 95%.", "",
-             "| source | claim | verdict | estimate [95% interval] | run | reproduce |", "|---|---|---|---|---|---|"]
+    lines = [
+        "# Claims card",
+        "",
+        "The paper's claims the testbed can test, each with its verdict on the runs given "
+        "(`python -m analysis.claims`; definitions in analysis/claims.py). Paired over the seeds the arms share, "
+        "pooled over the switches; interval: paired Student-t 95%.",
+        "",
+        "| source | claim | verdict | estimate [95% interval] | run | reproduce |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         c = r["claim"]
-        lines.append(f"| {c.source} | {c.text} | **{r['verdict']}** | {r['estimate']} | {r['run']} | `{r['command']}` |")
-    lines += ["", "Not on the card: whether a critic changes the Goodhart surface (`scenarios/goodhart.yaml`; the "
-              "report's goodhart.csv gives the gap per arm and phase, not yet a paired per-seed metric)."]
+        lines.append(
+            f"| {c.source} | {c.text} | **{r['verdict']}** | {r['estimate']} | {r['run']} | `{r['command']}` |"
+        )
+    lines += [
+        "",
+        "Not on the card: whether a critic changes the Goodhart surface (`scenarios/goodhart.yaml`; the "
+        "report's goodhart.csv gives the gap per arm and phase, not yet a paired per-seed metric).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -173,9 +256,22 @@ def main(argv: list[str] | None = None) -> int:
     text = card_markdown(rows)
     Path(args.out).write_text(text)
     print(text)
-    Path(args.out).with_suffix(".json").write_text(json.dumps(
-        [{"source": r["claim"].source, "claim": r["claim"].text, "verdict": r["verdict"], "estimate": r["estimate"],
-          "run": r["run"], "command": r["command"]} for r in rows], indent=1))
+    Path(args.out).with_suffix(".json").write_text(
+        json.dumps(
+            [
+                {
+                    "source": r["claim"].source,
+                    "claim": r["claim"].text,
+                    "verdict": r["verdict"],
+                    "estimate": r["estimate"],
+                    "run": r["run"],
+                    "command": r["command"],
+                }
+                for r in rows
+            ],
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -35,15 +35,16 @@ from IPython.display import Image, Markdown, display
 
 ROOT = Path.cwd().parent if Path.cwd().name == "analysis" else Path.cwd()
 sys.path.insert(0, str(ROOT))
-from analysis import plots, realign, report, tables  # noqa: E402
+from analysis import report, tables  # noqa: E402
 from analysis.markdown import md_table  # noqa: E402
 from analysis.notebook_io import figure_dir, newest_runs, save_and_show  # noqa: E402
 
 pd.set_option("display.width", 200)
 pd.set_option("display.max_columns", 40)
 
-RUN_DIRS = [p for p in (os.environ.get("TESTBED_RUN_DIRS") or os.environ.get("TESTBED_RUN_DIR") or "")
-            .split(os.pathsep) if p] or newest_runs(ROOT, 2)
+RUN_DIRS = [
+    p for p in (os.environ.get("TESTBED_RUN_DIRS") or os.environ.get("TESTBED_RUN_DIR") or "").split(os.pathsep) if p
+] or newest_runs(ROOT, 2)
 FIG_DIR = figure_dir(report.default_out_dir([Path(p) for p in RUN_DIRS]), "compare_runs")
 show = functools.partial(save_and_show, fig_dir=FIG_DIR)  # show(fig, name): save as FIG_DIR/name.png and show
 WINDOW, FRACTION, HORIZON = None, 0.9, 512
@@ -54,8 +55,10 @@ print("figures:", FIG_DIR)
 runs = [report.load_run(p) for p in RUN_DIRS]
 a = report.analyse(runs, window=WINDOW, fraction=FRACTION, horizon=HORIZON)
 for r in runs:
-    print(f"{r.name}: scenario {r.manifest.get('scenario')}, budget {r.budget}, seeds {r.seeds}, "
-          f"switches {r.switch_points}, window {a.windows[r.name]}; notes: {'; '.join(r.notes) or 'none'}")
+    print(
+        f"{r.name}: scenario {r.manifest.get('scenario')}, budget {r.budget}, seeds {r.seeds}, "
+        f"switches {r.switch_points}, window {a.windows[r.name]}; notes: {'; '.join(r.notes) or 'none'}"
+    )
 a.arms
 
 # %% [markdown]
@@ -68,12 +71,26 @@ a.arms
 # intervals over seeds. Arms of different runs share no seeds, so paired.csv compares them unpaired.
 
 # %%
-display(Markdown(md_table(tables.SWITCH_HEADER, tables.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"))
+display(
+    Markdown(
+        md_table(tables.SWITCH_HEADER, tables.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"
+    )
+)
 
 # %%
 # the same numbers as a wide table, one column per run:arm
-metrics = ["reached_bar", "episodes_to_bar", "km_median", "judge_calls_to_bar", "auc_after", "dip",
-           "recovered_own_plateau", "episodes_to_own_plateau", "old_half_life", "crossover"]
+metrics = [
+    "reached_bar",
+    "episodes_to_bar",
+    "km_median",
+    "judge_calls_to_bar",
+    "auc_after",
+    "dip",
+    "recovered_own_plateau",
+    "episodes_to_own_plateau",
+    "old_half_life",
+    "crossover",
+]
 a.switches.set_index(["switch", "arm"])[metrics].unstack("arm").T if not a.switches.empty else None
 
 # %% [markdown]

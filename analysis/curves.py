@@ -51,10 +51,19 @@ def rolling_reward(episodes: pd.DataFrame, window: int) -> pd.DataFrame:
     out = []
     if not ok.empty:
         for (arm, seed), group in ok.sort_values("t").groupby(["arm", "seed"], sort=True):
-            out.append(pd.DataFrame({
-                "arm": arm, "seed": seed, "t": group["t"].to_numpy(),
-                "rolling_reward": group["reward"].rolling(window, min_periods=max(1, window // 4)).mean().to_numpy(),
-            }))
+            out.append(
+                pd.DataFrame(
+                    {
+                        "arm": arm,
+                        "seed": seed,
+                        "t": group["t"].to_numpy(),
+                        "rolling_reward": group["reward"]
+                        .rolling(window, min_periods=max(1, window // 4))
+                        .mean()
+                        .to_numpy(),
+                    }
+                )
+            )
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=["arm", "seed", "t", "rolling_reward"])
 
 
@@ -82,8 +91,9 @@ def reward_curve(episodes: pd.DataFrame, window: int, points: int = CURVE_POINTS
     return pd.concat(out, ignore_index=True)
 
 
-def judge_call_curve(episodes: pd.DataFrame, updates: pd.DataFrame | None, window: int,
-                     points: int = CURVE_POINTS) -> pd.DataFrame:
+def judge_call_curve(
+    episodes: pd.DataFrame, updates: pd.DataFrame | None, window: int, points: int = CURVE_POINTS
+) -> pd.DataFrame:
     """`reward_curve` with a `judge_calls` column: the cumulative judge calls at each t, warm-up
     calls included (so an arm whose trainer spent calls before RL starts where its first judged
     sample was spent)."""
@@ -117,10 +127,15 @@ def target_share_curve(evals: pd.DataFrame) -> pd.DataFrame:
     if evals is None or evals.empty or "target_style" not in evals:
         return pd.DataFrame(columns=cols)
     shares = share_curves(evals)
-    targets = evals.groupby(["arm", "seed", "t"], sort=True).agg(
-        target_style=("target_style", "first"),
-        eval_reward=("eval_reward", "mean") if "eval_reward" in evals else ("share", lambda s: np.nan),
-    ).reset_index()
-    merged = targets.merge(shares, left_on=["arm", "seed", "t", "target_style"],
-                           right_on=["arm", "seed", "t", "style"], how="left")
+    targets = (
+        evals.groupby(["arm", "seed", "t"], sort=True)
+        .agg(
+            target_style=("target_style", "first"),
+            eval_reward=("eval_reward", "mean") if "eval_reward" in evals else ("share", lambda s: np.nan),
+        )
+        .reset_index()
+    )
+    merged = targets.merge(
+        shares, left_on=["arm", "seed", "t", "target_style"], right_on=["arm", "seed", "t", "style"], how="left"
+    )
     return merged.assign(target_share=merged["share"].fillna(0.0))[cols]

@@ -55,8 +55,13 @@ def _numeric_present(updates: pd.DataFrame, col: str) -> bool:
     return col in updates and pd.api.types.is_numeric_dtype(updates[col]) and updates[col].notna().any()
 
 
-def training_figure(updates: pd.DataFrame | None, switch_points: Sequence[int], budget: int,
-                    palette: dict[str, str] | None = None, title: str | None = None) -> Figure | None:
+def training_figure(
+    updates: pd.DataFrame | None,
+    switch_points: Sequence[int],
+    budget: int,
+    palette: dict[str, str] | None = None,
+    title: str | None = None,
+) -> Figure | None:
     """Trainer diagnostics per arm over the drift clock (rolling mean of 5 updates; 95% band
     over seeds); the panels are the columns of `TRAINING_PANELS` the updates table has."""
     if updates is None or updates.empty or "t" not in updates:
@@ -93,8 +98,13 @@ def _family_long(updates: pd.DataFrame, prefix: str) -> pd.DataFrame:
     return long.assign(family=long["family"].map(cols)).dropna(subset=["norm"])
 
 
-def critic_figure(updates: pd.DataFrame | None, switch_points: Sequence[int], budget: int,
-                  palette: dict[str, str] | None = None, title: str | None = None) -> Figure | None:
+def critic_figure(
+    updates: pd.DataFrame | None,
+    switch_points: Sequence[int],
+    budget: int,
+    palette: dict[str, str] | None = None,
+    title: str | None = None,
+) -> Figure | None:
     """Critic diagnostics, drawn only for the columns present: value explained variance, critic
     loss, gradient norms by module family (policy_/critic_grad_norm_<family>; colour = family,
     line style = arm) and MoE expert load (*expert_load_cv, *expert_load_peak)."""
@@ -102,16 +112,22 @@ def critic_figure(updates: pd.DataFrame | None, switch_points: Sequence[int], bu
         return None
     arms = sorted(updates["arm"].unique(), key=str)
     palette = palette or arm_palette(arms)
-    scalar = [(c, lab) for c, lab in [("value_explained_variance", "value explained variance"),
-                                      ("critic_loss", "critic (value) loss")] if _numeric_present(updates, c)]
+    scalar = [
+        (c, lab)
+        for c, lab in [("value_explained_variance", "value explained variance"), ("critic_loss", "critic (value) loss")]
+        if _numeric_present(updates, c)
+    ]
     families = [(p, _family_long(updates, p)) for p in ("policy_", "critic_")]
     families = [(p, d) for p, d in families if not d.empty]
-    load_cols = [c for c in updates.columns if ("expert_load" in c or "load_balance" in c) and _numeric_present(updates, c)]
+    load_cols = [
+        c for c in updates.columns if ("expert_load" in c or "load_balance" in c) and _numeric_present(updates, c)
+    ]
     n = len(scalar) + len(families) + (1 if load_cols else 0)
     if n == 0:
         return None
-    fig, axes = panel_grid(n, ncols=2, w=5.2, h=3.1,
-                            title=title or "Critic and module diagnostics (rolling mean of 5 updates; EV: median)")
+    fig, axes = panel_grid(
+        n, ncols=2, w=5.2, h=3.1, title=title or "Critic and module diagnostics (rolling mean of 5 updates; EV: median)"
+    )
     it = iter(axes)
     smooth = _smooth(updates, [c for c, _ in scalar] + load_cols)
     for col, label in scalar:
@@ -125,16 +141,26 @@ def critic_figure(updates: pd.DataFrame | None, switch_points: Sequence[int], bu
     for prefix, long in families:
         ax = next(it)
         fams = [f for f in FAMILY_ORDER if f in set(long["family"])]
-        mean_lineplot(ax, long, "t", "norm", "family", fams, FAMILY_COLORS,
-                      style="arm" if long["arm"].nunique() > 1 else None, linewidth=1.3)
+        mean_lineplot(
+            ax,
+            long,
+            "t",
+            "norm",
+            "family",
+            fams,
+            FAMILY_COLORS,
+            style="arm" if long["arm"].nunique() > 1 else None,
+            linewidth=1.3,
+        )
         if (long["norm"] > 0).all():
             ax.set_yscale("log")
         ax.set_title(f"{prefix.rstrip('_')} gradient norm by module family", loc="left", fontsize=9)
         legend_right(ax)
     if load_cols:
         ax = next(it)
-        long = smooth[["arm", "seed", "t", *load_cols]].melt(id_vars=["arm", "seed", "t"], value_vars=load_cols,
-                                                             var_name="measure", value_name="load")
+        long = smooth[["arm", "seed", "t", *load_cols]].melt(
+            id_vars=["arm", "seed", "t"], value_vars=load_cols, var_name="measure", value_name="load"
+        )
         mean_lineplot(ax, long, "t", "load", "measure", style="arm" if len(arms) > 1 else None, linewidth=1.3)
         ax.set_title("expert load (cv: 0 = balanced; peak: 1 = balanced)", loc="left", fontsize=9)
         legend_right(ax)
@@ -145,5 +171,3 @@ def critic_figure(updates: pd.DataFrame | None, switch_points: Sequence[int], bu
         ax.set_ylabel("")
         ax.set_xlim(0, budget)
     return fig
-
-

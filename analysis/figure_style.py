@@ -24,18 +24,17 @@ from matplotlib.typing import RcKeyType
 
 from analysis import realign
 
-
 # ----------------------------------------------------------------------------------------------
 # colours
 
 STYLE_ORDER = ["cute", "chuunibyou", "classical", "academic", "plain", "mixed"]
 STYLE_COLORS = {
-    "cute": "#e7298a",        # pink
+    "cute": "#e7298a",  # pink
     "chuunibyou": "#7570b3",  # violet
-    "classical": "#a6761d",   # ochre
-    "academic": "#1b9e77",    # teal
-    "plain": "#666666",       # grey
-    "mixed": "#bbbbbb",       # light grey
+    "classical": "#a6761d",  # ochre
+    "academic": "#1b9e77",  # teal
+    "plain": "#666666",  # grey
+    "mixed": "#bbbbbb",  # light grey
 }
 _ARM_BASE = sns.color_palette("tab10").as_hex()
 ARM_COLORS = {"sao": _ARM_BASE[0], "running_mean": _ARM_BASE[1], "grpo": _ARM_BASE[2], "rloo": _ARM_BASE[3]}
@@ -90,9 +89,19 @@ ERRORBAR = ("ci", 95)  # seaborn's percentile bootstrap over seeds
 N_BOOT = 100
 
 
-def mean_lineplot(ax, data: pd.DataFrame, x: str, y: str, hue: str, hue_order: Sequence | None = None,
-                  palette: dict | None = None, style: str | None = None, unit: str = "seed",
-                  legend: bool = True, **line_kw) -> None:
+def mean_lineplot(
+    ax,
+    data: pd.DataFrame,
+    x: str,
+    y: str,
+    hue: str,
+    hue_order: Sequence | None = None,
+    palette: dict | None = None,
+    style: str | None = None,
+    unit: str = "seed",
+    legend: bool = True,
+    **line_kw,
+) -> None:
     """Mean of y over `unit` (seeds) at each x, per hue (and line style per `style`), with seaborn's
     95% bootstrap band. Rows are first averaged within a unit at each x, so that every seed
     counts once however many rows it has there (e.g. two clocks rounded to one judge-call bin)."""
@@ -107,12 +116,26 @@ def mean_lineplot(ax, data: pd.DataFrame, x: str, y: str, hue: str, hue_order: S
     palette = {h: (palette or {}).get(h) or c for h, c in zip(hues, sns.color_palette("tab10", len(hues)).as_hex())}
     if "marker" in line_kw:
         line_kw.setdefault("markersize", 3)
-    sns.lineplot(data=data, x=x, y=y, hue=hue, hue_order=hues, palette=palette, style=style, errorbar=ERRORBAR,
-                 n_boot=N_BOOT, seed=0, ax=ax, legend="auto" if legend else False, **line_kw)
+    sns.lineplot(
+        data=data,
+        x=x,
+        y=y,
+        hue=hue,
+        hue_order=hues,
+        palette=palette,
+        style=style,
+        errorbar=ERRORBAR,
+        n_boot=N_BOOT,
+        seed=0,
+        ax=ax,
+        legend="auto" if legend else False,
+        **line_kw,
+    )
 
 
-def shade_phases(ax, switch_points: Sequence[int], budget: int, targets: Sequence[str | None],
-                 label: bool = True) -> None:
+def shade_phases(
+    ax, switch_points: Sequence[int], budget: int, targets: Sequence[str | None], label: bool = True
+) -> None:
     """Tint every phase of the schedule (from its switch points, whether or not anything was
     measured in it) with its target style's colour, grey where the target is unknown; dash the
     switches, and (label=True) name the target at the top of the panel."""
@@ -122,8 +145,17 @@ def shade_phases(ax, switch_points: Sequence[int], budget: int, targets: Sequenc
         style = targets[i] if i < len(targets) else None
         ax.axvspan(a, b, color=pal[style] if style else UNKNOWN_COLOR, alpha=0.07, lw=0, zorder=0)
         if style and label:
-            ax.text((a + b) / 2, 1.0, f"target: {style}", transform=ax.get_xaxis_transform(), ha="center",
-                    va="bottom", fontsize=8, color=pal[style], fontweight="bold")
+            ax.text(
+                (a + b) / 2,
+                1.0,
+                f"target: {style}",
+                transform=ax.get_xaxis_transform(),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                color=pal[style],
+                fontweight="bold",
+            )
     for s in switch_points:
         ax.axvline(s, color="#333333", ls="--", lw=1, zorder=1)
 
@@ -133,8 +165,9 @@ def legend_right(ax, title: str | None = None) -> None:
     if ax.get_legend() is not None:
         ax.get_legend().remove()
     if handles:
-        ax.legend(handles, labels, title=title, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
-                  title_fontsize=8)
+        ax.legend(
+            handles, labels, title=title, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title_fontsize=8
+        )
 
 
 def panel_grid(n: int, ncols: int = 3, w: float = 4.2, h: float = 2.9, title: str | None = None):
@@ -147,5 +180,3 @@ def panel_grid(n: int, ncols: int = 3, w: float = 4.2, h: float = 2.9, title: st
     if title:
         fig.suptitle(title, fontweight="bold")
     return fig, flat[:n]
-
-

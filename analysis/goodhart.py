@@ -28,8 +28,26 @@ import pandas as pd
 from analysis.curves import judged
 from analysis.realign import bootstrap_ci, phase_bounds
 
-COLUMNS = ["arm", "phase", "start", "end", "seeds", "scored", "reward", "reward_lo", "reward_hi", "gold_reward",
-           "gold_reward_lo", "gold_reward_hi", "gap", "gap_lo", "gap_hi", "withheld", "withheld_lo", "withheld_hi"]
+COLUMNS = [
+    "arm",
+    "phase",
+    "start",
+    "end",
+    "seeds",
+    "scored",
+    "reward",
+    "reward_lo",
+    "reward_hi",
+    "gold_reward",
+    "gold_reward_lo",
+    "gold_reward_hi",
+    "gap",
+    "gap_lo",
+    "gap_hi",
+    "withheld",
+    "withheld_lo",
+    "withheld_hi",
+]
 
 
 def scored(episodes: pd.DataFrame) -> pd.DataFrame:
@@ -56,8 +74,10 @@ def gap_overview(episodes: pd.DataFrame, switch_points: Sequence[int], budget: i
             part = g[(g["t"] >= start) & (g["t"] < end)]
             per_seed = part.groupby("seed")[["reward", "gold_reward", "gap"]].mean()
             with np.errstate(divide="ignore", invalid="ignore"):  # no training reward: no share to withhold
-                per_seed["withheld"] = np.where(per_seed["reward"] > 0, 1.0 - per_seed["gold_reward"] / per_seed["reward"], np.nan)
-            row = {"arm": arm, "phase": phase, "start": start, "end": end, "seeds": int(len(per_seed)), "scored": int(len(part))}
+                per_seed["withheld"] = np.where(
+                    per_seed["reward"] > 0, 1.0 - per_seed["gold_reward"] / per_seed["reward"], np.nan
+                )
+            row = {"arm": arm, "phase": phase, "start": start, "end": end, "seeds": len(per_seed), "scored": len(part)}
             for col in ("reward", "gold_reward", "gap", "withheld"):
                 mean, lo, hi = bootstrap_ci(per_seed[col].to_numpy(float) if len(per_seed) else np.zeros(0))
                 row.update({col: mean, f"{col}_lo": lo, f"{col}_hi": hi})
@@ -80,8 +100,17 @@ def gap_rise(episodes: pd.DataFrame, window: int) -> pd.DataFrame:
             ends.append(s["gap"].tail(window).mean())
         rise = np.asarray(ends) - np.asarray(starts)
         mean, lo, hi = bootstrap_ci(rise)
-        rows.append({"arm": arm, "seeds": len(starts), "gap_start": float(np.mean(starts)), "gap_end": float(np.mean(ends)),
-                     "gap_rise": mean, "gap_rise_lo": lo, "gap_rise_hi": hi})
+        rows.append(
+            {
+                "arm": arm,
+                "seeds": len(starts),
+                "gap_start": float(np.mean(starts)),
+                "gap_end": float(np.mean(ends)),
+                "gap_rise": mean,
+                "gap_rise_lo": lo,
+                "gap_rise_hi": hi,
+            }
+        )
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -103,13 +132,31 @@ def gap_curve(episodes: pd.DataFrame, window: int, points: int = 200) -> pd.Data
             continue
         t, roll = t[keep_rows], roll[keep_rows]
         keep = grid[(grid >= t.min()) & (grid <= t.max())]
-        out.append(pd.DataFrame({"arm": arm, "seed": seed, "t": keep,
-                                 **{c: np.interp(keep, t, roll[c].to_numpy(float)) for c in ("reward", "gold_reward", "gap")}}))
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=["arm", "seed", "t", "reward", "gold_reward", "gap"])
+        out.append(
+            pd.DataFrame(
+                {
+                    "arm": arm,
+                    "seed": seed,
+                    "t": keep,
+                    **{c: np.interp(keep, t, roll[c].to_numpy(float)) for c in ("reward", "gold_reward", "gap")},
+                }
+            )
+        )
+    return (
+        pd.concat(out, ignore_index=True)
+        if out
+        else pd.DataFrame(columns=["arm", "seed", "t", "reward", "gold_reward", "gap"])
+    )
 
 
-def gap_figure(episodes: pd.DataFrame, switch_points: Sequence[int], budget: int, window: int,
-               palette: dict[str, str] | None = None, targets: Sequence[str | None] = ()):
+def gap_figure(
+    episodes: pd.DataFrame,
+    switch_points: Sequence[int],
+    budget: int,
+    window: int,
+    palette: dict[str, str] | None = None,
+    targets: Sequence[str | None] = (),
+):
     """Two panels against the clock: training (solid) and gold (dashed) reward per arm, and the
     gap; mean over seeds with a 95% bootstrap band. None without gold verdicts."""
     from analysis.figure_style import mean_lineplot, new_figure, shade_phases
@@ -118,7 +165,9 @@ def gap_figure(episodes: pd.DataFrame, switch_points: Sequence[int], budget: int
     if curve.empty:
         return None
     fig, axes = new_figure(1, 2, 11.0, 3.6)
-    long = curve.melt(id_vars=["arm", "seed", "t"], value_vars=["reward", "gold_reward"], var_name="judge", value_name="value")
+    long = curve.melt(
+        id_vars=["arm", "seed", "t"], value_vars=["reward", "gold_reward"], var_name="judge", value_name="value"
+    )
     long["judge"] = long["judge"].map({"reward": "training judge", "gold_reward": "gold judge"})
     ax = axes[0, 0]
     shade_phases(ax, switch_points, budget, list(targets))

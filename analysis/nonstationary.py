@@ -95,19 +95,56 @@ POOLED = "all"
 # The metrics that `interval_estimates` covers, by the table they come from (name -> what a
 # reader sees); the switch ones are columns of `realign.switch_metrics` (old_fall merged in).
 SEGMENT_METRICS: dict[str, str] = {"auc": "reward area", "dynamic_regret": "dynamic regret"}
-SWITCH_METRICS: dict[str, str] = {"episodes_to_bar": "episodes to the bar", "dip": "dip",
-                                  "old_fall": "old share to level"}
-LOWER_IS_BETTER = frozenset({"episodes_to_bar", "judge_calls_to_bar", "episodes_to_own_plateau",
-                             "judge_calls_to_own_plateau", "old_half_life", "crossover", "old_fall", "regret",
-                             "dynamic_regret"})
+SWITCH_METRICS: dict[str, str] = {
+    "episodes_to_bar": "episodes to the bar",
+    "dip": "dip",
+    "old_fall": "old share to level",
+}
+LOWER_IS_BETTER = frozenset(
+    {
+        "episodes_to_bar",
+        "judge_calls_to_bar",
+        "episodes_to_own_plateau",
+        "judge_calls_to_own_plateau",
+        "old_half_life",
+        "crossover",
+        "old_fall",
+        "regret",
+        "dynamic_regret",
+    }
+)
 # The probability of improvement costs far more than an interval: the report draws it for these.
 IMPROVEMENT_METRICS: dict[str, str] = {"switch": "episodes_to_bar", "segment": "dynamic_regret"}
-FALL_COLUMNS = ["arm", "seed", "switch", "t", "from_style", "to_style", "old_level", "old_share_at_switch",
-                "old_fall"]
-INTERVAL_COLUMNS = ["arm", "metric", "better", "unit", "task", "tasks", "n", "mean", "mean_lo", "mean_hi", "iqm",
-                    "iqm_lo", "iqm_hi"]
-IMPROVEMENT_COLUMNS = ["metric", "better", "unit", "task", "tasks", "arm_x", "arm_y", "n_x", "n_y", "p_improvement",
-                       "p_improvement_lo", "p_improvement_hi"]
+FALL_COLUMNS = ["arm", "seed", "switch", "t", "from_style", "to_style", "old_level", "old_share_at_switch", "old_fall"]
+INTERVAL_COLUMNS = [
+    "arm",
+    "metric",
+    "better",
+    "unit",
+    "task",
+    "tasks",
+    "n",
+    "mean",
+    "mean_lo",
+    "mean_hi",
+    "iqm",
+    "iqm_lo",
+    "iqm_hi",
+]
+IMPROVEMENT_COLUMNS = [
+    "metric",
+    "better",
+    "unit",
+    "task",
+    "tasks",
+    "arm_x",
+    "arm_y",
+    "n_x",
+    "n_y",
+    "p_improvement",
+    "p_improvement_lo",
+    "p_improvement_hi",
+]
 
 
 def better(metric: str) -> str:
@@ -134,13 +171,17 @@ def over_label(unit: str, task, tasks: str) -> str:
 
 from analysis.segments import BEST_ARM, REFERENCE, SEGMENT_COLUMNS, segment_metrics  # noqa: E402,F401
 
-
 # ----------------------------------------------------------------------------------------------
 # per switch
 
 
-def fall_time(t: Sequence[float] | np.ndarray, share: Sequence[float] | np.ndarray, switch: float, end: float,
-              level: float = DEFAULT_OLD_LEVEL) -> float:
+def fall_time(
+    t: Sequence[float] | np.ndarray,
+    share: Sequence[float] | np.ndarray,
+    switch: float,
+    end: float,
+    level: float = DEFAULT_OLD_LEVEL,
+) -> float:
     """Episodes after `switch` until `share` (sampled at clocks `t`) first falls to `level` or
     below before `end`, linear between samples; the last sample at or before `switch` stands for
     the value at `switch` (0 if it is already there). NaN if it never does, or no sample
@@ -158,8 +199,13 @@ def fall_time(t: Sequence[float] | np.ndarray, share: Sequence[float] | np.ndarr
     return hit - float(switch) if np.isfinite(hit) else float("nan")
 
 
-def old_fall(evals: pd.DataFrame | None, switch_points: Sequence[int], budget: int,
-             episodes: pd.DataFrame | None = None, old_level: float = DEFAULT_OLD_LEVEL) -> pd.DataFrame:
+def old_fall(
+    evals: pd.DataFrame | None,
+    switch_points: Sequence[int],
+    budget: int,
+    episodes: pd.DataFrame | None = None,
+    old_level: float = DEFAULT_OLD_LEVEL,
+) -> pd.DataFrame:
     """One row per arm, seed (with evaluations) and switch (columns `FALL_COLUMNS`): `old_fall`,
     the episodes until the old target's held-out share falls to `old_level` (see the module
     docstring). The phases' targets come from the episodes where given, else the evaluations."""
@@ -174,10 +220,19 @@ def old_fall(evals: pd.DataFrame | None, switch_points: Sequence[int], budget: i
             old, new = targets[i], targets[i + 1]
             et, share = share_series(ev, old)
             at_switch = share[et <= switch]
-            rows.append({"arm": arm, "seed": seed, "switch": i + 1, "t": int(switch), "from_style": old,
-                         "to_style": new, "old_level": old_level,
-                         "old_share_at_switch": float(at_switch[-1]) if at_switch.size else np.nan,
-                         "old_fall": fall_time(et, share, switch, bounds[i + 2], old_level) if et.size else np.nan})
+            rows.append(
+                {
+                    "arm": arm,
+                    "seed": seed,
+                    "switch": i + 1,
+                    "t": int(switch),
+                    "from_style": old,
+                    "to_style": new,
+                    "old_level": old_level,
+                    "old_share_at_switch": float(at_switch[-1]) if at_switch.size else np.nan,
+                    "old_fall": fall_time(et, share, switch, bounds[i + 2], old_level) if et.size else np.nan,
+                }
+            )
     return pd.DataFrame(rows, columns=FALL_COLUMNS)
 
 
@@ -237,7 +292,7 @@ def iqm(scores: np.ndarray) -> float:
     """`metrics.aggregate_iqm`: scipy's trim_mean(scores, 0.25, axis=None), int(n / 4) cut per end."""
     a = np.sort(np.asarray(scores, dtype=float), axis=None)
     cut = int(0.25 * a.size)
-    return float(a[cut:a.size - cut].mean())
+    return float(a[cut : a.size - cut].mean())
 
 
 def improvement_matrix(*scores: np.ndarray) -> np.ndarray:
@@ -247,7 +302,7 @@ def improvement_matrix(*scores: np.ndarray) -> np.ndarray:
     k, n = len(scores), max(s.shape[0] for s in scores)
     padded = np.full((k, n, scores[0].shape[1]), np.nan)  # NaN pads compare as neither > nor =
     for i, s in enumerate(scores):
-        padded[i, :s.shape[0]] = s
+        padded[i, : s.shape[0]] = s
     d = padded[:, None, :, None, :] - padded[None, :, None, :, :]  # arm, arm, seed, seed, task
     pairs = np.array([s.shape[0] for s in scores], dtype=float)
     per_task = ((d > 0).sum(axis=(2, 3)) + 0.5 * (d == 0).sum(axis=(2, 3))) / np.outer(pairs, pairs)[:, :, None]
@@ -270,12 +325,22 @@ def _task_scores(table: pd.DataFrame, metrics: Sequence[str], unit: str, arms: l
         if metric not in table:
             continue
         for label, tasks in _task_groups(table, metric, unit):
-            yield metric, label, tasks, {arm: _scores(table, arm, metric, unit, tasks) if tasks else np.zeros((0, 0))
-                                         for arm in arms}
+            yield (
+                metric,
+                label,
+                tasks,
+                {arm: _scores(table, arm, metric, unit, tasks) if tasks else np.zeros((0, 0)) for arm in arms},
+            )
 
 
-def interval_estimates(table: pd.DataFrame, metrics: Sequence[str], unit: str, reps: int = DEFAULT_REPS,
-                       confidence: float = DEFAULT_CONFIDENCE, seed: int = DEFAULT_SEED) -> pd.DataFrame:
+def interval_estimates(
+    table: pd.DataFrame,
+    metrics: Sequence[str],
+    unit: str,
+    reps: int = DEFAULT_REPS,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_SEED,
+) -> pd.DataFrame:
     """Per arm, metric and task: mean and IQM over seeds with rliable's stratified-bootstrap
     intervals (columns `INTERVAL_COLUMNS`). `table` is per arm, seed and task, the task in column
     `unit` ("switch" or "segment"); see the module docstring for the pooled "all" rows and NaNs."""
@@ -290,21 +355,40 @@ def interval_estimates(table: pd.DataFrame, metrics: Sequence[str], unit: str, r
         bounds = {}
         if spread:
             lo, hi = stratified_bootstrap([scores[a] for a in spread], _mean_and_iqm, reps, confidence, seed)
-            bounds = {a: (lo[2 * i:2 * i + 2], hi[2 * i:2 * i + 2]) for i, a in enumerate(spread)}
+            bounds = {a: (lo[2 * i : 2 * i + 2], hi[2 * i : 2 * i + 2]) for i, a in enumerate(spread)}
         for arm in arms:
             s = scores[arm]
             mean = float(rl_metrics.aggregate_mean(s)) if s.shape[0] else np.nan
             center = float(rl_metrics.aggregate_iqm(s)) if s.shape[0] else np.nan
             lo, hi = bounds.get(arm, (np.full(2, np.nan), np.full(2, np.nan)))
-            rows.append({"arm": arm, "metric": metric, "better": better(metric), "unit": unit, "task": label,
-                         "tasks": " ".join(str(t) for t in tasks), "n": int(s.shape[0]), "mean": mean,
-                         "mean_lo": float(lo[0]), "mean_hi": float(hi[0]), "iqm": center, "iqm_lo": float(lo[1]),
-                         "iqm_hi": float(hi[1])})
+            rows.append(
+                {
+                    "arm": arm,
+                    "metric": metric,
+                    "better": better(metric),
+                    "unit": unit,
+                    "task": label,
+                    "tasks": " ".join(str(t) for t in tasks),
+                    "n": int(s.shape[0]),
+                    "mean": mean,
+                    "mean_lo": float(lo[0]),
+                    "mean_hi": float(hi[0]),
+                    "iqm": center,
+                    "iqm_lo": float(lo[1]),
+                    "iqm_hi": float(hi[1]),
+                }
+            )
     return pd.DataFrame(rows, columns=INTERVAL_COLUMNS)
 
 
-def probability_of_improvement(table: pd.DataFrame, metrics: Sequence[str], unit: str, reps: int = DEFAULT_REPS,
-                               confidence: float = DEFAULT_CONFIDENCE, seed: int = DEFAULT_SEED) -> pd.DataFrame:
+def probability_of_improvement(
+    table: pd.DataFrame,
+    metrics: Sequence[str],
+    unit: str,
+    reps: int = DEFAULT_REPS,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_SEED,
+) -> pd.DataFrame:
     """For every ordered pair of arms (X, Y), metric and task: P(X better than Y) with rliable's
     bootstrap interval (columns `IMPROVEMENT_COLUMNS`; "better" is lower for LOWER_IS_BETTER).
     Tasks, pooling and NaNs as in `interval_estimates`; no interval unless both arms have two
@@ -326,15 +410,27 @@ def probability_of_improvement(table: pd.DataFrame, metrics: Sequence[str], unit
             bounds = {pair: (float(lo[i]), float(hi[i])) for i, pair in enumerate(pairs)}
         points = {}
         for i, x in enumerate(arms):
-            for y in arms[i + 1:]:
+            for y in arms[i + 1 :]:
                 p = np.nan
                 if scores[x].shape[0] and scores[y].shape[0]:
                     p = float(rl_metrics.probability_of_improvement(scores[x], scores[y]))
                 points[x, y], points[y, x] = p, 1.0 - p
         for (x, y), p in points.items():
             lo, hi = bounds.get((x, y), (np.nan, np.nan))
-            rows.append({"metric": metric, "better": better(metric), "unit": unit, "task": label,
-                         "tasks": " ".join(str(t) for t in tasks), "arm_x": x, "arm_y": y,
-                         "n_x": int(scores[x].shape[0]), "n_y": int(scores[y].shape[0]), "p_improvement": p,
-                         "p_improvement_lo": lo, "p_improvement_hi": hi})
+            rows.append(
+                {
+                    "metric": metric,
+                    "better": better(metric),
+                    "unit": unit,
+                    "task": label,
+                    "tasks": " ".join(str(t) for t in tasks),
+                    "arm_x": x,
+                    "arm_y": y,
+                    "n_x": int(scores[x].shape[0]),
+                    "n_y": int(scores[y].shape[0]),
+                    "p_improvement": p,
+                    "p_improvement_lo": lo,
+                    "p_improvement_hi": hi,
+                }
+            )
     return pd.DataFrame(rows, columns=IMPROVEMENT_COLUMNS)

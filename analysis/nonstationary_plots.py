@@ -23,8 +23,10 @@ from analysis import nonstationary
 from analysis.figure_style import arm_palette, new_figure
 
 CMAP = sns.color_palette("vlag_r", as_cmap=True)  # blue: X better, white: even, red: Y better
-SEGMENT_PANELS = [("auc", "reward area: mean reward over the segment"),
-                  ("dynamic_regret", "dynamic regret per episode (reference - reward)")]
+SEGMENT_PANELS = [
+    ("auc", "reward area: mean reward over the segment"),
+    ("dynamic_regret", "dynamic regret per episode (reference - reward)"),
+]
 
 
 def _interval(ax, x: float, mean: float, lo: float, hi: float, color: str) -> None:
@@ -36,8 +38,9 @@ def _interval(ax, x: float, mean: float, lo: float, hi: float, color: str) -> No
     ax.plot([x], [mean], "o", color=color, markersize=7, zorder=4)
 
 
-def segment_figure(segments: pd.DataFrame, intervals: pd.DataFrame, palette: dict[str, str] | None = None,
-                   title: str | None = None) -> Figure | None:
+def segment_figure(
+    segments: pd.DataFrame, intervals: pd.DataFrame, palette: dict[str, str] | None = None, title: str | None = None
+) -> Figure | None:
     """Reward area and dynamic regret per segment and arm (see the module docstring)."""
     if segments is None or segments.empty or intervals is None or intervals.empty:
         return None
@@ -46,8 +49,9 @@ def segment_figure(segments: pd.DataFrame, intervals: pd.DataFrame, palette: dic
         return None
     info = segments.drop_duplicates("segment").set_index("segment").sort_index()
     keys = list(info.index)
-    labels = [f"segment {k}: {info.loc[k, 'target_style']}\n(t {info.loc[k, 'start']}-{info.loc[k, 'end']})"
-              for k in keys]
+    labels = [
+        f"segment {k}: {info.loc[k, 'target_style']}\n(t {info.loc[k, 'start']}-{info.loc[k, 'end']})" for k in keys
+    ]
     arms = sorted(iv["arm"].unique(), key=str)
     palette = palette or arm_palette(arms)
     width = 0.8 / max(1, len(arms))
@@ -62,8 +66,15 @@ def segment_figure(segments: pd.DataFrame, intervals: pd.DataFrame, palette: dic
                     r = row.iloc[0]
                     _interval(ax, x, r["mean"], r["mean_lo"], r["mean_hi"], palette[arm])
                 seeds = segments[(segments["arm"] == arm) & (segments["segment"] == k)][metric].dropna()
-                ax.plot(x + rng.uniform(-0.25, 0.25, len(seeds)) * width, seeds, "o", color="#222222",
-                        markersize=3, alpha=0.6, zorder=5)
+                ax.plot(
+                    x + rng.uniform(-0.25, 0.25, len(seeds)) * width,
+                    seeds,
+                    "o",
+                    color="#222222",
+                    markersize=3,
+                    alpha=0.6,
+                    zorder=5,
+                )
         if metric == "auc":
             col = "reference_reward" if "reference_reward" in segments else "best_plateau"
             against = segments.groupby("segment")[col].mean()
@@ -79,12 +90,21 @@ def segment_figure(segments: pd.DataFrame, intervals: pd.DataFrame, palette: dic
         ax.grid(False, axis="x")
         ax.set_title(label, loc="left", fontsize=9)
     handles = [Line2D([], [], color=palette[a], marker="o", lw=2.2) for a in arms]
-    handles += [Line2D([], [], color="#222222", marker="o", markersize=3, lw=0, alpha=0.6),
-                Line2D([], [], color="#222222", lw=1.4, ls="--")]
-    fig.legend(handles, [*arms, "seeds", "regret reference"], title="arm", loc="outside right upper", fontsize=8,
-               title_fontsize=8)
-    fig.suptitle(title or "Per segment: mean over seeds with rliable's stratified-bootstrap 95% interval",
-                 fontweight="bold")
+    handles += [
+        Line2D([], [], color="#222222", marker="o", markersize=3, lw=0, alpha=0.6),
+        Line2D([], [], color="#222222", lw=1.4, ls="--"),
+    ]
+    fig.legend(
+        handles,
+        [*arms, "seeds", "regret reference"],
+        title="arm",
+        loc="outside right upper",
+        fontsize=8,
+        title_fontsize=8,
+    )
+    fig.suptitle(
+        title or "Per segment: mean over seeds with rliable's stratified-bootstrap 95% interval", fontweight="bold"
+    )
     return fig
 
 
@@ -99,8 +119,10 @@ def improvement_figure(improvement: pd.DataFrame, title: str | None = None) -> F
     with_ci = k <= 6  # past six arms the cells are too small for the interval's text
     cell = 0.95 if with_ci else 0.55
     fig, axes = new_figure(1, len(metrics), len(metrics) * (cell * k + 2.4), cell * k + 1.9)
-    labels = {nonstationary.IMPROVEMENT_METRICS["switch"]: "episodes to recover",
-              nonstationary.IMPROVEMENT_METRICS["segment"]: "dynamic regret"}
+    labels = {
+        nonstationary.IMPROVEMENT_METRICS["switch"]: "episodes to recover",
+        nonstationary.IMPROVEMENT_METRICS["segment"]: "dynamic regret",
+    }
     for ax, metric in zip(axes[0], metrics):
         rows = improvement[improvement["metric"] == metric]
         pooled = rows[rows["task"].astype(str) == nonstationary.POOLED]
@@ -114,10 +136,20 @@ def improvement_figure(improvement: pd.DataFrame, title: str | None = None) -> F
             i, j = arms.index(r["arm_x"]), arms.index(r["arm_y"])
             if not np.isfinite(r["p_improvement"]):
                 continue
-            ci = (f"\n[{r['p_improvement_lo']:.2f}, {r['p_improvement_hi']:.2f}]"
-                  if with_ci and np.isfinite(r["p_improvement_lo"]) else "")
-            ax.text(j, i, f"{r['p_improvement']:.2f}{ci}", ha="center", va="center", fontsize=7 if with_ci else 6,
-                    color="#ffffff" if abs(r["p_improvement"] - 0.5) > 0.3 else "#222222")
+            ci = (
+                f"\n[{r['p_improvement_lo']:.2f}, {r['p_improvement_hi']:.2f}]"
+                if with_ci and np.isfinite(r["p_improvement_lo"])
+                else ""
+            )
+            ax.text(
+                j,
+                i,
+                f"{r['p_improvement']:.2f}{ci}",
+                ha="center",
+                va="center",
+                fontsize=7 if with_ci else 6,
+                color="#ffffff" if abs(r["p_improvement"] - 0.5) > 0.3 else "#222222",
+            )
         fig.colorbar(image, ax=ax, label="P(X better than Y)", shrink=0.8)
         ax.set_xticks(range(k), arms, rotation=30, ha="right", fontsize=8)
         ax.set_yticks(range(k), arms, fontsize=8)
@@ -127,6 +159,7 @@ def improvement_figure(improvement: pd.DataFrame, title: str | None = None) -> F
         r0 = shown.iloc[0]
         over = nonstationary.over_label(r0["unit"], r0["task"], r0["tasks"])
         ax.set_title(f"{labels.get(metric, metric)} ({r0['better']} is better)\nover {over}", loc="left", fontsize=9)
-    fig.suptitle(title or "Probability of improvement: P(X better than Y) (rliable; brackets: 95% interval)",
-                 fontweight="bold")
+    fig.suptitle(
+        title or "Probability of improvement: P(X better than Y) (rliable; brackets: 95% interval)", fontweight="bold"
+    )
     return fig

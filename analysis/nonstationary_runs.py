@@ -43,13 +43,22 @@ def _cat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
 def _group_tables(group: list[Any], labelled: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The group's episodes and reference tables, each with `run` (and labelled arms)."""
     eps = [_labelled(r.episodes, r, labelled) for r in group if not r.episodes.empty]
-    refs = [_labelled(r.reference, r, labelled) for r in group
-            if getattr(r, "reference", None) is not None and not r.reference.empty and "arm" in r.reference]
+    refs = [
+        _labelled(r.reference, r, labelled)
+        for r in group
+        if getattr(r, "reference", None) is not None and not r.reference.empty and "arm" in r.reference
+    ]
     return _cat(eps), _cat(refs)
 
 
-def _nonstationary(runs: list[Any], per_seed: pd.DataFrame, windows: dict[str, int], labelled: bool, reps: int,
-                   arm_order: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def _nonstationary(
+    runs: list[Any],
+    per_seed: pd.DataFrame,
+    windows: dict[str, int],
+    labelled: bool,
+    reps: int,
+    arm_order: list[str] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Per schedule group: the segment table (regret against each run's reference table, else the
     best plateau over all the group's arms), rliable's intervals and probabilities of improvement
     over its switches and segments, and the paired comparisons (`analysis.paired`) of its arms in
@@ -63,12 +72,18 @@ def _nonstationary(runs: list[Any], per_seed: pd.DataFrame, windows: dict[str, i
             seg.insert(0, "run", seg["arm"].map(ep.groupby("arm")["run"].first()))
             segments.append(seg)
         sw = per_seed[per_seed["run"].isin(names)] if not per_seed.empty else per_seed
-        intervals += [nonstationary.interval_estimates(sw, list(nonstationary.SWITCH_METRICS), "switch", reps),
-                      nonstationary.interval_estimates(seg, list(nonstationary.SEGMENT_METRICS), "segment", reps)]
+        intervals += [
+            nonstationary.interval_estimates(sw, list(nonstationary.SWITCH_METRICS), "switch", reps),
+            nonstationary.interval_estimates(seg, list(nonstationary.SEGMENT_METRICS), "segment", reps),
+        ]
         improvement += [
             nonstationary.probability_of_improvement(sw, [nonstationary.IMPROVEMENT_METRICS["switch"]], "switch", reps),
-            nonstationary.probability_of_improvement(seg, [nonstationary.IMPROVEMENT_METRICS["segment"]], "segment",
-                                                     reps),
+            nonstationary.probability_of_improvement(
+                seg, [nonstationary.IMPROVEMENT_METRICS["segment"]], "segment", reps
+            ),
         ]
-        pairs += [paired.paired_table(sw, None, "switch", arm_order), paired.paired_table(seg, None, "segment", arm_order)]
+        pairs += [
+            paired.paired_table(sw, None, "switch", arm_order),
+            paired.paired_table(seg, None, "segment", arm_order),
+        ]
     return _cat(segments), _cat(intervals), _cat(improvement), _cat(pairs)

@@ -27,9 +27,13 @@ def figure_dir(out_dir: str | Path, notebook: str) -> Path:
     chosen = Path(os.environ.get("TESTBED_NOTEBOOK_OUT") or Path(out_dir) / NOTEBOOK_FIGURES / notebook)
     resolved = chosen.resolve()
     report_dir = resolved.parent
-    if resolved.name == "figures" and any((report_dir / f).exists() for f in ("manifest.json", "summary.md", "sweep.json")):
-        raise ValueError(f"{chosen} holds the report's figures; a notebook writes its own beside them "
-                         f"({report_dir / NOTEBOOK_FIGURES / notebook}): set TESTBED_NOTEBOOK_OUT elsewhere")
+    if resolved.name == "figures" and any(
+        (report_dir / f).exists() for f in ("manifest.json", "summary.md", "sweep.json")
+    ):
+        raise ValueError(
+            f"{chosen} holds the report's figures; a notebook writes its own beside them "
+            f"({report_dir / NOTEBOOK_FIGURES / notebook}): set TESTBED_NOTEBOOK_OUT elsewhere"
+        )
     if resolved.is_relative_to(ROOT / "docs"):
         raise ValueError(f"{chosen} is inside docs/, whose images the docs link: set TESTBED_NOTEBOOK_OUT elsewhere")
     return chosen

@@ -66,10 +66,36 @@ PAIRED_METRICS: dict[str, list[str]] = {
     "switch": ["episodes_to_bar", "judge_calls_to_bar", "auc_after", "dip", "episodes_to_own_plateau"],
     "segment": ["dynamic_regret", "auc"],
 }
-PAIRED_COLUMNS = ["metric", "better", "unit", "task", "tasks", "arm_x", "arm_y", "pairing", "n", "n_x", "n_y",
-                  "mean_x", "mean_y", "diff", "diff_lo", "diff_hi", "boot_lo", "boot_hi", "p_better",
-                  "p_better_lo", "p_better_hi", "sd_diff", "se_diff", "mde", "seeds_10pct", "seeds_20pct",
-                  "resolved", "verdict"]
+PAIRED_COLUMNS = [
+    "metric",
+    "better",
+    "unit",
+    "task",
+    "tasks",
+    "arm_x",
+    "arm_y",
+    "pairing",
+    "n",
+    "n_x",
+    "n_y",
+    "mean_x",
+    "mean_y",
+    "diff",
+    "diff_lo",
+    "diff_hi",
+    "boot_lo",
+    "boot_hi",
+    "p_better",
+    "p_better_lo",
+    "p_better_hi",
+    "sd_diff",
+    "se_diff",
+    "mde",
+    "seeds_10pct",
+    "seeds_20pct",
+    "resolved",
+    "verdict",
+]
 NAN = float("nan")
 
 
@@ -112,12 +138,11 @@ def welch_se_df(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     se = float(np.sqrt(vx + vy))
     if se == 0:
         return 0.0, float(x.size + y.size - 2)
-    df = (vx + vy) ** 2 / (vx ** 2 / (x.size - 1) + vy ** 2 / (y.size - 1))
+    df = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
     return se, float(df)
 
 
-def welch_interval(x: Values, y: Values,
-                   confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float]:
+def welch_interval(x: Values, y: Values, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float]:
     """(mean(x) - mean(y), low, high): Welch's t interval for arms that share no seeds."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if x.size == 0 or y.size == 0:
@@ -147,8 +172,14 @@ def _percentiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def paired_bootstrap(x: Values, y: Values, lower: bool, confidence: float = DEFAULT_CONFIDENCE,
-                     n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> dict[str, float]:
+def paired_bootstrap(
+    x: Values,
+    y: Values,
+    lower: bool,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> dict[str, float]:
     """Percentile intervals of mean(x - y) and of the paired P(X better) under ONE resample of
     seeds applied to both arms (x[i], y[i] are seed i's): boot_lo, boot_hi, p_better_lo,
     p_better_hi. Under two seeds: NaN."""
@@ -162,8 +193,14 @@ def paired_bootstrap(x: Values, y: Values, lower: bool, confidence: float = DEFA
     return dict(boot_lo=lo, boot_hi=hi, p_better_lo=p_lo, p_better_hi=p_hi)
 
 
-def unpaired_bootstrap(x: Values, y: Values, lower: bool, confidence: float = DEFAULT_CONFIDENCE,
-                       n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> dict[str, float]:
+def unpaired_bootstrap(
+    x: Values,
+    y: Values,
+    lower: bool,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> dict[str, float]:
     """As `paired_bootstrap`, each arm's values resampled on their own (and P(X better) over all
     pairs); NaN when an arm has under two values."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
@@ -181,8 +218,9 @@ def unpaired_bootstrap(x: Values, y: Values, lower: bool, confidence: float = DE
 # power
 
 
-def min_detectable_difference(se: float, df: float, alpha: float = DEFAULT_ALPHA,
-                              power: float = DEFAULT_POWER) -> float:
+def min_detectable_difference(
+    se: float, df: float, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER
+) -> float:
     """(t_{1-alpha/2, df} + t_{power, df}) x se: the smallest true difference a two-sided t test
     at `alpha` detects with probability `power` (paired: se = sd_diff / sqrt(n), df = n - 1)."""
     if not (np.isfinite(se) and np.isfinite(df) and df > 0):
@@ -190,8 +228,14 @@ def min_detectable_difference(se: float, df: float, alpha: float = DEFAULT_ALPHA
     return (t_quantile(1 - alpha / 2, float(df)) + t_quantile(power, float(df))) * float(se)
 
 
-def seeds_needed(sd: float, difference: float, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER,
-                 cap: int = SEED_CAP, unpaired: bool = False) -> float:
+def seeds_needed(
+    sd: float,
+    difference: float,
+    alpha: float = DEFAULT_ALPHA,
+    power: float = DEFAULT_POWER,
+    cap: int = SEED_CAP,
+    unpaired: bool = False,
+) -> float:
     """The smallest number of seeds n >= 2 whose minimum detectable difference, at spread `sd`,
     is at most |difference|: paired, sd is the per-seed differences' (se = sd / sqrt(n), df = n - 1);
     unpaired, sd**2 is the sum of the arms' variances and n is per arm (se = sd / sqrt(n),
@@ -238,9 +282,19 @@ def _aligned(x: pd.Series, y: pd.Series) -> tuple[np.ndarray, np.ndarray, np.nda
     return vx[ix], vy[iy], vx, vy
 
 
-def compare(x: pd.Series, y: pd.Series, metric: str, arm_x: str = "x", arm_y: str = "y",
-            paired: bool | None = None, confidence: float = DEFAULT_CONFIDENCE, n_boot: int = DEFAULT_N_BOOT,
-            seed: int = 0, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER) -> dict:
+def compare(
+    x: pd.Series,
+    y: pd.Series,
+    metric: str,
+    arm_x: str = "x",
+    arm_y: str = "y",
+    paired: bool | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    alpha: float = DEFAULT_ALPHA,
+    power: float = DEFAULT_POWER,
+) -> dict:
     """Arm X against arm Y on one metric and task: the columns of PAIRED_COLUMNS from `pairing` on
     (see the module docstring). `x`, `y`: the arms' values indexed by seed. `paired=None` (or True)
     pairs when they share at least two seeds with values; False never pairs (arms of different
@@ -265,13 +319,26 @@ def compare(x: pd.Series, y: pd.Series, metric: str, arm_x: str = "x", arm_y: st
         spread = float(np.sqrt(xs.var(ddof=1) + ys.var(ddof=1))) if min(xs.size, ys.size) >= 2 else NAN
     mean_y = float(ys.mean()) if ys.size else NAN
     name = verdict(lo, hi, lower, arm_x, arm_y)
-    return {"pairing": PAIRED if is_paired else UNPAIRED, "n": int(n), "n_x": int(fx.size), "n_y": int(fy.size),
-            "mean_x": float(xs.mean()) if xs.size else NAN, "mean_y": mean_y, "diff": diff, "diff_lo": lo,
-            "diff_hi": hi, **boot, "p_better": p_better(xs, ys, lower, paired=is_paired), "sd_diff": sd,
-            "se_diff": float(se), "mde": min_detectable_difference(se, df, alpha, power),
-            "seeds_10pct": seeds_needed(spread, 0.1 * abs(mean_y), alpha, power, unpaired=not is_paired),
-            "seeds_20pct": seeds_needed(spread, 0.2 * abs(mean_y), alpha, power, unpaired=not is_paired),
-            "resolved": name != "not resolved", "verdict": name}
+    return {
+        "pairing": PAIRED if is_paired else UNPAIRED,
+        "n": int(n),
+        "n_x": int(fx.size),
+        "n_y": int(fy.size),
+        "mean_x": float(xs.mean()) if xs.size else NAN,
+        "mean_y": mean_y,
+        "diff": diff,
+        "diff_lo": lo,
+        "diff_hi": hi,
+        **boot,
+        "p_better": p_better(xs, ys, lower, paired=is_paired),
+        "sd_diff": sd,
+        "se_diff": float(se),
+        "mde": min_detectable_difference(se, df, alpha, power),
+        "seeds_10pct": seeds_needed(spread, 0.1 * abs(mean_y), alpha, power, unpaired=not is_paired),
+        "seeds_20pct": seeds_needed(spread, 0.2 * abs(mean_y), alpha, power, unpaired=not is_paired),
+        "resolved": name != "not resolved",
+        "verdict": name,
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -287,9 +354,15 @@ def _task_values(table: pd.DataFrame, arm, metric: str, unit: str, tasks: list) 
     return wide.mean(axis=1).where(np.isfinite(wide.to_numpy(float)).all(axis=1))
 
 
-def paired_table(table: pd.DataFrame, metrics: Sequence[str] | None, unit: str, arms: Sequence | None = None,
-                 confidence: float = DEFAULT_CONFIDENCE, n_boot: int = DEFAULT_N_BOOT,
-                 seed: int = 0) -> pd.DataFrame:
+def paired_table(
+    table: pd.DataFrame,
+    metrics: Sequence[str] | None,
+    unit: str,
+    arms: Sequence | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> pd.DataFrame:
     """Every pair of `arms` (default: in the table's order; X before Y), metric (default
     PAIRED_METRICS[unit]) and task of a per-seed table (columns arm, seed, `unit` and the
     metrics; `run` optional: arms of different runs are compared unpaired): columns
@@ -310,11 +383,29 @@ def paired_table(table: pd.DataFrame, metrics: Sequence[str] | None, unit: str, 
         for label, group in groups:
             values = {arm: _task_values(table, arm, metric, unit, group) for arm in arms}
             for i, x in enumerate(arms):
-                for y in arms[i + 1:]:
+                for y in arms[i + 1 :]:
                     same_run = run_of.get(x) == run_of.get(y)
-                    row = compare(values[x], values[y], metric, str(x), str(y), paired=None if same_run else False,
-                                  confidence=confidence, n_boot=n_boot, seed=seed)
-                    rows.append({"metric": metric, "better": "lower" if metric in LOWER_IS_BETTER else "higher",
-                                 "unit": unit, "task": label, "tasks": " ".join(str(t) for t in group),
-                                 "arm_x": x, "arm_y": y, **row})
+                    row = compare(
+                        values[x],
+                        values[y],
+                        metric,
+                        str(x),
+                        str(y),
+                        paired=None if same_run else False,
+                        confidence=confidence,
+                        n_boot=n_boot,
+                        seed=seed,
+                    )
+                    rows.append(
+                        {
+                            "metric": metric,
+                            "better": "lower" if metric in LOWER_IS_BETTER else "higher",
+                            "unit": unit,
+                            "task": label,
+                            "tasks": " ".join(str(t) for t in group),
+                            "arm_x": x,
+                            "arm_y": y,
+                            **row,
+                        }
+                    )
     return pd.DataFrame(rows, columns=PAIRED_COLUMNS)

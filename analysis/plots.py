@@ -36,25 +36,40 @@ from analysis.figure_style import (
     ERRORBAR,
     N_BOOT,
     arm_palette,
-    new_figure,
     legend_right,
     mean_lineplot,
+    new_figure,
     ordered_styles,
     panel_grid,
     shade_phases,
     style_palette,
 )
 
-__all__ = ["arm_palette", "critic_figure", "judge_calls_figure", "realignment_figure", "speed_figure",
-           "style_palette", "switch_labels", "target_share_figure", "training_figure"]
+__all__ = [
+    "arm_palette",
+    "critic_figure",
+    "judge_calls_figure",
+    "realignment_figure",
+    "speed_figure",
+    "style_palette",
+    "switch_labels",
+    "target_share_figure",
+    "training_figure",
+]
 
 # ----------------------------------------------------------------------------------------------
 # figures over time
 
 
-def realignment_figure(episodes: pd.DataFrame, evals: pd.DataFrame | None, switch_points: Sequence[int],
-                       budget: int, window: int | None = None, title: str | None = None,
-                       palette: dict[str, str] | None = None) -> Figure | None:
+def realignment_figure(
+    episodes: pd.DataFrame,
+    evals: pd.DataFrame | None,
+    switch_points: Sequence[int],
+    budget: int,
+    window: int | None = None,
+    title: str | None = None,
+    palette: dict[str, str] | None = None,
+) -> Figure | None:
     """Held-out style shares (one panel per arm, when there are evaluations) over the rolling
     training reward per arm (mean over seeds, 95% bootstrap band)."""
     if episodes is None or episodes.empty:
@@ -98,9 +113,14 @@ def realignment_figure(episodes: pd.DataFrame, evals: pd.DataFrame | None, switc
     return fig
 
 
-def target_share_figure(evals: pd.DataFrame | None, switch_points: Sequence[int], budget: int,
-                        palette: dict[str, str] | None = None, title: str | None = None,
-                        targets: Sequence[str | None] | None = None) -> Figure | None:
+def target_share_figure(
+    evals: pd.DataFrame | None,
+    switch_points: Sequence[int],
+    budget: int,
+    palette: dict[str, str] | None = None,
+    title: str | None = None,
+    targets: Sequence[str | None] | None = None,
+) -> Figure | None:
     """Per arm: the held-out share of the style that is the target at each evaluation, and the
     held-out reward (mean over seeds with 95% band). The target changes at a switch, so each
     phase is its own segment: a line never joins the share of one target to the next's.
@@ -116,8 +136,10 @@ def target_share_figure(evals: pd.DataFrame | None, switch_points: Sequence[int]
     phase = np.searchsorted(np.asarray(switch_points, dtype=float), curve["t"].to_numpy(float), side="right")
     curve = curve.assign(phase=phase)
     fig, axes = new_figure(2, 1, 10, 5.6, sharex=True)
-    for ax, col, label in ((axes[0, 0], "target_share", "share of the current\ntarget style"),
-                           (axes[1, 0], "eval_reward", "held-out reward")):
+    for ax, col, label in (
+        (axes[0, 0], "target_share", "share of the current\ntarget style"),
+        (axes[1, 0], "eval_reward", "held-out reward"),
+    ):
         data = curve.dropna(subset=[col])
         for _, segment in data.groupby("phase"):
             mean_lineplot(ax, segment, "t", col, "arm", arms, palette, marker="o", legend=False)
@@ -125,8 +147,15 @@ def target_share_figure(evals: pd.DataFrame | None, switch_points: Sequence[int]
         ax.set_ylim(-0.02, 1.02)
         ax.set_ylabel(label)
         shown = [a for a in arms if (data["arm"] == a).any()]
-        ax.legend([Line2D([], [], color=palette[a], marker="o", markersize=3) for a in shown], shown, title="arm",
-                  loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title_fontsize=8)
+        ax.legend(
+            [Line2D([], [], color=palette[a], marker="o", markersize=3) for a in shown],
+            shown,
+            title="arm",
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            fontsize=8,
+            title_fontsize=8,
+        )
     axes[0, 0].set_title("Held-out prompts: share of the current target style", loc="left", pad=14)
     axes[1, 0].set_title("Held-out prompts: reward (quality x style match)", loc="left")
     axes[1, 0].set_xlabel("training episodes (drift clock t)")
@@ -136,9 +165,15 @@ def target_share_figure(evals: pd.DataFrame | None, switch_points: Sequence[int]
     return fig
 
 
-def judge_calls_figure(episodes: pd.DataFrame, updates: pd.DataFrame | None, switch_points: Sequence[int],
-                       budget: int, window: int | None = None, palette: dict[str, str] | None = None,
-                       title: str | None = None) -> Figure | None:
+def judge_calls_figure(
+    episodes: pd.DataFrame,
+    updates: pd.DataFrame | None,
+    switch_points: Sequence[int],
+    budget: int,
+    window: int | None = None,
+    palette: dict[str, str] | None = None,
+    title: str | None = None,
+) -> Figure | None:
     """Rolling training reward against the cumulative judge calls of each arm (warm-up calls
     included: an arm starts where its first judged sample was spent); a dotted line in the arm's
     colour where it reached each switch."""
@@ -214,12 +249,22 @@ def _recovery_note(ax, seeds: pd.DataFrame, x: float, rotate: bool, own: bool) -
     text = f"{k}/{n}\n{word}" if n else "n/a"
     if n and k < n:
         text += f"\ncensored at {int(seeds['follow_up'].max())}"
-    ax.annotate(text, (x, 0), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=7,
-                color="#b00000" if k < n or not n else "#222222", rotation=90 if rotate else 0)
+    ax.annotate(
+        text,
+        (x, 0),
+        xytext=(0, 3),
+        textcoords="offset points",
+        ha="center",
+        va="bottom",
+        fontsize=7,
+        color="#b00000" if k < n or not n else "#222222",
+        rotation=90 if rotate else 0,
+    )
 
 
-def _speed_marks(ax, metric: str, per_seed: pd.DataFrame, summary: pd.DataFrame, keys: list, arms: list[str],
-                 palette: dict[str, str]) -> None:
+def _speed_marks(
+    ax, metric: str, per_seed: pd.DataFrame, summary: pd.DataFrame, keys: list, arms: list[str], palette: dict[str, str]
+) -> None:
     """What seaborn does not draw: the reached / recovered count under the time-to bars, the
     pre-switch plateau over the dip and auc bars. Bars sit where seaborn dodges them."""
     width = 0.8 / max(1, len(arms))
@@ -245,8 +290,9 @@ def _with_keys(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(_key=list(zip(runs, df["switch"])))
 
 
-def speed_figure(per_seed: pd.DataFrame, summary: pd.DataFrame, palette: dict[str, str] | None = None,
-                 title: str | None = None) -> Figure | None:
+def speed_figure(
+    per_seed: pd.DataFrame, summary: pd.DataFrame, palette: dict[str, str] | None = None, title: str | None = None
+) -> Figure | None:
     """Per switch and arm: a bar at the mean over seeds with seaborn's bootstrap 95% whiskers,
     and a dot per seed. A seed that never reaches the bar (or its own plateau) counts at the phase's
     length (censored); those panels say how many seeds got there."""
@@ -258,22 +304,44 @@ def speed_figure(per_seed: pd.DataFrame, summary: pd.DataFrame, palette: dict[st
     per_seed = per_seed.assign(_label=per_seed["_key"].map(labels))
     arms = sorted(per_seed["arm"].unique(), key=str)
     palette = palette or arm_palette(arms)
-    panels = [(m, lab) for m, lab in SPEED_PANELS
-              if m in per_seed and per_seed[m].notna().any() or m == "episodes_to_bar"]
-    fig, axes = panel_grid(len(panels), ncols=2, w=5.6, h=3.2,
-                            title=title or "Realignment speed per switch (bars: mean over seeds; whiskers: "
-                                           "bootstrap 95% CI; dots: seeds)")
+    panels = [
+        (m, lab) for m, lab in SPEED_PANELS if (m in per_seed and per_seed[m].notna().any()) or m == "episodes_to_bar"
+    ]
+    fig, axes = panel_grid(
+        len(panels),
+        ncols=2,
+        w=5.6,
+        h=3.2,
+        title=title or "Realignment speed per switch (bars: mean over seeds; whiskers: bootstrap 95% CI; dots: seeds)",
+    )
     order = [labels[k] for k in keys]
     for ax, (metric, label) in zip(axes, panels):
         data = per_seed.dropna(subset=[metric])
         if not data.empty:
-            common = dict(data=data, x="_label", y=metric, hue="arm", order=order, hue_order=arms, palette=palette,
-                          ax=ax, legend=False)
-            sns.barplot(**common, errorbar=ERRORBAR, n_boot=N_BOOT, seed=0, alpha=0.75, capsize=0.15,
-                        err_kws={"color": "#222222", "linewidth": 1})
-            dark = {a: "#222222" for a in arms}  # dodged by arm like the bars, but drawn dark on them
-            sns.stripplot(**{**common, "palette": dark}, dodge=True, jitter=0.08 / max(1, len(arms)), size=4,
-                          linewidth=0)
+            common = dict(
+                data=data,
+                x="_label",
+                y=metric,
+                hue="arm",
+                order=order,
+                hue_order=arms,
+                palette=palette,
+                ax=ax,
+                legend=False,
+            )
+            sns.barplot(
+                **common,
+                errorbar=ERRORBAR,
+                n_boot=N_BOOT,
+                seed=0,
+                alpha=0.75,
+                capsize=0.15,
+                err_kws={"color": "#222222", "linewidth": 1},
+            )
+            dark = dict.fromkeys(arms, "#222222")  # dodged by arm like the bars, but drawn dark on them
+            sns.stripplot(
+                **{**common, "palette": dark}, dodge=True, jitter=0.08 / max(1, len(arms)), size=4, linewidth=0
+            )
         _speed_marks(ax, metric, per_seed, summary, keys, arms, palette)
         ax.grid(False, axis="x")
         ax.set_xticks(range(len(keys)), order, fontsize=7.5)
@@ -281,9 +349,9 @@ def speed_figure(per_seed: pd.DataFrame, summary: pd.DataFrame, palette: dict[st
         ax.set_xlabel("")
         ax.set_title(label, loc="left", fontsize=9)
         ax.set_ylim(0, 1.05) if metric in REWARD_PANELS else ax.set_ylim(bottom=0)
-        ax.set_ylabel({"dip": "reward", "auc_after": "reward", "judge_calls_to_bar": "judge calls"}
-                      .get(metric, "episodes"))
+        ax.set_ylabel(
+            {"dip": "reward", "auc_after": "reward", "judge_calls_to_bar": "judge calls"}.get(metric, "episodes")
+        )
     handles = [Line2D([], [], color=palette[a], lw=8, alpha=0.75) for a in arms]
     fig.legend(handles, arms, title="arm", loc="outside right upper", fontsize=8, title_fontsize=8)
     return fig
-

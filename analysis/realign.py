@@ -90,9 +90,9 @@ from analysis.curves import (  # noqa: F401
     target_share_curve,
     warmup_judge_calls,
 )
-from analysis.recovery import MIN_PLATEAU, bar_summary, common_bars, plateau, time_to_level  # noqa: F401
+from analysis.recovery import MIN_PLATEAU, bar_summary, common_bars, plateau, time_to_level
 from analysis.shares import first_crossing as _first_crossing  # noqa: F401  (kept importable here)
-from analysis.shares import share_metrics, share_series as _share_series  # noqa: F401
+from analysis.shares import share_metrics
 
 DEFAULT_WINDOW = 128
 DEFAULT_FRACTION = 0.9
@@ -116,11 +116,38 @@ METRICS: dict[str, str] = {
 ALIASES = {"horizon_reward": "auc_after"}  # older name -> the column it repeats
 
 SWITCH_COLUMNS = [
-    "arm", "seed", "switch", "t", "from_style", "to_style", "window", "fraction", "horizon",
-    "bar", "bar_source", "episodes_to_bar", "censored", "reached_bar", "judge_calls_to_bar", "follow_up",
-    "auc_after", "horizon_reward", "horizon_episodes", "episodes_after", "plateau", "dip", "dip_at",
-    "status", "threshold", "recovered_own_plateau", "episodes_to_own_plateau", "judge_calls_to_own_plateau",
-    "old_share_at_switch", "old_half_life", "crossover", "new_share_end",
+    "arm",
+    "seed",
+    "switch",
+    "t",
+    "from_style",
+    "to_style",
+    "window",
+    "fraction",
+    "horizon",
+    "bar",
+    "bar_source",
+    "episodes_to_bar",
+    "censored",
+    "reached_bar",
+    "judge_calls_to_bar",
+    "follow_up",
+    "auc_after",
+    "horizon_reward",
+    "horizon_episodes",
+    "episodes_after",
+    "plateau",
+    "dip",
+    "dip_at",
+    "status",
+    "threshold",
+    "recovered_own_plateau",
+    "episodes_to_own_plateau",
+    "judge_calls_to_own_plateau",
+    "old_share_at_switch",
+    "old_half_life",
+    "crossover",
+    "new_share_end",
 ]
 
 
@@ -144,8 +171,9 @@ def auto_window(switch_points: Sequence[int], budget: int, window: int | None = 
     return max(1, window)
 
 
-def phase_targets(episodes: pd.DataFrame, evals: pd.DataFrame | None, switch_points: Sequence[int],
-                  budget: int) -> list[str | None]:
+def phase_targets(
+    episodes: pd.DataFrame, evals: pd.DataFrame | None, switch_points: Sequence[int], budget: int
+) -> list[str | None]:
     """The target style of each phase (the most frequent `target_style` in it), None if unknown."""
     bounds = phase_bounds(switch_points, budget)
     sources = [df for df in (episodes, evals) if df is not None and not df.empty and "target_style" in df]
@@ -161,8 +189,12 @@ def phase_targets(episodes: pd.DataFrame, evals: pd.DataFrame | None, switch_poi
     return out
 
 
-def bootstrap_ci(values: Sequence[float] | np.ndarray, confidence: float = DEFAULT_CONFIDENCE,
-                 n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> tuple[float, float, float]:
+def bootstrap_ci(
+    values: Sequence[float] | np.ndarray,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> tuple[float, float, float]:
     """(mean, low, high): the mean of the finite values and rliable's percentile bootstrap
     interval of it (one task: the seeds resampled with replacement; `analysis.bootstrap`).
     One value: (x, nan, nan); none: all nan; identical values: a zero-width interval.
@@ -188,15 +220,24 @@ def bootstrap_ci(values: Sequence[float] | np.ndarray, confidence: float = DEFAU
 def _own_plateau(after_t, roll, full: bool, own: float, fraction: float, switch: int, follow_up: int, calls) -> dict:
     """The secondary metric: against fraction x this arm's own pre-switch plateau."""
     threshold = fraction * own if np.isfinite(own) else float("nan")
-    row = dict(threshold=threshold, recovered_own_plateau=False, episodes_to_own_plateau=float("nan"),
-               judge_calls_to_own_plateau=float("nan"))
+    row = dict(
+        threshold=threshold,
+        recovered_own_plateau=False,
+        episodes_to_own_plateau=float("nan"),
+        judge_calls_to_own_plateau=float("nan"),
+    )
     if not full or not np.isfinite(threshold):
         return {**row, "status": "no data"}
     if own < MIN_PLATEAU:
         return {**row, "status": "no plateau"}  # the old target was never learned: nothing to recover to
     episodes, calls_to, reached = time_to_level(after_t, roll, threshold, switch, follow_up, calls)
-    return {**row, "status": "recovered" if reached else "not recovered", "recovered_own_plateau": reached,
-            "episodes_to_own_plateau": episodes, "judge_calls_to_own_plateau": calls_to}
+    return {
+        **row,
+        "status": "recovered" if reached else "not recovered",
+        "recovered_own_plateau": reached,
+        "episodes_to_own_plateau": episodes,
+        "judge_calls_to_own_plateau": calls_to,
+    }
 
 
 def _common_bar(after_t, roll, full: bool, bar: float, switch: int, follow_up: int, calls) -> dict:
@@ -207,9 +248,20 @@ def _common_bar(after_t, roll, full: bool, bar: float, switch: int, follow_up: i
     return dict(episodes_to_bar=episodes, judge_calls_to_bar=calls_to, censored=not reached, reached_bar=reached)
 
 
-def _one_switch(ok: pd.DataFrame, all_rows: pd.DataFrame, updates: pd.DataFrame | None, evals: pd.DataFrame,
-                switch: int, end: int, old: str | None, new: str | None, window: int, fraction: float,
-                horizon: int, bar: tuple[float, str]) -> dict:
+def _one_switch(
+    ok: pd.DataFrame,
+    all_rows: pd.DataFrame,
+    updates: pd.DataFrame | None,
+    evals: pd.DataFrame,
+    switch: int,
+    end: int,
+    old: str | None,
+    new: str | None,
+    window: int,
+    fraction: float,
+    horizon: int,
+    bar: tuple[float, str],
+) -> dict:
     t = ok["t"].to_numpy()
     r = ok["reward"].to_numpy(dtype=float)
     in_phase = (t >= switch) & (t < end)
@@ -221,8 +273,13 @@ def _one_switch(ok: pd.DataFrame, all_rows: pd.DataFrame, updates: pd.DataFrame 
     follow_up = int(seen.max()) + 1 - switch if seen.size else 0  # the phase length in a complete run
     calls = judge_call_counter(all_rows, updates)
     own = plateau(t, r, switch, window)
-    row: dict = {"episodes_after": int(in_phase.sum()), "plateau": own, "follow_up": follow_up,
-                 "bar": bar[0], "bar_source": bar[1]}
+    row: dict = {
+        "episodes_after": int(in_phase.sum()),
+        "plateau": own,
+        "follow_up": follow_up,
+        "bar": bar[0],
+        "bar_source": bar[1],
+    }
     if full:
         i_dip = int(np.nanargmin(roll))
         row.update(dip=float(roll[i_dip]), dip_at=float(after_t[i_dip] - switch + 1))
@@ -253,11 +310,18 @@ def _rows_of(df: pd.DataFrame | None, arm, seed) -> pd.DataFrame | None:
     return df[(df["arm"] == arm) & (df["seed"] == seed)]
 
 
-def switch_metrics(episodes: pd.DataFrame, switch_points: Sequence[int], budget: int,
-                   evals: pd.DataFrame | None = None, updates: pd.DataFrame | None = None,
-                   window: int | None = None, fraction: float = DEFAULT_FRACTION,
-                   horizon: int | None = DEFAULT_HORIZON, seeds: Sequence[int] | None = None,
-                   reference: pd.DataFrame | None = None) -> pd.DataFrame:
+def switch_metrics(
+    episodes: pd.DataFrame,
+    switch_points: Sequence[int],
+    budget: int,
+    evals: pd.DataFrame | None = None,
+    updates: pd.DataFrame | None = None,
+    window: int | None = None,
+    fraction: float = DEFAULT_FRACTION,
+    horizon: int | None = DEFAULT_HORIZON,
+    seeds: Sequence[int] | None = None,
+    reference: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """One row per arm, seed and switch (columns `SWITCH_COLUMNS`; see the module docstring).
 
     `episodes` holds every arm of the run: the fallback bar (best plateau) is taken over them.
@@ -278,20 +342,59 @@ def switch_metrics(episodes: pd.DataFrame, switch_points: Sequence[int], budget:
         up, ev = _rows_of(updates, arm, seed), _rows_of(evals, arm, seed)
         ev = ev if ev is not None else pd.DataFrame()
         for i, switch in enumerate(switch_points):
-            metrics = _one_switch(mine, all_rows, up, ev, int(switch), bounds[i + 2], targets[i], targets[i + 1],
-                                  window, fraction, horizon, bars.get((seed, i + 1), (float("nan"), "none")))
-            rows.append({"arm": arm, "seed": seed, "switch": i + 1, "t": int(switch), "from_style": targets[i],
-                         "to_style": targets[i + 1], "window": window, "fraction": fraction, "horizon": horizon,
-                         **metrics})
+            metrics = _one_switch(
+                mine,
+                all_rows,
+                up,
+                ev,
+                int(switch),
+                bounds[i + 2],
+                targets[i],
+                targets[i + 1],
+                window,
+                fraction,
+                horizon,
+                bars.get((seed, i + 1), (float("nan"), "none")),
+            )
+            rows.append(
+                {
+                    "arm": arm,
+                    "seed": seed,
+                    "switch": i + 1,
+                    "t": int(switch),
+                    "from_style": targets[i],
+                    "to_style": targets[i + 1],
+                    "window": window,
+                    "fraction": fraction,
+                    "horizon": horizon,
+                    **metrics,
+                }
+            )
     return pd.DataFrame(rows, columns=SWITCH_COLUMNS)
 
 
-AGGREGATE_COUNTS = ["seeds", "seeds_with_data", "recovered_own_plateau", "bar", "bar_source", "bar_seeds",
-                    "reached_bar", "follow_up", "km_median", "km_median_lo", "km_median_hi"]
+AGGREGATE_COUNTS = [
+    "seeds",
+    "seeds_with_data",
+    "recovered_own_plateau",
+    "bar",
+    "bar_source",
+    "bar_seeds",
+    "reached_bar",
+    "follow_up",
+    "km_median",
+    "km_median_lo",
+    "km_median_hi",
+]
 
 
-def aggregate(per_seed: pd.DataFrame, confidence: float = DEFAULT_CONFIDENCE, n_boot: int = DEFAULT_N_BOOT,
-              seed: int = 0, metrics: Sequence[str] | None = None) -> pd.DataFrame:
+def aggregate(
+    per_seed: pd.DataFrame,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    metrics: Sequence[str] | None = None,
+) -> pd.DataFrame:
     """One row per arm (and run, if there is a `run` column) and switch: for each metric in
     `metrics` (default `METRICS`), `<metric>` (mean over seeds), `<metric>_lo`, `<metric>_hi`
     (bootstrap interval) and `<metric>_n` (seeds with a value); plus the counts and the
@@ -307,9 +410,11 @@ def aggregate(per_seed: pd.DataFrame, confidence: float = DEFAULT_CONFIDENCE, n_
     rows = []
     for key, g in per_seed.groupby(keys, sort=False, dropna=False):
         row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-        row.update(seeds=int(g["seed"].nunique()),
-                   seeds_with_data=int(g["status"].isin(["recovered", "not recovered"]).sum()),
-                   recovered_own_plateau=int(g["recovered_own_plateau"].astype(bool).sum()))
+        row.update(
+            seeds=int(g["seed"].nunique()),
+            seeds_with_data=int(g["status"].isin(["recovered", "not recovered"]).sum()),
+            recovered_own_plateau=int(g["recovered_own_plateau"].astype(bool).sum()),
+        )
         row.update(bar_summary(g, confidence))
         for m in metrics:
             vals = g[m].to_numpy(float) if m in g else np.zeros(0)
@@ -322,14 +427,27 @@ def aggregate(per_seed: pd.DataFrame, confidence: float = DEFAULT_CONFIDENCE, n_
     return pd.DataFrame(rows, columns=columns)
 
 
-def arm_overview(episodes: pd.DataFrame, evals: pd.DataFrame | None = None, updates: pd.DataFrame | None = None,
-                 window: int = DEFAULT_WINDOW) -> pd.DataFrame:
+def arm_overview(
+    episodes: pd.DataFrame,
+    evals: pd.DataFrame | None = None,
+    updates: pd.DataFrame | None = None,
+    window: int = DEFAULT_WINDOW,
+) -> pd.DataFrame:
     """One row per arm: seeds, episodes, judge calls (all of them: each seed's training calls plus
     its trainer's warm-up calls, `warmup_judge_calls`, also shown on their own) and failures, the
     mean reward over the run and over each seed's last `window` judged episodes (mean over seeds),
     and the held-out share of the final target style at the last evaluation (mean over seeds)."""
-    cols = ["arm", "seeds", "episodes", "judge_calls", "warmup_judge_calls", "judge_failures", "mean_reward",
-            "final_reward", "final_target_share"]
+    cols = [
+        "arm",
+        "seeds",
+        "episodes",
+        "judge_calls",
+        "warmup_judge_calls",
+        "judge_failures",
+        "mean_reward",
+        "final_reward",
+        "final_target_share",
+    ]
     if episodes.empty:
         return pd.DataFrame(columns=cols)
     ok = judged(episodes)
@@ -352,9 +470,17 @@ def arm_overview(episodes: pd.DataFrame, evals: pd.DataFrame | None = None, upda
             ts = tshare[tshare["arm"] == arm]
             if not ts.empty:
                 share = float(ts.sort_values("t").groupby("seed")["target_share"].last().mean())
-        rows.append({"arm": arm, "seeds": int(g["seed"].nunique()), "episodes": int(len(g)),
-                     "judge_calls": calls + warmup, "warmup_judge_calls": warmup, "judge_failures": fails,
-                     "mean_reward": float(okg["reward"].mean()) if len(okg) else float("nan"),
-                     "final_reward": float(np.mean(finals)) if finals else float("nan"),
-                     "final_target_share": share})
+        rows.append(
+            {
+                "arm": arm,
+                "seeds": int(g["seed"].nunique()),
+                "episodes": len(g),
+                "judge_calls": calls + warmup,
+                "warmup_judge_calls": warmup,
+                "judge_failures": fails,
+                "mean_reward": float(okg["reward"].mean()) if len(okg) else float("nan"),
+                "final_reward": float(np.mean(finals)) if finals else float("nan"),
+                "final_target_share": share,
+            }
+        )
     return pd.DataFrame(rows, columns=cols)

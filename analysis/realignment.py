@@ -35,7 +35,7 @@ from IPython.display import Markdown, display
 
 ROOT = Path.cwd().parent if Path.cwd().name == "analysis" else Path.cwd()
 sys.path.insert(0, str(ROOT))
-from analysis import plots, realign, report, tables, verdicts  # noqa: E402
+from analysis import plots, report, tables, verdicts  # noqa: E402
 from analysis.markdown import md_table  # noqa: E402
 from analysis.notebook_io import figure_dir, newest_runs, save_and_show  # noqa: E402
 
@@ -45,9 +45,9 @@ pd.set_option("display.max_columns", 40)
 RUN_DIR = os.environ.get("TESTBED_RUN_DIR") or (newest_runs(ROOT, 1) or [""])[0]
 FIG_DIR = figure_dir(RUN_DIR, "realignment")
 show = functools.partial(save_and_show, fig_dir=FIG_DIR)  # show(fig, name): save as FIG_DIR/name.png and show
-WINDOW = None      # rolling-reward window in episodes; None: 128, at most a quarter of the shortest phase
-FRACTION = 0.9     # the bar = FRACTION x the reference reward (or the best pre-switch plateau of the seed's arms)
-HORIZON = 512      # episodes after a switch for the mean reward (None: the whole phase)
+WINDOW = None  # rolling-reward window in episodes; None: 128, at most a quarter of the shortest phase
+FRACTION = 0.9  # the bar = FRACTION x the reference reward (or the best pre-switch plateau of the seed's arms)
+HORIZON = 512  # episodes after a switch for the mean reward (None: the whole phase)
 print("run:", RUN_DIR)
 print("figures:", FIG_DIR)
 
@@ -56,8 +56,10 @@ run = report.load_run(RUN_DIR)
 a = report.analyse([run], window=WINDOW, fraction=FRACTION, horizon=HORIZON)
 window = a.windows[run.name]
 palette = plots.arm_palette(list(a.arms["arm"]))
-print(f"scenario {run.manifest.get('scenario')}, budget {run.budget} episodes, seeds {run.seeds}, "
-      f"switches at {run.switch_points}, rolling window {window}")
+print(
+    f"scenario {run.manifest.get('scenario')}, budget {run.budget} episodes, seeds {run.seeds}, "
+    f"switches at {run.switch_points}, rolling window {window}"
+)
 print("notes:", "; ".join(run.notes) or "none")
 a.arms
 
@@ -73,7 +75,12 @@ a.arms
 # climbs back.
 
 # %%
-show(plots.realignment_figure(run.episodes, run.evals, run.switch_points, run.budget, window, title=run.name, palette=palette), "realignment")
+show(
+    plots.realignment_figure(
+        run.episodes, run.evals, run.switch_points, run.budget, window, title=run.name, palette=palette
+    ),
+    "realignment",
+)
 
 # %% [markdown]
 # ## Realignment metrics, per seed
@@ -115,7 +122,11 @@ a.per_seed
 # Kaplan-Meier median. This is the table `summary.md` shows.
 
 # %%
-display(Markdown(md_table(tables.SWITCH_HEADER, tables.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"))
+display(
+    Markdown(
+        md_table(tables.SWITCH_HEADER, tables.switch_rows(a.switches)) if not a.switches.empty else "_no switches_"
+    )
+)
 
 # %% [markdown]
 # ## Arms compared seed by seed, between switches, pooled, and the Goodhart gap
@@ -144,7 +155,14 @@ if not a.goodhart.empty:
 # is the pre-switch plateau, so the distance from it to the bar is what the switch cost.
 
 # %%
-show(plots.speed_figure(a.per_seed.drop(columns="run", errors="ignore"), a.switches.drop(columns="run", errors="ignore"), palette=palette), "realignment_speed")
+show(
+    plots.speed_figure(
+        a.per_seed.drop(columns="run", errors="ignore"),
+        a.switches.drop(columns="run", errors="ignore"),
+        palette=palette,
+    ),
+    "realignment_speed",
+)
 
 # %% [markdown]
 # ## Held-out target share and held-out reward
@@ -153,7 +171,9 @@ show(plots.speed_figure(a.per_seed.drop(columns="run", errors="ignore"), a.switc
 # style match), per arm: the same realignment seen without the noise of training samples.
 
 # %%
-show(plots.target_share_figure(run.evals, run.switch_points, run.budget, palette=palette, title=run.name), "target_share")
+show(
+    plots.target_share_figure(run.evals, run.switch_points, run.budget, palette=palette, title=run.name), "target_share"
+)
 
 # %% [markdown]
 # ## Reward per judge call
@@ -163,7 +183,12 @@ show(plots.target_share_figure(run.evals, run.switch_points, run.budget, palette
 # starts where its first judged sample was spent. Dotted lines: where each arm reached a switch.
 
 # %%
-show(plots.judge_calls_figure(run.episodes, run.updates, run.switch_points, run.budget, window, palette=palette, title=run.name), "reward_vs_judge_calls")
+show(
+    plots.judge_calls_figure(
+        run.episodes, run.updates, run.switch_points, run.budget, window, palette=palette, title=run.name
+    ),
+    "reward_vs_judge_calls",
+)
 
 # %% [markdown]
 # ## Trainer and critic diagnostics

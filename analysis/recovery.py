@@ -65,8 +65,9 @@ def _bar(ref: float, best: float, fraction: float) -> tuple[float, str]:
     return float("nan"), NO_BAR
 
 
-def common_bars(ok: pd.DataFrame, switch_points: Sequence[int], window: int, fraction: float,
-                reference: pd.DataFrame | None = None) -> dict[tuple, tuple[float, str]]:
+def common_bars(
+    ok: pd.DataFrame, switch_points: Sequence[int], window: int, fraction: float, reference: pd.DataFrame | None = None
+) -> dict[tuple, tuple[float, str]]:
     """{(seed, switch number 1..): (bar, bar_source)} from the judged episodes `ok` of all arms of
     one run (see the module docstring). A seed missing from the reference table falls back to the
     best plateau on its own; `(nan, "none")` where neither is known."""
@@ -82,12 +83,16 @@ def common_bars(ok: pd.DataFrame, switch_points: Sequence[int], window: int, fra
                     best[seed, i + 1] = max(best.get((seed, i + 1), -np.inf), p)
     seeds = set(ok["seed"]) if not ok.empty else set()
     seeds |= {s for s, _ in ref_at}
-    return {(seed, k): _bar(ref_at.get((int(seed), k), np.nan), best.get((seed, k), np.nan), fraction)
-            for seed in seeds for k in range(1, len(switch_points) + 1)}
+    return {
+        (seed, k): _bar(ref_at.get((int(seed), k), np.nan), best.get((seed, k), np.nan), fraction)
+        for seed in seeds
+        for k in range(1, len(switch_points) + 1)
+    }
 
 
-def time_to_level(after_t: np.ndarray, roll: np.ndarray, level: float, switch: int, follow_up: int,
-                  calls) -> tuple[float, float, bool]:
+def time_to_level(
+    after_t: np.ndarray, roll: np.ndarray, level: float, switch: int, follow_up: int, calls
+) -> tuple[float, float, bool]:
     """(episodes, judge calls, reached): from the switch to the end of the first full rolling
     window (`roll` finite) at or above `level`; if none, censored at `follow_up` episodes and the
     calls spent in them. `calls(t)` is the cumulative judge calls before clock t."""
@@ -107,8 +112,9 @@ def _first_at_or_below(t: np.ndarray, s: np.ndarray, level: float) -> float:
     return float(t[below[0]]) if below.size else float("nan")
 
 
-def km_median(times: Sequence[float] | np.ndarray, censored: Sequence[bool] | np.ndarray,
-              confidence: float = 0.95) -> tuple[float, float, float]:
+def km_median(
+    times: Sequence[float] | np.ndarray, censored: Sequence[bool] | np.ndarray, confidence: float = 0.95
+) -> tuple[float, float, float]:
     """Kaplan-Meier median of the times to the bar with right-censoring, and its interval.
 
     The median is the first time where the survival curve S (share not yet at the bar) is at
@@ -145,7 +151,13 @@ def bar_summary(g: pd.DataFrame, confidence: float = 0.95) -> dict:
     med, lo, hi = km_median(times[have], cens, confidence)
     sources = sorted(set(g["bar_source"].dropna().astype(str))) if "bar_source" in g else []
     bars = g["bar"].to_numpy(float) if "bar" in g else np.zeros(0)
-    return {"bar": float(np.nanmean(bars)) if np.isfinite(bars).any() else float("nan"),
-            "bar_source": ", ".join(sources), "bar_seeds": int(have.sum()), "reached_bar": int((~cens).sum()),
-            "follow_up": float(times[have].max()) if have.any() else float("nan"),
-            "km_median": med, "km_median_lo": lo, "km_median_hi": hi}
+    return {
+        "bar": float(np.nanmean(bars)) if np.isfinite(bars).any() else float("nan"),
+        "bar_source": ", ".join(sources),
+        "bar_seeds": int(have.sum()),
+        "reached_bar": int((~cens).sum()),
+        "follow_up": float(times[have].max()) if have.any() else float("nan"),
+        "km_median": med,
+        "km_median_lo": lo,
+        "km_median_hi": hi,
+    }

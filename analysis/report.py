@@ -67,7 +67,15 @@ from typing import Any
 import pandas as pd
 
 from analysis import goodhart, nonstationary, realign, training_data
+
+# ----------------------------------------------------------------------------------------------
+# analysis
+# The non-stationary metrics over runs grouped by schedule live in their own module.
+from analysis.nonstationary_runs import _nonstationary, _with_old_fall, schedule_groups  # noqa: F401
 from analysis.results import Analysis
+
+# The run directory's tables, read once: in their own module, importable from here as before.
+from analysis.run_data import RunData, load_run
 from analysis.tables import (  # noqa: F401  (the tables were first found here: kept importable)
     ARM_HEADER,
     SWITCH_HEADER,
@@ -79,18 +87,6 @@ from analysis.tables import (  # noqa: F401  (the tables were first found here: 
 )
 
 
-# The run directory's tables, read once: in their own module, importable from here as before.
-from analysis.run_data import RunData, load_run  # noqa: E402,F401
-
-
-# ----------------------------------------------------------------------------------------------
-# analysis
-
-
-# The non-stationary metrics over runs grouped by schedule live in their own module.
-from analysis.nonstationary_runs import _nonstationary, _with_old_fall, schedule_groups  # noqa: E402,F401
-
-
 def _label(df: pd.DataFrame, run: RunData, labelled: bool) -> pd.DataFrame:
     """The table with a leading `run` column and, for several runs, arms labelled 'run:arm'."""
     df = df.copy()
@@ -100,20 +96,34 @@ def _label(df: pd.DataFrame, run: RunData, labelled: bool) -> pd.DataFrame:
     return df
 
 
-def _run_tables(run: RunData, labelled: bool, w: int, fraction: float, horizon: int | None,
-                old_level: float) -> dict[str, pd.DataFrame]:
+def _run_tables(
+    run: RunData, labelled: bool, w: int, fraction: float, horizon: int | None, old_level: float
+) -> dict[str, pd.DataFrame]:
     """One run's per-seed switch metrics (on the common bar of its reference table, or the best
     plateau), their aggregate, and its per-arm tables, labelled for the report."""
-    ps = realign.switch_metrics(run.episodes, run.switch_points, run.budget, run.evals, run.updates,
-                                window=w, fraction=fraction, horizon=horizon,
-                                seeds=run.seeds if not run.episodes.empty else None, reference=run.reference)
+    ps = realign.switch_metrics(
+        run.episodes,
+        run.switch_points,
+        run.budget,
+        run.evals,
+        run.updates,
+        window=w,
+        fraction=fraction,
+        horizon=horizon,
+        seeds=run.seeds if not run.episodes.empty else None,
+        reference=run.reference,
+    )
     falls = nonstationary.old_fall(run.evals, run.switch_points, run.budget, run.episodes, old_level)
     ps = _label(_with_old_fall(ps, falls, old_level), run, labelled)
-    out = {"per_seed": ps, "switches": realign.aggregate(ps, metrics=[*realign.METRICS, "old_fall"]),
-           "arms": _label(realign.arm_overview(run.episodes, run.evals, run.updates, window=w), run, labelled)
-           .assign(window=w),
-           "offpolicy": _label(training_data.offpolicy_overview(run.episodes, run.updates, run.dropped), run, labelled),
-           "turns": _label(training_data.turns_overview(run.episodes, window=w), run, labelled)}
+    out = {
+        "per_seed": ps,
+        "switches": realign.aggregate(ps, metrics=[*realign.METRICS, "old_fall"]),
+        "arms": _label(realign.arm_overview(run.episodes, run.evals, run.updates, window=w), run, labelled).assign(
+            window=w
+        ),
+        "offpolicy": _label(training_data.offpolicy_overview(run.episodes, run.updates, run.dropped), run, labelled),
+        "turns": _label(training_data.turns_overview(run.episodes, window=w), run, labelled),
+    }
     gap = goodhart.gap_overview(run.episodes, run.switch_points, run.budget)
     if not gap.empty:
         gap = gap.merge(goodhart.gap_rise(run.episodes, w), on="arm", how="left", suffixes=("", "_all"))
@@ -126,9 +136,14 @@ def arm_order(runs: list[RunData], labelled: bool) -> list[str]:
     return [f"{r.name}:{a}" if labelled else a for r in runs for a in r.arm_order()]
 
 
-def analyse(runs: list[RunData], window: int | None = None, fraction: float = realign.DEFAULT_FRACTION,
-            horizon: int | None = realign.DEFAULT_HORIZON, old_level: float = nonstationary.DEFAULT_OLD_LEVEL,
-            reps: int = nonstationary.DEFAULT_REPS) -> Analysis:
+def analyse(
+    runs: list[RunData],
+    window: int | None = None,
+    fraction: float = realign.DEFAULT_FRACTION,
+    horizon: int | None = realign.DEFAULT_HORIZON,
+    old_level: float = nonstationary.DEFAULT_OLD_LEVEL,
+    reps: int = nonstationary.DEFAULT_REPS,
+) -> Analysis:
     """Metrics for each run; with several runs the arm column becomes 'run:arm'. `old_level` and
     `reps` (bootstrap resamples) are the non-stationary metrics' (analysis/nonstationary.py)."""
     labelled = len(runs) > 1
@@ -151,11 +166,29 @@ def analyse(runs: list[RunData], window: int | None = None, fraction: float = re
     else:
         summary = pd.DataFrame()
     order = arm_order(runs, labelled)
-    segments_df, intervals_df, improvement_df, paired_df = _nonstationary(runs, per_seed_df, windows, labelled, reps,
-                                                                          order)
-    return Analysis(runs, per_seed_df, switches_df, arms_df, summary, windows, fraction, horizon, labelled,
-                    cat("offpolicy"), cat("turns"), segments_df, intervals_df, improvement_df, old_level,
-                    cat("goodhart"), paired_df, order)
+    segments_df, intervals_df, improvement_df, paired_df = _nonstationary(
+        runs, per_seed_df, windows, labelled, reps, order
+    )
+    return Analysis(
+        runs,
+        per_seed_df,
+        switches_df,
+        arms_df,
+        summary,
+        windows,
+        fraction,
+        horizon,
+        labelled,
+        cat("offpolicy"),
+        cat("turns"),
+        segments_df,
+        intervals_df,
+        improvement_df,
+        old_level,
+        cat("goodhart"),
+        paired_df,
+        order,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -181,20 +214,36 @@ def _figure_jobs(a: Analysis, group: list[RunData], palette) -> list[tuple[str, 
     title = head.name if len(group) == 1 else f"{len(group)} runs"
     jobs: list[tuple[str, Callable[[], Any]]] = [
         ("realignment", lambda: plots.realignment_figure(ep, ev, sp, budget, window, title=title, palette=palette)),
-        ("target_share", lambda: plots.target_share_figure(ev, sp, budget, palette=palette, title=title,
-                                                           targets=realign.phase_targets(ep, ev, sp, budget))),
-        ("reward_vs_judge_calls", lambda: plots.judge_calls_figure(ep, up, sp, budget, window, palette=palette,
-                                                                   title=title)),
+        (
+            "target_share",
+            lambda: plots.target_share_figure(
+                ev, sp, budget, palette=palette, title=title, targets=realign.phase_targets(ep, ev, sp, budget)
+            ),
+        ),
+        (
+            "reward_vs_judge_calls",
+            lambda: plots.judge_calls_figure(ep, up, sp, budget, window, palette=palette, title=title),
+        ),
         ("training_diagnostics", lambda: plots.training_figure(up, sp, budget, palette=palette)),
         ("critic_diagnostics", lambda: plots.critic_figure(up, sp, budget, palette=palette)),
-        ("goodhart_gap", lambda: goodhart.gap_figure(ep, sp, budget, realign.auto_window(sp, budget, window),
-                                                     palette=palette,
-                                                     targets=realign.phase_targets(ep, ev, sp, budget))),
+        (
+            "goodhart_gap",
+            lambda: goodhart.gap_figure(
+                ep,
+                sp,
+                budget,
+                realign.auto_window(sp, budget, window),
+                palette=palette,
+                targets=realign.phase_targets(ep, ev, sp, budget),
+            ),
+        ),
     ]
     # the non-stationary tables of this group's arms (the arm labels are unique across runs)
     mine = set(a.arms.loc[a.arms["run"].isin([r.name for r in group]), "arm"]) if not a.arms.empty else set()
-    seg, iv, imp = (df[df[col].isin(mine)] if not df.empty else df
-                    for df, col in ((a.segments, "arm"), (a.intervals, "arm"), (a.improvement, "arm_x")))
+    seg, iv, imp = (
+        df[df[col].isin(mine)] if not df.empty else df
+        for df, col in ((a.segments, "arm"), (a.intervals, "arm"), (a.improvement, "arm_x"))
+    )
     jobs += [
         ("segments", lambda: nonstationary_plots.segment_figure(seg, iv, palette=palette)),
         ("probability_of_improvement", lambda: nonstationary_plots.improvement_figure(imp)),
@@ -255,10 +304,17 @@ def default_out_dir(run_dirs: list[Path]) -> Path:
     return first.parent / f"comparison-{first.name}-vs-{len(run_dirs) - 1}-more"
 
 
-def report(run_dirs: str | Path | list[str | Path], out_dir: str | Path | None = None, console=None, *,
-           window: int | None = None, fraction: float = realign.DEFAULT_FRACTION,
-           horizon: int | None = realign.DEFAULT_HORIZON, old_level: float = nonstationary.DEFAULT_OLD_LEVEL,
-           figures: bool = True) -> Path:
+def report(
+    run_dirs: str | Path | list[str | Path],
+    out_dir: str | Path | None = None,
+    console=None,
+    *,
+    window: int | None = None,
+    fraction: float = realign.DEFAULT_FRACTION,
+    horizon: int | None = realign.DEFAULT_HORIZON,
+    old_level: float = nonstationary.DEFAULT_OLD_LEVEL,
+    figures: bool = True,
+) -> Path:
     """Analyse the runs, write summary.md, the CSVs and figures/*.png (see the module docstring)
     into out_dir (default: `default_out_dir`), print the tables on `console` (a rich Console;
     default: a new one), and return out_dir."""
@@ -306,23 +362,48 @@ def print_switch_table(run_dir: str | Path, console=None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", help="run directories (several are compared side by side)")
-    parser.add_argument("--out", help="output folder (default: the run directory; for several runs "
-                                      "comparison-<first>-vs-<n>-more/ beside the first)")
-    parser.add_argument("--window", type=int, default=None,
-                        help=f"rolling-reward window in episodes (default {realign.DEFAULT_WINDOW}, "
-                             "at most a quarter of the shortest phase)")
-    parser.add_argument("--fraction", type=float, default=realign.DEFAULT_FRACTION,
-                        help="recovered = rolling reward >= fraction x pre-switch plateau (default %(default)s)")
-    parser.add_argument("--horizon", type=int, default=realign.DEFAULT_HORIZON,
-                        help="episodes after a switch for the mean reward (default %(default)s; 0 = whole phase)")
-    parser.add_argument("--old-level", type=float, default=nonstationary.DEFAULT_OLD_LEVEL,
-                        help="old_fall: episodes until the old style's held-out share falls to this share "
-                             "(default %(default)s)")
+    parser.add_argument(
+        "--out",
+        help="output folder (default: the run directory; for several runs "
+        "comparison-<first>-vs-<n>-more/ beside the first)",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help=f"rolling-reward window in episodes (default {realign.DEFAULT_WINDOW}, "
+        "at most a quarter of the shortest phase)",
+    )
+    parser.add_argument(
+        "--fraction",
+        type=float,
+        default=realign.DEFAULT_FRACTION,
+        help="recovered = rolling reward >= fraction x pre-switch plateau (default %(default)s)",
+    )
+    parser.add_argument(
+        "--horizon",
+        type=int,
+        default=realign.DEFAULT_HORIZON,
+        help="episodes after a switch for the mean reward (default %(default)s; 0 = whole phase)",
+    )
+    parser.add_argument(
+        "--old-level",
+        type=float,
+        default=nonstationary.DEFAULT_OLD_LEVEL,
+        help="old_fall: episodes until the old style's held-out share falls to this share (default %(default)s)",
+    )
     parser.add_argument("--no-figures", action="store_true", help="tables only")
     args = parser.parse_args(argv)
     try:
-        out = report(args.run_dirs, args.out, window=args.window, fraction=args.fraction,
-                     horizon=args.horizon or None, old_level=args.old_level, figures=not args.no_figures)
+        out = report(
+            args.run_dirs,
+            args.out,
+            window=args.window,
+            fraction=args.fraction,
+            horizon=args.horizon or None,
+            old_level=args.old_level,
+            figures=not args.no_figures,
+        )
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

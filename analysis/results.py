@@ -14,14 +14,14 @@ from analysis.run_data import RunData
 @dataclass
 class Analysis:
     runs: list[RunData]
-    per_seed: pd.DataFrame      # switch metrics per run, arm, seed and switch
-    switches: pd.DataFrame      # aggregated per run, arm and switch
-    arms: pd.DataFrame          # per run and arm
-    summary: pd.DataFrame       # arms joined with switches: summary.csv
+    per_seed: pd.DataFrame  # switch metrics per run, arm, seed and switch
+    switches: pd.DataFrame  # aggregated per run, arm and switch
+    arms: pd.DataFrame  # per run and arm
+    summary: pd.DataFrame  # arms joined with switches: summary.csv
     windows: dict[str, int]
     fraction: float
     horizon: int | None
-    labelled: bool              # arms are labelled "run:arm" (several runs)
+    labelled: bool  # arms are labelled "run:arm" (several runs)
     offpolicy: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run and arm: staleness, DIS, clip
     turns: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run and arm of a multi-turn run
     segments: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run, arm, seed and segment

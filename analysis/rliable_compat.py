@@ -23,6 +23,7 @@ def _rliable():
 
         current = decorators.deprecate_kwarg
         if next(iter(inspect.signature(current).parameters)) == "klass":
+
             def old_form(old_arg_name, new_arg_name, mapping=None, stacklevel=2):
                 return current(FutureWarning, old_arg_name, new_arg_name, mapping, stacklevel)
 

@@ -56,8 +56,11 @@ class RunData:
             try:
                 import yaml
 
-                names = [str(a["name"]) for a in (yaml.safe_load(scenario.read_text()) or {}).get("arms") or []
-                         if isinstance(a, dict) and "name" in a]
+                names = [
+                    str(a["name"])
+                    for a in (yaml.safe_load(scenario.read_text()) or {}).get("arms") or []
+                    if isinstance(a, dict) and "name" in a
+                ]
             except Exception:  # an unreadable scenario file: fall back to the manifest
                 names = []
         names = names or [str(a) for a in (self.manifest.get("arms") or {})]
@@ -77,8 +80,14 @@ def load_run(run_dir: str | Path) -> RunData:
     manifest_path = path / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     tables = {name: read_table(path, name) for name in ("episodes", "updates", "evals")}
-    run = RunData(path=path, manifest=manifest, name=path.name, dropped=read_table(path, "dropped"),
-                  reference=read_table(path, "reference"), **tables)
+    run = RunData(
+        path=path,
+        manifest=manifest,
+        name=path.name,
+        dropped=read_table(path, "dropped"),
+        reference=read_table(path, "reference"),
+        **tables,
+    )
     if not manifest_path.exists():
         run.notes.append("no manifest.json")
     status = manifest.get("status")

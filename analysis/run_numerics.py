@@ -27,6 +27,8 @@ def numerics_warnings(runs: list[Any]) -> list[str]:
 
     for run in runs:
         run.notes.append(f"numerics: {said(run).split(' (', 1)[1].rstrip(')')}")
-    return ["the runs compared used different CPU numerics, so the same seed computes other rows: "
-            + "; ".join(said(run) for run in runs)
-            + ". Rerun them with numerics: portable to compare like with like."]
+    return [
+        "the runs compared used different CPU numerics, so the same seed computes other rows: "
+        + "; ".join(said(run) for run in runs)
+        + ". Rerun them with numerics: portable to compare like with like."
+    ]

@@ -14,8 +14,24 @@ from analysis.curves import judged
 
 REFERENCE, BEST_ARM = "reference", "best arm"  # what a segment's regret is measured against
 
-SEGMENT_COLUMNS = ["arm", "seed", "segment", "start", "end", "target_style", "window", "episodes", "auc", "plateau",
-                   "best_plateau", "best_arm", "reference_reward", "regret_against", "regret", "dynamic_regret"]
+SEGMENT_COLUMNS = [
+    "arm",
+    "seed",
+    "segment",
+    "start",
+    "end",
+    "target_style",
+    "window",
+    "episodes",
+    "auc",
+    "plateau",
+    "best_plateau",
+    "best_arm",
+    "reference_reward",
+    "regret_against",
+    "regret",
+    "dynamic_regret",
+]
 
 
 def _segment_rows(ok: pd.DataFrame, bounds: list[int], targets: list, window: int) -> pd.DataFrame:
@@ -26,10 +42,22 @@ def _segment_rows(ok: pd.DataFrame, bounds: list[int], targets: list, window: in
         run = {"run": g["run"].iloc[0]} if "run" in g else {}
         for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
             seg = r[(t >= a) & (t < b)]
-            rows.append({"arm": arm, "seed": seed, **run, "segment": k, "start": a, "end": b,
-                         "target_style": targets[k], "window": window, "episodes": int(seg.size),
-                         "reward_sum": float(seg.sum()), "auc": float(seg.mean()) if seg.size else np.nan,
-                         "plateau": float(seg[-window:].mean()) if seg.size else np.nan})
+            rows.append(
+                {
+                    "arm": arm,
+                    "seed": seed,
+                    **run,
+                    "segment": k,
+                    "start": a,
+                    "end": b,
+                    "target_style": targets[k],
+                    "window": window,
+                    "episodes": int(seg.size),
+                    "reward_sum": float(seg.sum()),
+                    "auc": float(seg.mean()) if seg.size else np.nan,
+                    "plateau": float(seg[-window:].mean()) if seg.size else np.nan,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -43,12 +71,19 @@ def _against(out: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFrame:
     else:
         out = out.merge(ref[[*keys, "reference_reward"]], on=keys, how="left")
     has_ref = out["reference_reward"].notna()
-    return out.assign(regret_against=np.where(has_ref, REFERENCE, BEST_ARM),
-                      reference_reward=out["reference_reward"].where(has_ref, out["best_plateau"]))
+    return out.assign(
+        regret_against=np.where(has_ref, REFERENCE, BEST_ARM),
+        reference_reward=out["reference_reward"].where(has_ref, out["best_plateau"]),
+    )
 
 
-def segment_metrics(episodes: pd.DataFrame, switch_points: Sequence[int], budget: int,
-                    window: int | None = None, reference: pd.DataFrame | None = None) -> pd.DataFrame:
+def segment_metrics(
+    episodes: pd.DataFrame,
+    switch_points: Sequence[int],
+    budget: int,
+    window: int | None = None,
+    reference: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """One row per arm, seed and segment (columns `SEGMENT_COLUMNS`; see the module docstring).
     `reference` is the run's `reference` table (None or empty: regret against the best arm).
     A seed without judged episodes in a segment has a row with episodes 0 and NaN metrics."""

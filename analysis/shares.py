@@ -34,8 +34,9 @@ def share_series(evals: pd.DataFrame, style: str | None) -> tuple[np.ndarray, np
 
 def share_metrics(evals: pd.DataFrame, switch: int, end: int, old: str | None, new: str | None) -> dict:
     """Held-out shares: from the last evaluation at or before T to the last one before the next switch."""
-    row = dict(old_share_at_switch=float("nan"), old_half_life=float("nan"), crossover=float("nan"),
-               new_share_end=float("nan"))
+    row = dict(
+        old_share_at_switch=float("nan"), old_half_life=float("nan"), crossover=float("nan"), new_share_end=float("nan")
+    )
     et, old_share = share_series(evals, old)
     _, new_share = share_series(evals, new)
     if not et.size or old is None or new is None:

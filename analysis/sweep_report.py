@@ -27,14 +27,18 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.report import RunData, analyse, load_run
 from analysis.markdown import md_table
+from analysis.report import RunData, analyse, load_run
 from analysis.tables import fmt_ci, rich_table
 from analysis.training_data import BASELINE_STATS, baseline_overview
 
 # the per-switch metrics shown side by side (name -> column header)
-SHOWN = {"episodes_to_bar": "episodes to the bar", "dip": "dip", "auc_after": "reward over horizon",
-         "dynamic_regret_after": "dynamic regret after"}
+SHOWN = {
+    "episodes_to_bar": "episodes to the bar",
+    "dip": "dip",
+    "auc_after": "reward over horizon",
+    "dynamic_regret_after": "dynamic regret after",
+}
 REACHED = "reached bar"  # the column header of `reached_text`
 
 
@@ -69,7 +73,8 @@ def with_segments(summary: pd.DataFrame, intervals: pd.DataFrame) -> pd.DataFram
     for metric, name in (("auc", "segment_auc_after"), ("dynamic_regret", "dynamic_regret_after")):
         part = seg[seg["metric"] == metric].assign(switch=lambda d: d["task"].astype(int))
         part = part[["arm", "switch", "mean", "mean_lo", "mean_hi"]].rename(
-            columns={"mean": name, "mean_lo": f"{name}_lo", "mean_hi": f"{name}_hi"})
+            columns={"mean": name, "mean_lo": f"{name}_lo", "mean_hi": f"{name}_hi"}
+        )
         summary = summary.merge(part, on=["arm", "switch"], how="left")
     return summary
 
@@ -80,8 +85,11 @@ def grid_table(root: Path) -> pd.DataFrame:
     loaded: dict[str, RunData] = {}
     rows = []
     for point in index["points"]:
-        missing = [o for o in set(point["arms"].values())
-                   if not ((Path(o) if "/" in o else root / "runs" / o) / "manifest.json").exists()]
+        missing = [
+            o
+            for o in set(point["arms"].values())
+            if not ((Path(o) if "/" in o else root / "runs" / o) / "manifest.json").exists()
+        ]
         if missing:
             continue  # not run yet (an interrupted sweep): left out, the table says which points it has
         run = point_run(root, point, loaded)
@@ -106,9 +114,17 @@ def grid_markdown(grid: pd.DataFrame, axes: list[str]) -> str:
         first = g.iloc[0]
         out.append(f"### Switch {int(switch)} at t={int(first['t'])} ({first['from_style']} -> {first['to_style']})\n")
         header = ["point", *axes, "arm", REACHED, *SHOWN.values(), "final reward"]
-        body = [[r["point"], *[str(r[a]) for a in axes], str(r["arm"]), reached_text(r),
-                 *[fmt_ci(r, m, 0 if m == "episodes_to_bar" else 3) for m in SHOWN], f"{r['final_reward']:.3f}"]
-                for _, r in g.iterrows()]
+        body = [
+            [
+                r["point"],
+                *[str(r[a]) for a in axes],
+                str(r["arm"]),
+                reached_text(r),
+                *[fmt_ci(r, m, 0 if m == "episodes_to_bar" else 3) for m in SHOWN],
+                f"{r['final_reward']:.3f}",
+            ]
+            for _, r in g.iterrows()
+        ]
         out.append(md_table(header, body))
         out.append("")
     return "\n".join(out)
@@ -119,8 +135,9 @@ def grid_figure(grid: pd.DataFrame, axes: list[str]):
     from analysis.figure_style import arm_palette, new_figure
 
     switches = sorted(grid["switch"].dropna().unique())
-    fig, panels = new_figure(len(switches), 1, max(6.0, 0.35 * grid["point"].nunique() * grid["arm"].nunique()),
-                             3.0 * len(switches) + 0.8)
+    fig, panels = new_figure(
+        len(switches), 1, max(6.0, 0.35 * grid["point"].nunique() * grid["arm"].nunique()), 3.0 * len(switches) + 0.8
+    )
     arms = sorted(grid["arm"].unique())
     colors = arm_palette(arms)
     points = list(dict.fromkeys(grid["point"]))
@@ -131,16 +148,24 @@ def grid_figure(grid: pd.DataFrame, axes: list[str]):
             r = g[g["arm"] == arm].set_index("point").reindex(points)
             x = [i - 0.4 + width * (j + 0.5) for i in range(len(points))]
             mean, lo, hi = r["episodes_to_bar"], r["episodes_to_bar_lo"], r["episodes_to_bar_hi"]
-            ax.errorbar(x, mean, yerr=[(mean - lo).clip(lower=0), (hi - mean).clip(lower=0)], fmt="o", capsize=3, label=arm,
-                        color=colors.get(arm))
+            ax.errorbar(
+                x,
+                mean,
+                yerr=[(mean - lo).clip(lower=0), (hi - mean).clip(lower=0)],
+                fmt="o",
+                capsize=3,
+                label=arm,
+                color=colors.get(arm),
+            )
         ax.set_xticks(range(len(points)))
         ax.set_xticklabels(list(points), rotation=0)
         ax.set_ylabel("episodes to the bar")
         ax.set_title(f"switch {int(switch)}")
     panels[0, 0].legend(title="arm", fontsize=8)
     labels = grid.drop_duplicates("point").set_index("point")[axes]
-    fig.suptitle("; ".join(f"{p}: " + ", ".join(f"{a}={labels.loc[p, a]}" for a in axes) for p in points),
-                 fontsize=6, wrap=True)
+    fig.suptitle(
+        "; ".join(f"{p}: " + ", ".join(f"{a}={labels.loc[p, a]}" for a in axes) for p in points), fontsize=6, wrap=True
+    )
     return fig
 
 
@@ -170,8 +195,16 @@ def sweep_report(root: str | Path, console: Any = None) -> Path:
         fig = grid_figure(grid[grid["switch"].notna()], axes)
         fig.savefig(out / "figures" / "grid_recovery.png")
     for switch, g in grid[grid["switch"].notna()].groupby("switch"):
-        rows = [[r["point"], *[str(r[a]) for a in axes], str(r["arm"]), reached_text(r),
-                 *[fmt_ci(r, m, 0 if m == "episodes_to_bar" else 3) for m in SHOWN]] for _, r in g.iterrows()]
+        rows = [
+            [
+                r["point"],
+                *[str(r[a]) for a in axes],
+                str(r["arm"]),
+                reached_text(r),
+                *[fmt_ci(r, m, 0 if m == "episodes_to_bar" else 3) for m in SHOWN],
+            ]
+            for _, r in g.iterrows()
+        ]
         title = f"switch {int(switch)}: {g.iloc[0]['from_style']} -> {g.iloc[0]['to_style']} (mean [95% CI] over seeds)"
         console.print(rich_table(title, ["point", *short_names(axes), "arm", REACHED, *SHOWN.values()], rows))
     return out

@@ -10,8 +10,9 @@ from analysis.curves import judged
 from analysis.realign import DEFAULT_WINDOW
 
 
-def offpolicy_overview(episodes: pd.DataFrame, updates: pd.DataFrame | None = None,
-                       dropped: pd.DataFrame | None = None, max_bin: int = 4) -> pd.DataFrame:
+def offpolicy_overview(
+    episodes: pd.DataFrame, updates: pd.DataFrame | None = None, dropped: pd.DataFrame | None = None, max_bin: int = 4
+) -> pd.DataFrame:
     """One row per arm: how off-policy its training data was (the asynchronous runtime).
 
     staleness_shares  share of the trained episodes trained at staleness 0, 1, ..., `max_bin`+
@@ -23,8 +24,16 @@ def offpolicy_overview(episodes: pd.DataFrame, updates: pd.DataFrame | None = No
     dis_masked_frac   mean over updates of the share of action tokens DIS masked (NaN: no DIS)
     clip_frac         mean over updates of the share PPO clip cut (NaN: no PPO clip)
     """
-    cols = ["arm", "episodes", "staleness_shares", "staleness_mean", "dropped", "crossed_switch", "dis_masked_frac",
-            "clip_frac"]
+    cols = [
+        "arm",
+        "episodes",
+        "staleness_shares",
+        "staleness_mean",
+        "dropped",
+        "crossed_switch",
+        "dis_masked_frac",
+        "clip_frac",
+    ]
     if episodes.empty or "staleness" not in episodes:
         return pd.DataFrame(columns=cols)
     ok = judged(episodes)
@@ -36,15 +45,22 @@ def offpolicy_overview(episodes: pd.DataFrame, updates: pd.DataFrame | None = No
         stale = trained["staleness"].dropna().astype(float)
         crossed = (g["generation_target"] != g["target_style"]).mean() if "generation_target" in g else float("nan")
         u = updates[updates["arm"] == arm] if updates is not None and not updates.empty else pd.DataFrame()
-        rows.append({
-            "arm": arm, "episodes": int(len(g)),
-            "staleness_shares": {(f"{k}+" if k == max_bin else str(k)): float(v) for k, v in counts.items()},
-            "staleness_mean": float(stale.mean()) if len(stale) else float("nan"),
-            "dropped": int((dropped["arm"] == arm).sum()) if dropped is not None and not dropped.empty else 0,
-            "crossed_switch": float(crossed),
-            "dis_masked_frac": float(u["dis_masked_frac"].mean()) if "dis_masked_frac" in u and u["dis_masked_frac"].notna().any() else float("nan"),
-            "clip_frac": float(u["clip_frac"].mean()) if "clip_frac" in u and u["clip_frac"].notna().any() else float("nan"),
-        })
+        rows.append(
+            {
+                "arm": arm,
+                "episodes": len(g),
+                "staleness_shares": {(f"{k}+" if k == max_bin else str(k)): float(v) for k, v in counts.items()},
+                "staleness_mean": float(stale.mean()) if len(stale) else float("nan"),
+                "dropped": int((dropped["arm"] == arm).sum()) if dropped is not None and not dropped.empty else 0,
+                "crossed_switch": float(crossed),
+                "dis_masked_frac": float(u["dis_masked_frac"].mean())
+                if "dis_masked_frac" in u and u["dis_masked_frac"].notna().any()
+                else float("nan"),
+                "clip_frac": float(u["clip_frac"].mean())
+                if "clip_frac" in u and u["clip_frac"].notna().any()
+                else float("nan"),
+            }
+        )
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -67,8 +83,18 @@ def turns_overview(episodes: pd.DataFrame, window: int = DEFAULT_WINDOW) -> pd.D
     gain              final_reward - first_reward: what the notes and revisions added
     *_end             the same over each seed's last `window` judged episodes (mean over seeds)
     """
-    cols = ["arm", "turns", "accepted_early", "first_reward", "final_reward", "gain", "turns_end", "first_reward_end",
-            "final_reward_end", "gain_end"]
+    cols = [
+        "arm",
+        "turns",
+        "accepted_early",
+        "first_reward",
+        "final_reward",
+        "gain",
+        "turns_end",
+        "first_reward_end",
+        "final_reward_end",
+        "gain_end",
+    ]
     if episodes.empty or "turns" not in episodes or episodes["turns"].max() <= 1:
         return pd.DataFrame(columns=cols)
     ok = judged(episodes).copy()
@@ -78,11 +104,20 @@ def turns_overview(episodes: pd.DataFrame, window: int = DEFAULT_WINDOW) -> pd.D
     for arm, g in ok.groupby("arm", sort=True):
         tail = pd.concat([s.sort_values("t").tail(window) for _, s in g.groupby("seed")])
         ends = tail.groupby("seed")[["turns", "first", "reward"]].mean().mean()
-        rows.append({"arm": arm, "turns": float(g["turns"].mean()), "accepted_early": float(g["early"].mean()),
-                     "first_reward": float(g["first"].mean()), "final_reward": float(g["reward"].mean()),
-                     "gain": float(g["reward"].mean() - g["first"].mean()), "turns_end": float(ends["turns"]),
-                     "first_reward_end": float(ends["first"]), "final_reward_end": float(ends["reward"]),
-                     "gain_end": float(ends["reward"] - ends["first"])})
+        rows.append(
+            {
+                "arm": arm,
+                "turns": float(g["turns"].mean()),
+                "accepted_early": float(g["early"].mean()),
+                "first_reward": float(g["first"].mean()),
+                "final_reward": float(g["reward"].mean()),
+                "gain": float(g["reward"].mean() - g["first"].mean()),
+                "turns_end": float(ends["turns"]),
+                "first_reward_end": float(ends["first"]),
+                "final_reward_end": float(ends["reward"]),
+                "gain_end": float(ends["reward"] - ends["first"]),
+            }
+        )
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -111,7 +146,7 @@ def baseline_overview(updates: pd.DataFrame, switch_points: list[int], budget: i
     for arm, g in updates.groupby("arm", sort=True):
         for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
             part = g[(g["t"] > a) & (g["t"] <= b)]  # an update at t trained on episodes before t
-            row = {"arm": arm, "phase": i + 1, "updates": int(len(part))}
+            row = {"arm": arm, "phase": i + 1, "updates": len(part)}
             for stat in BASELINE_STATS:
                 values = pd.to_numeric(part[stat], errors="coerce") if stat in part else pd.Series(dtype=float)
                 row[stat] = float(values.median()) if values.notna().any() else float("nan")

@@ -22,19 +22,39 @@ from analysis.markdown import md_table
 from analysis.results import Analysis
 
 LEAD_METRIC = "episodes_to_bar"
-UNITS = {"episodes_to_bar": "episodes to the bar", "judge_calls_to_bar": "judge calls to the bar",
-         "episodes_to_own_plateau": "episodes to the own plateau", "auc_after": "reward after the switch",
-         "dip": "dip", "dynamic_regret": "dynamic regret", "auc": "reward area"}
-TABLE_METRICS = [("switch", "episodes_to_bar"), ("switch", "auc_after"), ("switch", "episodes_to_own_plateau"),
-                 ("segment", "dynamic_regret")]
-PAIRED_HEADER = ["X − Y", "metric", "over", "X − Y [paired t 95%]", "bootstrap 95%", "P(X better)", "seeds",
-                 "verdict", "resolvable", "seeds for 10% / 20%"]
+UNITS = {
+    "episodes_to_bar": "episodes to the bar",
+    "judge_calls_to_bar": "judge calls to the bar",
+    "episodes_to_own_plateau": "episodes to the own plateau",
+    "auc_after": "reward after the switch",
+    "dip": "dip",
+    "dynamic_regret": "dynamic regret",
+    "auc": "reward area",
+}
+TABLE_METRICS = [
+    ("switch", "episodes_to_bar"),
+    ("switch", "auc_after"),
+    ("switch", "episodes_to_own_plateau"),
+    ("segment", "dynamic_regret"),
+]
+PAIRED_HEADER = [
+    "X − Y",
+    "metric",
+    "over",
+    "X − Y [paired t 95%]",
+    "bootstrap 95%",
+    "P(X better)",
+    "seeds",
+    "verdict",
+    "resolvable",
+    "seeds for 10% / 20%",
+]
 
 
 def lead_pairs(arms: list[str]) -> list[tuple[str, str]]:
     """Every pair (in order) for three arms or fewer, else the first arm against each other."""
     if len(arms) <= 3:
-        return [(x, y) for i, x in enumerate(arms) for y in arms[i + 1:]]
+        return [(x, y) for i, x in enumerate(arms) for y in arms[i + 1 :]]
     return [(arms[0], y) for y in arms[1:]]
 
 
@@ -84,17 +104,21 @@ def verdict_line(r: pd.Series, styles: tuple | None = None) -> str:
     if not np.isfinite(r["diff"]):
         return f"{head}: {r['arm_x']} − {r['arm_y']}: no seeds to compare."
     if max(int(r["n_x"]), int(r["n_y"])) < 2:  # one seed per arm: a difference, but no spread to judge it by
-        return (f"{head}: {r['arm_x']} − {r['arm_y']}: {num(r['diff'], d)} {UNITS.get(m, m)} with one seed: no "
-                "interval, nothing resolved (run more seeds).")
+        return (
+            f"{head}: {r['arm_x']} − {r['arm_y']}: {num(r['diff'], d)} {UNITS.get(m, m)} with one seed: no "
+            "interval, nothing resolved (run more seeds)."
+        )
     unit = "episodes" if m.startswith("episodes") else "judge calls" if m.startswith("judge_calls") else ""
     kind = "paired t" if r["pairing"] == paired.PAIRED else "Welch t"
     boot = f"; bootstrap [{num(r['boot_lo'], d)}, {num(r['boot_hi'], d)}]" if np.isfinite(r["boot_lo"]) else ""
-    parts = [f"{head}: {r['arm_x']} − {r['arm_y']}: {num(r['diff'], d)} [{num(r['diff_lo'], d)}, "
-             f"{num(r['diff_hi'], d)}] {UNITS.get(m, m)} ({kind}{boot}), {_seeds_phrase(r)}",
-             f"P({r['arm_x']} {_faster(m)}) = {num(r['p_better'], 2)} [{num(r['p_better_lo'], 2)}, "
-             f"{num(r['p_better_hi'], 2)}]",
-             f"{verdict_text(r)} — resolvable at {int(r['n'])} seeds: {num(r['mde'], d)}{' ' + unit if unit else ''}",
-             f"a 10% difference needs {seeds_text(r['seeds_10pct'])} seeds, 20% needs {seeds_text(r['seeds_20pct'])}"]
+    parts = [
+        f"{head}: {r['arm_x']} − {r['arm_y']}: {num(r['diff'], d)} [{num(r['diff_lo'], d)}, "
+        f"{num(r['diff_hi'], d)}] {UNITS.get(m, m)} ({kind}{boot}), {_seeds_phrase(r)}",
+        f"P({r['arm_x']} {_faster(m)}) = {num(r['p_better'], 2)} [{num(r['p_better_lo'], 2)}, "
+        f"{num(r['p_better_hi'], 2)}]",
+        f"{verdict_text(r)} — resolvable at {int(r['n'])} seeds: {num(r['mde'], d)}{' ' + unit if unit else ''}",
+        f"a 10% difference needs {seeds_text(r['seeds_10pct'])} seeds, 20% needs {seeds_text(r['seeds_20pct'])}",
+    ]
     return "; ".join(parts) + "."
 
 
@@ -110,8 +134,9 @@ def lead_lines(a: Analysis, metric: str = LEAD_METRIC) -> list[str]:
     table = a.paired
     if table is None or table.empty:
         return []
-    rows = table[(table["unit"] == "switch") & (table["metric"] == metric)
-                 & (table["task"].astype(str) != paired.POOLED)]
+    rows = table[
+        (table["unit"] == "switch") & (table["metric"] == metric) & (table["task"].astype(str) != paired.POOLED)
+    ]
     styles = _styles(a.per_seed)
     lines = []
     for x, y in lead_pairs(a.arm_order or list(dict.fromkeys(table["arm_x"]))):
@@ -133,9 +158,11 @@ def bar_note(a: Analysis) -> str:
         bar = "the reference policy's reward where the run has it, else the best pre-switch plateau of the seed's arms"
     else:
         bar = "the best pre-switch plateau of the seed's arms (no reference table in this run)"
-    return (f"The bar: {a.fraction} × {bar}, the same for every arm of a seed; a seed that never reaches it "
-            "counts at the phase's length (censored). Intervals: 95%, the first one decides; \"resolvable\": the "
-            "smallest difference detected with 80% power at this many seeds. Every pair and metric: paired.csv.")
+    return (
+        f"The bar: {a.fraction} × {bar}, the same for every arm of a seed; a seed that never reaches it "
+        'counts at the phase\'s length (censored). Intervals: 95%, the first one decides; "resolvable": the '
+        "smallest difference detected with 80% power at this many seeds. Every pair and metric: paired.csv."
+    )
 
 
 def paired_rows(a: Analysis) -> list[list[str]]:
@@ -148,16 +175,25 @@ def paired_rows(a: Analysis) -> list[list[str]]:
     out = []
     for x, y in lead_pairs(a.arm_order or list(dict.fromkeys(table["arm_x"]))):
         for unit, metric in TABLE_METRICS:
-            sel = table[(table["arm_x"] == x) & (table["arm_y"] == y) & (table["unit"] == unit)
-                        & (table["metric"] == metric)]
+            sel = table[
+                (table["arm_x"] == x) & (table["arm_y"] == y) & (table["unit"] == unit) & (table["metric"] == metric)
+            ]
             d = _digits(metric)
             for _, r in sel.iterrows():
-                out.append([f"{x} − {y}", UNITS.get(metric, metric), over_label(unit, r["task"], r["tasks"]),
-                            f"{num(r['diff'], d)} [{num(r['diff_lo'], d)}, {num(r['diff_hi'], d)}]",
-                            f"[{num(r['boot_lo'], d)}, {num(r['boot_hi'], d)}]",
-                            f"{num(r['p_better'], 2)} [{num(r['p_better_lo'], 2)}, {num(r['p_better_hi'], 2)}]",
-                            f"{r['pairing']} {int(r['n'])}", verdict_text(r), num(r["mde"], d),
-                            f"{seeds_text(r['seeds_10pct'])} / {seeds_text(r['seeds_20pct'])}"])
+                out.append(
+                    [
+                        f"{x} − {y}",
+                        UNITS.get(metric, metric),
+                        over_label(unit, r["task"], r["tasks"]),
+                        f"{num(r['diff'], d)} [{num(r['diff_lo'], d)}, {num(r['diff_hi'], d)}]",
+                        f"[{num(r['boot_lo'], d)}, {num(r['boot_hi'], d)}]",
+                        f"{num(r['p_better'], 2)} [{num(r['p_better_lo'], 2)}, {num(r['p_better_hi'], 2)}]",
+                        f"{r['pairing']} {int(r['n'])}",
+                        verdict_text(r),
+                        num(r["mde"], d),
+                        f"{seeds_text(r['seeds_10pct'])} / {seeds_text(r['seeds_20pct'])}",
+                    ]
+                )
     return out
 
 
@@ -166,14 +202,20 @@ def paired_markdown(a: Analysis) -> list[str]:
     rows = paired_rows(a)
     if not rows:
         return []
-    return ["## Paired comparisons (per-seed differences)", "", md_table(PAIRED_HEADER, rows), "",
-            "- **X − Y**: the mean over seeds of the per-seed difference (the arms of a seed share its SFT policy); "
-            "the interval that decides is the paired Student-t one (a percentile bootstrap over five seeds "
-            "under-covers); the paired bootstrap (one resample of seeds for both arms) is shown beside it. "
-            "Arms of different runs are compared unpaired (Welch).",
-            "- **P(X better)**: the share of seeds where X beats Y (ties half), bootstrap interval. "
-            "**resolvable**: the smallest difference detected with 80% power at two-sided 5% with this many seeds "
-            "((t(0.975, n-1) + t(0.8, n-1)) × sd of the differences / √n); **seeds for 10% / 20%**: the seeds a "
-            "difference of 10% / 20% of Y's mean would need at the observed spread.",
-            "- Regret is against the reference policy where the run has a reference table, else the best arm "
-            "(segments_by_seed.csv, `regret_against`); pooled over the segments after switches (not segment 0).", ""]
+    return [
+        "## Paired comparisons (per-seed differences)",
+        "",
+        md_table(PAIRED_HEADER, rows),
+        "",
+        "- **X − Y**: the mean over seeds of the per-seed difference (the arms of a seed share its SFT policy); "
+        "the interval that decides is the paired Student-t one (a percentile bootstrap over five seeds "
+        "under-covers); the paired bootstrap (one resample of seeds for both arms) is shown beside it. "
+        "Arms of different runs are compared unpaired (Welch).",
+        "- **P(X better)**: the share of seeds where X beats Y (ties half), bootstrap interval. "
+        "**resolvable**: the smallest difference detected with 80% power at two-sided 5% with this many seeds "
+        "((t(0.975, n-1) + t(0.8, n-1)) × sd of the differences / √n); **seeds for 10% / 20%**: the seeds a "
+        "difference of 10% / 20% of Y's mean would need at the observed spread.",
+        "- Regret is against the reference policy where the run has a reference table, else the best arm "
+        "(segments_by_seed.csv, `regret_against`); pooled over the segments after switches (not segment 0).",
+        "",
+    ]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.types import JudgeRequest  # noqa: E402
-from testbed.world import CORRUPTIONS, STYLES, corrupt, generate, prompts, render_prompt  # noqa: E402
+from testbed.types import JudgeRequest
+from testbed.world import CORRUPTIONS, STYLES, corrupt, generate, prompts, render_prompt
 
 ARCHETYPES = ["academic", "cute", "chuunibyou", "classical"]
 

@@ -39,11 +39,14 @@ def timed(out: Path, name: str, *sets: str) -> tuple[float, dict]:
 def main_benchmark() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=960, help="episodes per arm x seed")
-    parser.add_argument("--arm", default="sao", choices=["sao", "running_mean", "grpo"], help="the arm for the runtime rows")
-    parser.add_argument("--jobs", type=int, default=4, help="arm x seed jobs for the parallel-arms rows (seeds of the three arms)")
+    parser.add_argument(
+        "--arm", default="sao", choices=["sao", "running_mean", "grpo"], help="the arm for the runtime rows"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=4, help="arm x seed jobs for the parallel-arms rows (seeds of the three arms)"
+    )
     args = parser.parse_args()
     common = [f"budget.episodes={args.budget}", "eval.every=100000", "runtime.torch_threads=1"]
-    arms = {"sao": 0, "running_mean": 1, "grpo": 2}
     one_arm = f"arms=[{{name: x, type: {args.arm}, args: {{}}}}]"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
@@ -51,13 +54,23 @@ def main_benchmark() -> None:
         for label, sets in [
             ("sync loop", [one_arm, "seeds=[0]"]),
             ("ray, 1 rollout actor, staleness 0", [one_arm, "seeds=[0]", "runtime.kind=ray"]),
-            ("ray, 2 rollout actors, staleness 1", [one_arm, "seeds=[0]", "runtime.kind=ray", "runtime.rollout_workers=2",
-                                                    "runtime.max_staleness=1"]),
+            (
+                "ray, 2 rollout actors, staleness 1",
+                [one_arm, "seeds=[0]", "runtime.kind=ray", "runtime.rollout_workers=2", "runtime.max_staleness=1"],
+            ),
         ]:
             wall, manifest = timed(out, label.replace(" ", "_").replace(",", ""), *common, *sets)
             totals = manifest["arms"]["x"]["0"]
             rt = totals.get("runtime", {})
-            rows.append((label, args.budget / wall, totals["episodes_per_s"], rt.get("rollout_idle_share"), rt.get("learner_idle_share")))
+            rows.append(
+                (
+                    label,
+                    args.budget / wall,
+                    totals["episodes_per_s"],
+                    rt.get("rollout_idle_share"),
+                    rt.get("learner_idle_share"),
+                )
+            )
         seeds = list(range(max(1, args.jobs // 2)))
         jobs = [f"seeds={seeds}", "arms=[{name: rm, type: running_mean, args: {}}, {name: grpo, type: grpo, args: {}}]"]
         seq, _ = timed(out, "sequential", *common, *jobs)
@@ -65,10 +78,14 @@ def main_benchmark() -> None:
         n = 2 * len(seeds)
         rows.append((f"{n} arm x seed jobs one after another", n * args.budget / seq, None, None, None))
         rows.append((f"{n} arm x seed jobs side by side", n * args.budget / par, None, None, None))
-    print(f"{'runtime':<42} {'episodes/s (wall)':>18} {'episodes/s (loop)':>18} {'rollout idle':>13} {'learner idle':>13}")
+    print(
+        f"{'runtime':<42} {'episodes/s (wall)':>18} {'episodes/s (loop)':>18} {'rollout idle':>13} {'learner idle':>13}"
+    )
     for label, wall_rate, loop_rate, r_idle, l_idle in rows:
         fmt = lambda v, f: "-" if v is None else f.format(v)  # noqa: E731
-        print(f"{label:<42} {wall_rate:>18.1f} {fmt(loop_rate, '{:.1f}'):>18} {fmt(r_idle, '{:.2f}'):>13} {fmt(l_idle, '{:.2f}'):>13}")
+        print(
+            f"{label:<42} {wall_rate:>18.1f} {fmt(loop_rate, '{:.1f}'):>18} {fmt(r_idle, '{:.2f}'):>13} {fmt(l_idle, '{:.2f}'):>13}"
+        )
     print(f"parallel arms speed-up: {seq / par:.2f}x")
 
 

@@ -32,8 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import testbed  # noqa: F401  first: it pins the CPU kernels before torch loads (numerics)
 import torch
+
+import testbed  # noqa: F401  first: it pins the CPU kernels before torch loads (numerics)
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "scenarios" / "gpu_moe.yaml"
@@ -47,8 +48,10 @@ def log(message: str) -> None:
 def require_cuda(device: str) -> str | None:
     """Why this machine cannot run the check, or None."""
     if device == "cuda" and not torch.cuda.is_available():
-        return ("gpu_check: torch sees no CUDA device on this machine (torch.cuda.is_available() is False, "
-                f"torch {torch.__version__}); run it where a GPU is, with a CUDA build of torch")
+        return (
+            "gpu_check: torch sees no CUDA device on this machine (torch.cuda.is_available() is False, "
+            f"torch {torch.__version__}); run it where a GPU is, with a CUDA build of torch"
+        )
     return None
 
 
@@ -59,9 +62,9 @@ def checkpoints(args: argparse.Namespace) -> dict[str, Path]:
     work = Path(args.work)
     export = Path(args.export) if args.export else work / "project-policy"
     if not args.export and not (export / "config.json").exists():
-        from testbed.scenario.schema import load_scenario
         from testbed.models.export import export_policy
         from testbed.runtimes.starting import scenario_policy
+        from testbed.scenario.schema import load_scenario
 
         log(f"exporting the project's SFT policy ({SFT_SCENARIO.name}'s shape) to {export}")
         model, tok, report = scenario_policy(load_scenario(SFT_SCENARIO), 0, log)
@@ -72,10 +75,10 @@ def checkpoints(args: argparse.Namespace) -> dict[str, Path]:
 
 def logprob_gaps(directory: Path, device: str, prompts: int = 32) -> dict[str, Any]:
     """Sampled on `device`, scored by the trainers' forward there and on the CPU."""
-    from testbed.scenario.schema import SamplingConfig
+    from testbed.engines.hf_engine import HFEngine
     from testbed.models.hub import load_checkpoint
     from testbed.models.policy import token_logprobs
-    from testbed.engines.hf_engine import HFEngine
+    from testbed.scenario.schema import SamplingConfig
     from testbed.world import prompts as world_prompts
     from testbed.world import render_prompt
     from trainers.batching import collate
@@ -101,11 +104,24 @@ def logprob_gaps(directory: Path, device: str, prompts: int = 32) -> dict[str, A
 def tiny_recipe(checkpoint: Path, episodes: int, kind: str, device: str) -> list[str]:
     """--set overrides that make the GPU recipe a few-minute check on one GPU."""
     sets = {
-        "policy.checkpoint": str(checkpoint), "judge": "{type: rubric}", "seeds": "[0]", "budget.episodes": episodes,
-        "eval.every": max(8, episodes // 2), "eval.prompts": 8, "sampling.max_new_tokens": 32, "engine.mismatch": "true",
-        "runtime.kind": kind, "runtime.device": device, "runtime.actor_gpus": 0.25 if device == "cuda" else 0, "runtime.torch_threads": 2,
-        "arms.0.args.episodes_per_update": 8, "arms.0.args.value_pretrain_samples": 16, "arms.0.args.value_pretrain_batch": 8,
-        "arms.0.args.value_warmup_updates": 2, "arms.1.args.episodes_per_update": 8, "arms.1.args.window": 16,
+        "policy.checkpoint": str(checkpoint),
+        "judge": "{type: rubric}",
+        "seeds": "[0]",
+        "budget.episodes": episodes,
+        "eval.every": max(8, episodes // 2),
+        "eval.prompts": 8,
+        "sampling.max_new_tokens": 32,
+        "engine.mismatch": "true",
+        "runtime.kind": kind,
+        "runtime.device": device,
+        "runtime.actor_gpus": 0.25 if device == "cuda" else 0,
+        "runtime.torch_threads": 2,
+        "arms.0.args.episodes_per_update": 8,
+        "arms.0.args.value_pretrain_samples": 16,
+        "arms.0.args.value_pretrain_batch": 8,
+        "arms.0.args.value_warmup_updates": 2,
+        "arms.1.args.episodes_per_update": 8,
+        "arms.1.args.window": 16,
     }
     return [part for key, value in sets.items() for part in ("--set", f"{key}={value}")]
 
@@ -120,9 +136,22 @@ def run_recipe(checkpoint: Path, episodes: int, kind: str, device: str, out: Pat
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
-    code = main([str(RECIPE), "--out", str(out), "--run-name", name, "--no-report", *tiny_recipe(checkpoint, episodes, kind, device)])
-    result: dict[str, Any] = {"exit_code": code, "wall_s": round(time.perf_counter() - started, 1),
-                              "driver_peak_gpu_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None}
+    code = main(
+        [
+            str(RECIPE),
+            "--out",
+            str(out),
+            "--run-name",
+            name,
+            "--no-report",
+            *tiny_recipe(checkpoint, episodes, kind, device),
+        ]
+    )
+    result: dict[str, Any] = {
+        "exit_code": code,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "driver_peak_gpu_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
+    }
     if code != 0:
         return result
     manifest = json.loads((out / name / "manifest.json").read_text())
@@ -131,18 +160,26 @@ def run_recipe(checkpoint: Path, episodes: int, kind: str, device: str, out: Pat
     if "mismatch_abs_mean" in updates:
         per_arm = updates.groupby("arm")[["mismatch_abs_mean", "mismatch_abs_max"]].mean()
         result["mismatch"] = {arm: {k: float(v) for k, v in row.items()} for arm, row in per_arm.iterrows()}
-    result["reward_mean"] = {arm: round(float(v), 3) for arm, v in read_table(out / name, "episodes").groupby("arm")["reward"].mean().items()}
+    result["reward_mean"] = {
+        arm: round(float(v), 3) for arm, v in read_table(out / name, "episodes").groupby("arm")["reward"].mean().items()
+    }
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python benchmarks/gpu_check.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--work", default="/tmp/testbed-gpu-check", help="checkpoints and run directories (default: %(default)s)")
-    parser.add_argument("--episodes", type=int, default=64, help="episodes per arm of each tiny run (default: %(default)s)")
+    parser.add_argument(
+        "--work", default="/tmp/testbed-gpu-check", help="checkpoints and run directories (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--episodes", type=int, default=64, help="episodes per arm of each tiny run (default: %(default)s)"
+    )
     parser.add_argument("--no-ray", action="store_true", help="the sync runtime only")
     parser.add_argument("--export", help="an exported project policy to use instead of exporting one")
     parser.add_argument("--stand-in", help="a tiny Qwen2-MoE directory to use instead of building one")
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: check the script itself where no GPU is")
+    parser.add_argument(
+        "--device", choices=["cuda", "cpu"], default="cuda", help="cpu: check the script itself where no GPU is"
+    )
     args = parser.parse_args(argv)
     problem = require_cuda(args.device)
     if problem:
@@ -151,20 +188,37 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     os.environ.setdefault("TESTBED_CACHE", str(Path(args.work) / "cache"))
-    report: dict[str, Any] = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "torch": torch.__version__,
-                              "cuda": torch.version.cuda, "checkpoints": {}}
+    report: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "checkpoints": {},
+    }
     for name, directory in checkpoints(args).items():
         log(f"{name}: log-prob gaps on {args.device} ({directory})")
         entry: dict[str, Any] = {"directory": str(directory), "gaps": logprob_gaps(directory, args.device)}
         for kind in ("sync",) if args.no_ray else ("sync", "ray"):
-            log(f"{name}: scenarios/gpu_moe.yaml, {args.episodes} episodes per arm, runtime {kind}, device {args.device}")
-            entry[kind] = run_recipe(directory, args.episodes, kind, args.device, Path(args.work) / "runs",
-                                     f"{name}-{kind}-{int(time.time())}")
+            log(
+                f"{name}: scenarios/gpu_moe.yaml, {args.episodes} episodes per arm, runtime {kind}, device {args.device}"
+            )
+            entry[kind] = run_recipe(
+                directory,
+                args.episodes,
+                kind,
+                args.device,
+                Path(args.work) / "runs",
+                f"{name}-{kind}-{int(time.time())}",
+            )
         report["checkpoints"][name] = entry
     (Path(args.work) / "gpu_check.json").write_text(json.dumps(report, indent=1))
     print(f"gpu_check result (also in {Path(args.work) / 'gpu_check.json'}):")
     print(json.dumps(report, indent=1))
-    failed = [f"{n}/{k}" for n, e in report["checkpoints"].items() for k in ("sync", "ray") if k in e and e[k]["exit_code"] != 0]
+    failed = [
+        f"{n}/{k}"
+        for n, e in report["checkpoints"].items()
+        for k in ("sync", "ray")
+        if k in e and e[k]["exit_code"] != 0
+    ]
     if failed:
         print(f"gpu_check: runs failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere
 
-from judges.rubric import RubricJudge  # noqa: E402
-from testbed.types import JudgeRequest  # noqa: E402
-from testbed.world import CORRUPTIONS, STYLES, TOPICS, corrupt, generate, prompts, render_prompt  # noqa: E402
+from judges.rubric import RubricJudge
+from testbed.types import JudgeRequest
+from testbed.world import CORRUPTIONS, STYLES, TOPICS, corrupt, generate, prompts, render_prompt
 
 
 def make_corpus(per_style: int, seed: int) -> list[tuple[str, JudgeRequest]]:

@@ -22,9 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from benchmarks_corpus import make_requests  # noqa: E402  (benchmarks/benchmarks_corpus.py)
-from judges.llm import LLMJudge  # noqa: E402
-from judges.rubric import RubricJudge  # noqa: E402
+from benchmarks_corpus import make_requests
+
+from judges.llm import LLMJudge
+from judges.rubric import RubricJudge
 
 
 def main() -> None:
@@ -44,8 +45,10 @@ def main() -> None:
     print(f"rubric in process:        {len(reqs) / (time.perf_counter() - t0):9.0f} episodes/s")
 
     spec = {"judge": "rubric", "latency_ms": a.latency_ms}
-    with tempfile.TemporaryDirectory() as tmp, \
-            LLMJudge(model="openai/testbed-rubric", local_server=spec, cache=False) as judge:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        LLMJudge(model="openai/testbed-rubric", local_server=spec, cache=False) as judge,
+    ):
         judge.judge_sync(warm)  # the server's imports
         rows = []
         for c in a.concurrency:  # one client per concurrency, on the server the first one started
@@ -60,14 +63,22 @@ def main() -> None:
             finally:
                 client.close()
             errors = sum(v.error is not None for v in verdicts)
-            print(f"LiteLLM, concurrency {c:>3}: {len(batch) / dt:9.0f} episodes/s  ({len(batch)} in {dt:.2f} s, {errors} errors)")
+            print(
+                f"LiteLLM, concurrency {c:>3}: {len(batch) / dt:9.0f} episodes/s  ({len(batch)} in {dt:.2f} s, {errors} errors)"
+            )
         s = rows[-1]
-        print(f"  latency per verdict at concurrency {a.concurrency[-1]}: p50 {s['latency_p50_s'] * 1000:.1f} ms, "
-              f"p90 {s['latency_p90_s'] * 1000:.1f} ms, p99 {s['latency_p99_s'] * 1000:.1f} ms; "
-              f"tokens {s['prompt_tokens']:.0f} in / {s['completion_tokens']:.0f} out")
+        print(
+            f"  latency per verdict at concurrency {a.concurrency[-1]}: p50 {s['latency_p50_s'] * 1000:.1f} ms, "
+            f"p90 {s['latency_p90_s'] * 1000:.1f} ms, p99 {s['latency_p99_s'] * 1000:.1f} ms; "
+            f"tokens {s['prompt_tokens']:.0f} in / {s['completion_tokens']:.0f} out"
+        )
 
-        cached = LLMJudge(model="openai/testbed-rubric", api_base=judge.api_base, concurrency=32,
-                          cache_path=str(Path(tmp) / "bench.sqlite"))
+        cached = LLMJudge(
+            model="openai/testbed-rubric",
+            api_base=judge.api_base,
+            concurrency=32,
+            cache_path=str(Path(tmp) / "bench.sqlite"),
+        )
         try:
             cached.judge_sync(reqs)  # fill
             before = judge._server.stats()["chat_completions"]
@@ -76,9 +87,12 @@ def main() -> None:
             dt = time.perf_counter() - t0
             hits = cached.stats()["cache_hits"]  # the fill had none: the pieces are distinct
             calls = judge._server.stats()["chat_completions"] - before
-            print(f"from the cache:           {len(reqs) / dt:9.0f} episodes/s  ({hits:.0f} hits, {calls} server requests)")
+            print(
+                f"from the cache:           {len(reqs) / dt:9.0f} episodes/s  ({hits:.0f} hits, {calls} server requests)"
+            )
         finally:
             cached.close()
+
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,9 @@ table of wall seconds and portable/native ratios, and writes it as JSON (--json 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import operator
 import os
 import re
 import subprocess
@@ -39,9 +41,20 @@ def chain(mode: str, scenario: str, arms: list[str], overrides: list[str], resul
         for key in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA"):  # testbed sets them per mode
             env.pop(key, None)
         for arm in arms:
-            out = subprocess.run([sys.executable, str(ROOT / "benchmarks/throughput.py"), scenario, "--arm", arm,
-                                  *sum((["--set", o] for o in [*overrides, f"numerics={mode}"]), [])],
-                                 env=env, capture_output=True, text=True, cwd=ROOT)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    str(ROOT / "benchmarks/throughput.py"),
+                    scenario,
+                    "--arm",
+                    arm,
+                    *functools.reduce(operator.iadd, (["--set", o] for o in [*overrides, f"numerics={mode}"]), []),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            )
             if out.returncode != 0:  # a thread's exception: printed here, and the row is missing below
                 print(f"{mode} {arm} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}", flush=True)
                 return

@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))  # run from anywhere
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from judge_agreement import corrupted, make_corpus  # noqa: E402  (benchmarks/judge_agreement.py)
+
 from judges.open_world import OpenWorldJudge  # noqa: E402
 from judges.rubric import RubricJudge  # noqa: E402
 from testbed.types import JudgeRequest, Verdict  # noqa: E402
@@ -120,7 +121,7 @@ def main() -> None:
     a = ap.parse_args()
     judge = OpenWorldJudge()
     rows = load_corpus()
-    for split in (SPLITS if a.split == "all" else (a.split,)):
+    for split in SPLITS if a.split == "all" else (a.split,):
         part = [r for r in rows if r["split"] == split]
         vs = [judge.score(request(r)) for r in part]
         print_figures(f"hand-written, {split}", figures(part, vs))

@@ -20,17 +20,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import testbed  # noqa: E402,F401  first: it pins the CPU kernels before torch loads (numerics)
-import torch  # noqa: E402
+import torch
 
-from testbed import registry  # noqa: E402
-from testbed.scenario.schema import load_scenario  # noqa: E402
-from testbed.runtimes.loop import make_engine  # noqa: E402
-from testbed.models.policy import token_logprobs  # noqa: E402
-from testbed.runtimes.starting import starting_policies  # noqa: E402
-from testbed.types import Verdict  # noqa: E402
-from testbed.world import prompts, render_prompt  # noqa: E402
-from trainers.batching import collate  # noqa: E402
+import testbed  # noqa: F401  first: it pins the CPU kernels before torch loads (numerics)
+from testbed import registry
+from testbed.models.policy import token_logprobs
+from testbed.runtimes.loop import make_engine
+from testbed.runtimes.starting import starting_policies
+from testbed.scenario.schema import load_scenario
+from testbed.types import Verdict
+from testbed.world import prompts, render_prompt
+from trainers.batching import collate
 
 
 def best_ms(fn, repeats: int) -> float:
@@ -68,9 +68,22 @@ def main() -> int:
         with torch.no_grad():
             token_logprobs(model, data.tokens, data.attention_mask, where=data.action_mask)
 
-    trainers = {name: registry.build(registry.load("trainer", name), cfg, copy.deepcopy(model), pad_id=tok.pad_id) for name, cfg in (
-        ("running_mean", {"episodes_per_update": 32, "lr": 1e-12, "kl_coef": 0.2}),
-        ("sao", {"episodes_per_update": 32, "policy_lr": 1e-12, "critic_lr": 1e-12, "kl_coef": 0.2, "value_warmup_updates": 0}))}
+    trainers = {
+        name: registry.build(registry.load("trainer", name), cfg, copy.deepcopy(model), pad_id=tok.pad_id)
+        for name, cfg in (
+            ("running_mean", {"episodes_per_update": 32, "lr": 1e-12, "kl_coef": 0.2}),
+            (
+                "sao",
+                {
+                    "episodes_per_update": 32,
+                    "policy_lr": 1e-12,
+                    "critic_lr": 1e-12,
+                    "kl_coef": 0.2,
+                    "value_warmup_updates": 0,
+                },
+            ),
+        )
+    }
     pieces = {
         "generate_32": lambda: engine.generate(texts),
         "generate_64": lambda: engine.generate(texts + texts),

@@ -25,11 +25,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere
 
-from benchmarks.judge_agreement import make_corpus  # noqa: E402
-from judges.rubric import RubricJudge  # noqa: E402
-from judges.smollm import SmolLMJudge  # noqa: E402
-from testbed.types import JudgeRequest  # noqa: E402
-from testbed.world import CORRUPTIONS, STYLES, corrupt  # noqa: E402
+from benchmarks.judge_agreement import make_corpus
+from judges.rubric import RubricJudge
+from judges.smollm import SmolLMJudge
+from testbed.types import JudgeRequest
+from testbed.world import CORRUPTIONS, STYLES, corrupt
 
 
 def labelled_corpus(per_style: int, n_corrupted: int, seed: int) -> list[tuple[str, str, JudgeRequest]]:
@@ -37,8 +37,13 @@ def labelled_corpus(per_style: int, n_corrupted: int, seed: int) -> list[tuple[s
     rng = random.Random(f"{seed}-smollm")
     out = []
     for style, req in make_corpus(per_style, seed):
-        out.append((style, "clean", JudgeRequest(req.prompt, req.response, rng.choice(STYLES), req.candidate_styles,
-                                                 req.topic)))
+        out.append(
+            (
+                style,
+                "clean",
+                JudgeRequest(req.prompt, req.response, rng.choice(STYLES), req.candidate_styles, req.topic),
+            )
+        )
     sources = make_corpus(max(1, -(-n_corrupted // len(STYLES))), seed + 1)
     rng.shuffle(sources)
     for i, (style, req) in enumerate(sources[:n_corrupted]):
@@ -75,25 +80,35 @@ def main() -> None:
 
     rows = list(zip(corpus, ref, got))
     ok = [(c, a, b) for c, a, b in rows if b.error is None]
-    print(f"corpus: {args.per_style} pieces x {len(STYLES)} styles + {args.corrupted} corrupted = {len(corpus)} "
-          f"requests, seed {args.seed}; model {judge.gguf_path.name}, template {judge.template}, "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"corpus: {args.per_style} pieces x {len(STYLES)} styles + {args.corrupted} corrupted = {len(corpus)} "
+        f"requests, seed {args.seed}; model {judge.gguf_path.name}, template {judge.template}, "
+        f"torch threads {torch.get_num_threads()}"
+    )
     print(f"failures (unparseable or error): {pct(len(rows) - len(ok), len(rows))}")
     print("style agreement with the rubric (judged verdicts), by true style:")
     for style in STYLES:
         sub = [(a, b) for (s, _, _), a, b in ok if s == style]
         print(f"  {style:<11} {pct(sum(a.style == b.style for a, b in sub), len(sub))}")
     clean = [(a, b) for (_, k, _), a, b in ok if k == "clean"]
-    print(f"  {'overall':<11} {pct(sum(a.style == b.style for _, a, b in ok), len(ok))}"
-          f"   (well-formed only: {pct(sum(a.style == b.style for a, b in clean), len(clean)).strip()})")
-    print(f"  chance (always the commonest answer): {max(Counter(a.style for _, a, _ in ok).values(), default=0) / max(1, len(ok)):.2%}")
+    print(
+        f"  {'overall':<11} {pct(sum(a.style == b.style for _, a, b in ok), len(ok))}"
+        f"   (well-formed only: {pct(sum(a.style == b.style for a, b in clean), len(clean)).strip()})"
+    )
+    print(
+        f"  chance (always the commonest answer): {max(Counter(a.style for _, a, _ in ok).values(), default=0) / max(1, len(ok)):.2%}"
+    )
     print("quality agreement with the rubric:")
     bad = [(a, b) for (_, k, _), a, b in ok if k != "clean"]
     print(f"  overall     {pct(sum(a.quality == b.quality for _, a, b in ok), len(ok))}")
-    print(f"  well-formed {pct(sum(a.quality == b.quality for a, b in clean), len(clean))}"
-          f"   rubric passes {sum(a.quality for a, _ in clean)}, model passes {sum(b.quality for _, b in clean)}")
-    print(f"  corrupted   {pct(sum(a.quality == b.quality for a, b in bad), len(bad))}"
-          f"   rubric passes {sum(a.quality for a, _ in bad)}, model passes {sum(b.quality for _, b in bad)}")
+    print(
+        f"  well-formed {pct(sum(a.quality == b.quality for a, b in clean), len(clean))}"
+        f"   rubric passes {sum(a.quality for a, _ in clean)}, model passes {sum(b.quality for _, b in clean)}"
+    )
+    print(
+        f"  corrupted   {pct(sum(a.quality == b.quality for a, b in bad), len(bad))}"
+        f"   rubric passes {sum(a.quality for a, _ in bad)}, model passes {sum(b.quality for _, b in bad)}"
+    )
     print(f"style_match agreement: {pct(sum(a.style_match == b.style_match for _, a, b in ok), len(ok))}")
     print(f"model's style answers: {dict(Counter(b.style for _, _, b in ok).most_common())}")
     print(f"throughput: {len(rows) / judge_s:.2f} verdicts/s (one request at a time; model load {load_s:.1f} s)")

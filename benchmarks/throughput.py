@@ -26,14 +26,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import testbed  # noqa: E402,F401  first: it pins the CPU kernels before torch loads (numerics)
-import torch  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import functools
+import operator
 
+import torch
+from rich.console import Console
+from rich.table import Table
+
+import testbed  # noqa: F401  first: it pins the CPU kernels before torch loads (numerics)
+from testbed.cli import run
 from testbed.runtimes import loop
-from testbed.cli import run  # noqa: E402
-from testbed.scenario.schema import load_scenario  # noqa: E402
+from testbed.scenario.schema import load_scenario
 
 
 def cpu_seconds() -> float:
@@ -57,8 +60,12 @@ def main() -> int:
         parser.error(f"no arm {arm!r} in {args.scenario} (arms: {', '.join(names)})")
     keep = names.index(arm)
     # one arm x seed in this process (no Ray tasks), so its CPU time is this process's
-    overrides = [*args.overrides, f"seeds=[{scenario.seeds[0]}]", f"arms=[{json.dumps(scenario.arms[keep].model_dump())}]",
-                 "runtime.parallel_arms=false"]
+    overrides = [
+        *args.overrides,
+        f"seeds=[{scenario.seeds[0]}]",
+        f"arms=[{json.dumps(scenario.arms[keep].model_dump())}]",
+        "runtime.parallel_arms=false",
+    ]
 
     with tempfile.TemporaryDirectory() as out:
         arm_cpu = []
@@ -72,7 +79,9 @@ def main() -> int:
 
         loop.run_arm = timed_run_arm  # testbed.cli.run looks it up in testbed.runtimes.loop when an arm starts
         start = time.perf_counter()
-        code = run.main([args.scenario, "--out", out, *sum((["--set", o] for o in overrides), [])])
+        code = run.main(
+            [args.scenario, "--out", out, *functools.reduce(operator.iadd, (["--set", o] for o in overrides), [])]
+        )
         total = time.perf_counter() - start
         if code != 0:
             return code
@@ -92,12 +101,16 @@ def main() -> int:
     table.add_row("other (loop, progress bar)", f"{other:.2f}", f"{other / wall:.1%}")
     console = Console()
     console.print(table)
-    console.print(f"arm wall time {wall:.1f} s, {totals['episodes_per_s']:.1f} episodes/s "
-                  f"(process total {total:.1f} s; SFT {manifest['sft'].get('seconds', 'cached')})")
+    console.print(
+        f"arm wall time {wall:.1f} s, {totals['episodes_per_s']:.1f} episodes/s "
+        f"(process total {total:.1f} s; SFT {manifest['sft'].get('seconds', 'cached')})"
+    )
     cpu = sum(arm_cpu)
     if cpu > 0:
-        console.print(f"arm CPU time {cpu:.1f} s over {args.threads} thread(s): {totals['episodes'] / cpu:.1f} episodes per "
-                      f"CPU-second (value pretraining included when it was not cached)")
+        console.print(
+            f"arm CPU time {cpu:.1f} s over {args.threads} thread(s): {totals['episodes'] / cpu:.1f} episodes per "
+            f"CPU-second (value pretraining included when it was not cached)"
+        )
     return 0
 
 

@@ -15,15 +15,15 @@ import argparse
 import json
 import time
 
-import testbed  # noqa: F401  first: it pins the CPU kernels before torch loads (numerics)
 import torch
 
-from testbed.scenario.schema import PolicyConfig, SamplingConfig, load_scenario
-from testbed.models.policy import build_policy
-from testbed.models.tokenizer import WordTokenizer
+import testbed  # noqa: F401  first: it pins the CPU kernels before torch loads (numerics)
 from testbed.engines.hf_engine import HFEngine
 from testbed.engines.mismatch import logprob_gaps
 from testbed.engines.vllm_engine import VLLMEngine
+from testbed.models.policy import build_policy
+from testbed.models.tokenizer import WordTokenizer
+from testbed.scenario.schema import PolicyConfig, SamplingConfig, load_scenario
 from testbed.world import prompts, render_prompt
 
 
@@ -57,7 +57,9 @@ def throughput(engine: object, texts: list[str], rounds: int) -> dict[str, float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", help="a Hub-format export of the policy (default: the vLLM scenario's shape, untrained)")
+    parser.add_argument(
+        "--checkpoint", help="a Hub-format export of the policy (default: the vLLM scenario's shape, untrained)"
+    )
     parser.add_argument("--dtype", default="float32", help="vLLM's dtype (bfloat16 shows a real mismatch)")
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
@@ -68,10 +70,20 @@ def main() -> None:
     model, tok = policy(args.checkpoint)
     sampling = SamplingConfig()
     started = time.perf_counter()
-    engine = VLLMEngine(model, tok, sampling, dtype=args.dtype, cpu_threads_bind=args.cpu_threads_bind,
-                        probe_tolerance=0.1 if args.dtype != "float32" else 1e-3)
-    report = {"device": device, "dtype": args.dtype, "start_s": round(time.perf_counter() - started, 1),
-              "start_probe": dict(engine.last_sync)}
+    engine = VLLMEngine(
+        model,
+        tok,
+        sampling,
+        dtype=args.dtype,
+        cpu_threads_bind=args.cpu_threads_bind,
+        probe_tolerance=0.1 if args.dtype != "float32" else 1e-3,
+    )
+    report = {
+        "device": device,
+        "dtype": args.dtype,
+        "start_s": round(time.perf_counter() - started, 1),
+        "start_probe": dict(engine.last_sync),
+    }
     specs = prompts("train")
     texts = [render_prompt(specs[i % len(specs)], ["cute", "academic", "classical"]) for i in range(args.prompts)]
     report["agreement"] = gaps(model, engine.generate(texts))

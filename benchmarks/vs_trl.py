@@ -28,17 +28,17 @@ from pathlib import Path
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import testbed  # noqa: E402,F401  first: it pins the CPU kernels before torch loads (numerics)
-import torch  # noqa: E402
+import torch
 
-from testbed.scenario.schema import PolicyConfig, SamplingConfig  # noqa: E402
-from testbed.envs.style_shift import StyleShiftEnv  # noqa: E402
-from testbed.models.policy import build_policy  # noqa: E402
-from testbed.models.tokenizer import WordTokenizer  # noqa: E402
-from testbed.registry import load  # noqa: E402
-from testbed.engines.hf_engine import HFEngine  # noqa: E402
-from testbed.types import JudgeRequest  # noqa: E402
-from testbed.world import prompts  # noqa: E402
+import testbed  # noqa: F401  first: it pins the CPU kernels before torch loads (numerics)
+from testbed.engines.hf_engine import HFEngine
+from testbed.envs.style_shift import StyleShiftEnv
+from testbed.models.policy import build_policy
+from testbed.models.tokenizer import WordTokenizer
+from testbed.registry import load
+from testbed.scenario.schema import PolicyConfig, SamplingConfig
+from testbed.types import JudgeRequest
+from testbed.world import prompts
 
 PROMPTS, GROUP, COMPLETION, TEMPERATURE, LR, KL = 8, 4, 48, 1.0, 2e-4, 0.2
 CANDIDATES = ("academic", "cute", "chuunibyou")
@@ -58,8 +58,12 @@ def run_testbed(steps: int, tok: WordTokenizer, judge) -> dict:
     torch.manual_seed(0)
     model = build_policy(PolicyConfig(), tok, seed=0)
     engine = HFEngine(model, tok, SamplingConfig(temperature=TEMPERATURE, max_new_tokens=COMPLETION))
-    trainer = GRPOTrainer(model, {"group_size": GROUP, "episodes_per_update": GROUP * PROMPTS, "lr": LR, "kl_coef": KL},
-                          pad_id=tok.pad_id, temperature=TEMPERATURE)
+    trainer = GRPOTrainer(
+        model,
+        {"group_size": GROUP, "episodes_per_update": GROUP * PROMPTS, "lr": LR, "kl_coef": KL},
+        pad_id=tok.pad_id,
+        temperature=TEMPERATURE,
+    )
     env = make_env(judge)
     env.reset(seed=0)
     gen = total = 0.0
@@ -84,8 +88,14 @@ def run_trl(steps: int, tok: WordTokenizer, judge) -> dict:
     from transformers import PreTrainedTokenizerFast, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok.hf, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
-                                     unk_token="<unk>", padding_side="left")
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=tok.hf,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        bos_token="<bos>",
+        unk_token="<unk>",
+        padding_side="left",
+    )
     env = make_env(judge)
     env.reset(seed=0)
     # The same prompts as the testbed side sees, written as the policy reads them: <bos> prompt <sep>
@@ -93,7 +103,9 @@ def run_trl(steps: int, tok: WordTokenizer, judge) -> dict:
 
     def reward(prompts, completions, **_):
         # The same judge call, with the same text the testbed judges.
-        requests = [JudgeRequest(p, tok.decode(tok.encode(c)), TARGET, CANDIDATES) for p, c in zip(prompts, completions)]
+        requests = [
+            JudgeRequest(p, tok.decode(tok.encode(c)), TARGET, CANDIDATES) for p, c in zip(prompts, completions)
+        ]
         return [v.reward for v in asyncio.run(judge.judge(requests))]
 
     # TRL builds its KL reference from the policy's path, so both come from the same saved init.
@@ -109,15 +121,37 @@ def run_trl(steps: int, tok: WordTokenizer, judge) -> dict:
             timing["steps"][-1][1] = time.perf_counter()
 
     config = GRPOConfig(
-        output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "vs_trl"), use_cpu=True, report_to=[], save_strategy="no",
-        logging_steps=10_000, max_steps=steps + 1, learning_rate=LR, beta=KL, per_device_train_batch_size=PROMPTS * GROUP,
-        num_generations=GROUP, max_completion_length=COMPLETION, temperature=TEMPERATURE, top_p=1.0, top_k=0,
-        gradient_accumulation_steps=1, num_iterations=1, bf16=False, seed=0, disable_tqdm=True, dataloader_num_workers=0,
+        output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "vs_trl"),
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=10_000,
+        max_steps=steps + 1,
+        learning_rate=LR,
+        beta=KL,
+        per_device_train_batch_size=PROMPTS * GROUP,
+        num_generations=GROUP,
+        max_completion_length=COMPLETION,
+        temperature=TEMPERATURE,
+        top_p=1.0,
+        top_k=0,
+        gradient_accumulation_steps=1,
+        num_iterations=1,
+        bf16=False,
+        seed=0,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer = GRPOTrainer(model=str(init), reward_funcs=reward, args=config, processing_class=hf_tok,
-                              train_dataset=Dataset.from_dict({"prompt": texts}), callbacks=[StepClock()])
+        trainer = GRPOTrainer(
+            model=str(init),
+            reward_funcs=reward,
+            args=config,
+            processing_class=hf_tok,
+            train_dataset=Dataset.from_dict({"prompt": texts}),
+            callbacks=[StepClock()],
+        )
         original = trainer.model.generate
 
         def timed_generate(*args, **kwargs):
@@ -150,11 +184,15 @@ def main() -> int:
         theirs = run_trl(args.steps, tok, judge)
         ratios.append(ours["episodes_per_s"] / theirs["episodes_per_s"])
         for name, r in (("testbed GRPO", ours), ("TRL GRPOTrainer", theirs)):
-            print(f"pair {pair + 1} {name:16s} {r['episodes_per_s']:7.1f} episodes/s  "
-                  f"generation {r['generation_share']:5.1%} of {r['seconds']:.1f} s")
+            print(
+                f"pair {pair + 1} {name:16s} {r['episodes_per_s']:7.1f} episodes/s  "
+                f"generation {r['generation_share']:5.1%} of {r['seconds']:.1f} s"
+            )
         print(f"pair {pair + 1} ratio testbed / TRL: {ratios[-1]:.2f}x")
-    print(f"median ratio over {args.pairs} pairs: {statistics.median(ratios):.2f}x "
-          f"({args.steps} updates of {PROMPTS} x {GROUP} completions per side per pair, {args.threads} thread(s))")
+    print(
+        f"median ratio over {args.pairs} pairs: {statistics.median(ratios):.2f}x "
+        f"({args.steps} updates of {PROMPTS} x {GROUP} completions per side per pair, {args.threads} thread(s))"
+    )
     return 0
 
 

@@ -37,10 +37,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere
 
-from judges.rubric import RubricJudge  # noqa: E402
-from testbed.judging.adapter import as_judge  # noqa: E402
-from testbed.types import JudgeRequest  # noqa: E402
-from testbed.world import generate, prompts, render_prompt, split_words  # noqa: E402
+from judges.rubric import RubricJudge
+from testbed.judging.adapter import as_judge
+from testbed.types import JudgeRequest
+from testbed.world import generate, prompts, render_prompt, split_words
 
 
 class LengthAwareJudge:
@@ -73,10 +73,20 @@ def make_keyword_judge(bonus_word: str = "coffee"):
 async def _demo() -> None:
     rng = random.Random(0)
     spec = prompts("train")[0]
-    reqs = [JudgeRequest(render_prompt(spec, ["cute", "academic"]), generate(style, spec.topic, rng), "cute",
-                         ("cute", "academic"), spec.topic) for style in ("cute", "academic", "plain")]
-    for name, judge in (("LengthAwareJudge", as_judge(LengthAwareJudge(max_words=30))),
-                        ("keyword_judge", as_judge(make_keyword_judge(spec.topic.split()[0])))):
+    reqs = [
+        JudgeRequest(
+            render_prompt(spec, ["cute", "academic"]),
+            generate(style, spec.topic, rng),
+            "cute",
+            ("cute", "academic"),
+            spec.topic,
+        )
+        for style in ("cute", "academic", "plain")
+    ]
+    for name, judge in (
+        ("LengthAwareJudge", as_judge(LengthAwareJudge(max_words=30))),
+        ("keyword_judge", as_judge(make_keyword_judge(spec.topic.split()[0]))),
+    ):
         for req, v in zip(reqs, await judge.judge(reqs)):
             print(f"{name:>16}: reward={v.reward:.0f} quality={v.quality} style={v.style:<9} {req.response[:60]}...")
 

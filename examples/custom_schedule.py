@@ -51,8 +51,10 @@ class ReturningSchedule:
         @model_validator(mode="after")
         def _consistent(self) -> ReturningSchedule.Config:
             if len(self.switch_at) != len(self.styles) - 1:
-                raise ValueError(f"switch_at needs {len(self.styles) - 1} positions for {len(self.styles)} "
-                                 f"styles, got {len(self.switch_at)}")
+                raise ValueError(
+                    f"switch_at needs {len(self.styles) - 1} positions for {len(self.styles)} "
+                    f"styles, got {len(self.switch_at)}"
+                )
             if any(a >= b for a, b in zip([0, *self.switch_at], [*self.switch_at, 1])):
                 raise ValueError(f"switch_at must be increasing fractions between 0 and 1, got {self.switch_at}")
             if any(a == b for a, b in zip(self.styles, self.styles[1:])):
@@ -62,8 +64,15 @@ class ReturningSchedule:
                 raise ValueError(f"candidates {self.candidates} lack the target styles {missing}")
             return self
 
-    def __init__(self, styles: list[str], switch_at: list[float], candidates: list[str] | None = None, *,
-                 budget: int, archetypes: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        styles: list[str],
+        switch_at: list[float],
+        candidates: list[str] | None = None,
+        *,
+        budget: int,
+        archetypes: tuple[str, ...] = (),
+    ) -> None:
         self.styles = list(styles)
         self.switch_at = [round(s * budget) for s in switch_at]  # fractions of the budget -> clocks
         self.candidates = tuple(candidates or dict.fromkeys(styles))

@@ -44,15 +44,18 @@ class EMABaselineTrainer:
     class Config(BaseModel):
         model_config = ConfigDict(extra="forbid")
 
-        episodes_per_update: int = Field(32, ge=1, description="single rollouts per policy update (each a judged episode)")
+        episodes_per_update: int = Field(
+            32, ge=1, description="single rollouts per policy update (each a judged episode)"
+        )
         lr: float = Field(2e-4, gt=0, allow_inf_nan=False)
         beta: float = Field(0.05, gt=0, le=1, description="weight of the newest reward in the baseline")
         max_grad_norm: float = Field(1.0, gt=0, allow_inf_nan=False)
 
     group_size = 1  # one rollout per prompt: the baseline, not a group, centres the reward
 
-    def __init__(self, policy: torch.nn.Module, *, pad_id: int, temperature: float = 1.0, seed: int = 0,
-                 **args: Any) -> None:
+    def __init__(
+        self, policy: torch.nn.Module, *, pad_id: int, temperature: float = 1.0, seed: int = 0, **args: Any
+    ) -> None:
         self.cfg = self.Config.model_validate(args)  # the arm's args arrive as keywords
         self.policy, self.pad_id, self.temperature = policy, pad_id, temperature
         self.episodes_per_update = self.cfg.episodes_per_update  # the loop reads it
@@ -75,19 +78,29 @@ class EMABaselineTrainer:
         self.policy.train()
         logprobs, _ = token_logprobs(self.policy, data.tokens, data.attention_mask, self.temperature)
         loss = reinforce_loss(logprobs, advantages, data.action_mask)
-        grad_norm, nonfinite = guarded_step(loss, self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm,
-                                            "policy")
+        grad_norm, nonfinite = guarded_step(
+            loss, self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm, "policy"
+        )
         if nonfinite is None:
             self.version += 1
         else:
             self.baseline = baseline_before  # the skipped batch leaves no trace, not even in the baseline
-        return {"nonfinite": nonfinite, "skipped_steps": int(nonfinite is not None), "policy_loss": float(loss.detach()),
-                "grad_norm": float(grad_norm), "baseline": baseline_before,
-                "reward_mean": float(data.episode_rewards.mean())}
+        return {
+            "nonfinite": nonfinite,
+            "skipped_steps": int(nonfinite is not None),
+            "policy_loss": float(loss.detach()),
+            "grad_norm": float(grad_norm),
+            "baseline": baseline_before,
+            "reward_mean": float(data.episode_rewards.mean()),
+        }
 
     def state_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "baseline": self.baseline, "version": self.version}
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "baseline": self.baseline,
+            "version": self.version,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.policy.load_state_dict(state["policy"])

@@ -17,19 +17,22 @@ from typing import Any
 __all__ = ["COUNTERS", "Accounting", "percentile"]
 
 COUNTERS = (
-    "requests",            # verdicts asked for
-    "cache_hits",          # served from the SQLite verdict cache (no call)
-    "judged",              # fresh verdicts without an error
-    "failures",            # verdicts carrying an error (the episode is excluded, not scored 0)
-    "deduplicated",        # of judged + failures: copies of an identical request in the same batch
-    "calls",               # HTTP calls made (first attempts + retries + repairs)
-    "retries",             # re-attempts after a timeout / 429 / 5xx / connection error
-    "repairs",             # repair turns after an unparseable reply
-    "timeouts", "rate_limited", "server_errors",  # failed calls by kind
-    "unparseable",         # verdicts that failed because the reply stayed unparseable
-    "retry_wait_s",        # seconds spent waiting between retries
-    "prompt_tokens", "completion_tokens",         # from the replies' `usage`
-    "cost_usd",            # where LiteLLM (or the given per-token prices) knows the price
+    "requests",  # verdicts asked for
+    "cache_hits",  # served from the SQLite verdict cache (no call)
+    "judged",  # fresh verdicts without an error
+    "failures",  # verdicts carrying an error (the episode is excluded, not scored 0)
+    "deduplicated",  # of judged + failures: copies of an identical request in the same batch
+    "calls",  # HTTP calls made (first attempts + retries + repairs)
+    "retries",  # re-attempts after a timeout / 429 / 5xx / connection error
+    "repairs",  # repair turns after an unparseable reply
+    "timeouts",
+    "rate_limited",
+    "server_errors",  # failed calls by kind
+    "unparseable",  # verdicts that failed because the reply stayed unparseable
+    "retry_wait_s",  # seconds spent waiting between retries
+    "prompt_tokens",
+    "completion_tokens",  # from the replies' `usage`
+    "cost_usd",  # where LiteLLM (or the given per-token prices) knows the price
     "cost_unknown_calls",  # successful calls with no known price
 )
 

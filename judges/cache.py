@@ -18,13 +18,16 @@ import json
 import os
 import sqlite3
 import threading
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from testbed.paths import cache_dir
 
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS verdicts "
-           "(key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL DEFAULT (julianday('now')))")
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS verdicts "
+    "(key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL DEFAULT (julianday('now')))"
+)
 _CHUNK = 500  # keys per SELECT ... IN (...)
 
 
@@ -32,8 +35,16 @@ def default_cache_path() -> Path:
     return cache_dir() / "judge_cache.sqlite"
 
 
-def cache_key(model: str, template_version: str, prompt: str, response: str, target_style: str,
-              candidates: Sequence[str], topic: str | None, endpoint: str | None = None) -> str:
+def cache_key(
+    model: str,
+    template_version: str,
+    prompt: str,
+    response: str,
+    target_style: str,
+    candidates: Sequence[str],
+    topic: str | None,
+    endpoint: str | None = None,
+) -> str:
     """`endpoint` is where the verdict came from (the api_base): another server that answers to
     the same model name may judge differently, so it must not be served this one's verdicts.
     None (a provider's default endpoint) keeps the key of the format without an endpoint."""
@@ -59,8 +70,9 @@ class VerdictCache:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
-                                   check_same_thread=False)
+            conn = sqlite3.connect(
+                self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
+            )
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             for attempt in range(50):  # switching to WAL needs a moment without other writers
                 try:

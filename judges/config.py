@@ -47,8 +47,16 @@ class LocalServerConfig(BaseModel):
         import json
 
         out = ["--judge", self.judge, "--judge-args", json.dumps(self.args)]
-        for key in ("error_rate", "malformed_rate", "latency_ms", "rate_limit", "seed", "token_env", "max_body_bytes",
-                    "read_timeout_s"):
+        for key in (
+            "error_rate",
+            "malformed_rate",
+            "latency_ms",
+            "rate_limit",
+            "seed",
+            "token_env",
+            "max_body_bytes",
+            "read_timeout_s",
+        ):
             value = getattr(self, key)
             if value is not None:
                 out += [f"--{key.replace('_', '-')}", str(value)]
@@ -74,7 +82,9 @@ class LLMJudgeConfig(BaseModel):
     max_tokens: int = Field(1024, ge=1)
     temperature: float = Field(0.0, ge=0.0)
     cache: bool = Field(True, description="the SQLite verdict cache on/off")
-    cache_path: str | None = Field(None, min_length=1, description="default: testbed.paths.cache_dir()/judge_cache.sqlite")
+    cache_path: str | None = Field(
+        None, min_length=1, description="default: testbed.paths.cache_dir()/judge_cache.sqlite"
+    )
     cache_namespace: str | None = Field(None, description="extra cache-key text (default: the local server's spec)")
     input_cost_per_token: float | None = Field(None, ge=0.0)
     output_cost_per_token: float | None = Field(None, ge=0.0)

@@ -80,8 +80,16 @@ def _register_free_model(litellm: Any, model: str) -> None:
     level = logger.level
     logger.setLevel(logging.ERROR)  # register_model warns that a zero price has no cache prices
     try:
-        litellm.register_model({name: {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0,
-                                       "litellm_provider": provider, "mode": "chat"}})
+        litellm.register_model(
+            {
+                name: {
+                    "input_cost_per_token": 0.0,
+                    "output_cost_per_token": 0.0,
+                    "litellm_provider": provider,
+                    "mode": "chat",
+                }
+            }
+        )
     finally:
         logger.setLevel(level)
 
@@ -121,8 +129,9 @@ class LLMJudge:
         self.config = cfg
         self.model = cfg.model
         self.template = load_template(cfg.template)
-        self.retry = RetryPolicy(cfg.max_retries, cfg.backoff_base_s, cfg.backoff_max_s, cfg.max_retry_after_s,
-                                 cfg.seed)
+        self.retry = RetryPolicy(
+            cfg.max_retries, cfg.backoff_base_s, cfg.backoff_max_s, cfg.max_retry_after_s, cfg.seed
+        )
         self.api_key_env, self._api_key = _api_key(cfg)
         self._scrub = Scrubber(self._api_key)
         self._count = Accounting(cfg.input_cost_per_token, cfg.output_cost_per_token)
@@ -138,13 +147,22 @@ class LLMJudge:
             _register_free_model(self._litellm, cfg.model)
         self.api_base = self._server.api_base if self._server else cfg.api_base
         local = cfg.local_server
-        self.cache_namespace = cfg.cache_namespace if cfg.cache_namespace is not None else (
-            "" if local is None else "local:" + json.dumps({"judge": local.judge, "args": local.args}, sort_keys=True))
+        self.cache_namespace = (
+            cfg.cache_namespace
+            if cfg.cache_namespace is not None
+            else (
+                ""
+                if local is None
+                else "local:" + json.dumps({"judge": local.judge, "args": local.args}, sort_keys=True)
+            )
+        )
         # The verdicts' source, part of the cache key: a remote endpoint by its address; a local
         # server by what it serves (its namespace), since its port is new every run.
         self.endpoint = None if self._server is not None or cfg.api_base is None else cfg.api_base.rstrip("/")
         self._key_model = f"{cfg.model}|{self.cache_namespace}" if self.cache_namespace else cfg.model
-        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
         self._sync_runner = asyncio.Runner()
         self._finalizer = weakref.finalize(self, _shutdown, self._server, self._cache, self._sync_runner)
 
@@ -169,8 +187,13 @@ class LLMJudge:
         self._count.add("cache_hits", len(plan.hits))
         out: list[Verdict | None] = [None] * len(requests)
         for i, hit in plan.hits.items():
-            out[i] = Verdict(quality=int(hit["quality"]), style_match=int(hit["style"] == requests[i].target_style),
-                             style=hit["style"], raw=hit.get("raw", ""), latency_s=0.0)
+            out[i] = Verdict(
+                quality=int(hit["quality"]),
+                style_match=int(hit["style"] == requests[i].target_style),
+                style=hit["style"],
+                raw=hit.get("raw", ""),
+                latency_s=0.0,
+            )
 
         async def run(key: str, i: int) -> None:
             verdict = await self._judge_one(requests[i], key)
@@ -214,8 +237,16 @@ class LLMJudge:
 
     # -- one request -------------------------------------------------------------------------------
     def _key(self, req: JudgeRequest) -> str:
-        return cache_key(self._key_model, self.template.version, req.prompt, req.response, req.target_style,
-                         req.candidate_styles, req.topic, self.endpoint)
+        return cache_key(
+            self._key_model,
+            self.template.version,
+            req.prompt,
+            req.response,
+            req.target_style,
+            req.candidate_styles,
+            req.topic,
+            self.endpoint,
+        )
 
     async def _judge_one(self, req: JudgeRequest, key: str) -> Verdict:
         clock: list[float] = []  # set when the first call gets a concurrency slot
@@ -227,15 +258,24 @@ class LLMJudge:
                 quality, style, reason = parse_verdict(content)
             except VerdictParseError:
                 self._count.add("repairs")
-                repair = [*messages, {"role": "assistant", "content": content},
-                          {"role": "user", "content": REPAIR_MESSAGE}]
+                repair = [
+                    *messages,
+                    {"role": "assistant", "content": content},
+                    {"role": "user", "content": REPAIR_MESSAGE},
+                ]
                 content = await self._complete(repair, clock)
                 try:
                     quality, style, reason = parse_verdict(content)
                 except VerdictParseError as exc:
                     self._count.add("unparseable")
-                    return Verdict(quality=0, style_match=0, style=None, raw=self._scrub(content[:2000]),
-                                   error=f"unparseable judge reply after one repair: {exc}", latency_s=elapsed())
+                    return Verdict(
+                        quality=0,
+                        style_match=0,
+                        style=None,
+                        raw=self._scrub(content[:2000]),
+                        error=f"unparseable judge reply after one repair: {exc}",
+                        latency_s=elapsed(),
+                    )
         except CallFailed as exc:
             return Verdict.failed(self._scrub(str(exc)), elapsed())
         latency = elapsed()
@@ -244,8 +284,9 @@ class LLMJudge:
         if self._cache is not None:
             with contextlib.suppress(Exception):  # a cache write failure loses a cache entry, not a verdict
                 self._cache.put(key, {"quality": quality, "style": style, "raw": raw, "reason": reason})
-        return Verdict(quality=quality, style_match=int(style == req.target_style), style=style, raw=raw,
-                       latency_s=latency)
+        return Verdict(
+            quality=quality, style_match=int(style == req.target_style), style=style, raw=raw, latency_s=latency
+        )
 
     def _slot(self) -> asyncio.Semaphore:
         """This loop's concurrency limit (a semaphore belongs to one loop)."""
@@ -259,8 +300,14 @@ class LLMJudge:
         """One chat completion with retries; the reply text, or CallFailed. Appends the start time
         of the first attempt to `clock` if it is empty (latency excludes queueing for a slot)."""
         litellm, cfg = self._litellm, self.config
-        kwargs: dict[str, Any] = dict(model=cfg.model, messages=messages, temperature=cfg.temperature,
-                                      max_tokens=cfg.max_tokens, timeout=cfg.timeout_s, max_retries=0)
+        kwargs: dict[str, Any] = dict(
+            model=cfg.model,
+            messages=messages,
+            temperature=cfg.temperature,
+            max_tokens=cfg.max_tokens,
+            timeout=cfg.timeout_s,
+            max_retries=0,
+        )
         if self.api_base:
             kwargs["api_base"] = self.api_base
         if self._api_key:

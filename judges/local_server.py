@@ -29,15 +29,32 @@ class LocalJudgeServer:
     """A judge server subprocess on a free loopback port. `spec`: a LocalServerConfig or its dict;
     `stderr`: where the child's stderr goes (default: this process's)."""
 
-    def __init__(self, spec: LocalServerConfig | dict[str, Any] | None = None, wait: bool = True,
-                 stderr: Any = None) -> None:
+    def __init__(
+        self, spec: LocalServerConfig | dict[str, Any] | None = None, wait: bool = True, stderr: Any = None
+    ) -> None:
         self.config: LocalServerConfig = validate_config(LocalServerConfig, spec, "local_server")
-        cmd = [sys.executable, "-m", "judges.server", "--port", "0", "--host", "127.0.0.1",
-               *self.config.cli_args(), "--exit-with-parent"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "judges.server",
+            "--port",
+            "0",
+            "--host",
+            "127.0.0.1",
+            *self.config.cli_args(),
+            "--exit-with-parent",
+        ]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(_REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=stderr, env=env,
-                                     text=True, cwd=str(_REPO_ROOT))
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+            text=True,
+            cwd=str(_REPO_ROOT),
+        )
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._deadline = time.monotonic() + self.config.startup_timeout_s
         self.api_base: str | None = None

@@ -19,28 +19,51 @@ _ROLES = ("response", "verdict", "piece", "system", "assistant", "user", "instru
 # skip most patterns on most pieces, so the judge stays fast
 _PATTERNS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
     # "ignore all previous instructions", "disregard any rule", "forget your instructions"
-    ("", ("ignore", "disregard", "forget", "override", "bypass", "skip"),
-     re.compile(r"\b(?:ignore|disregard|forget|override|bypass|skip)\b[^.!?\n]{0,40}"
-                r"\b(?:instructions?|rules?|rubric|prompt|guidelines?|criteria|checks?|scoring)\b")),
+    (
+        "",
+        ("ignore", "disregard", "forget", "override", "bypass", "skip"),
+        re.compile(
+            r"\b(?:ignore|disregard|forget|override|bypass|skip)\b[^.!?\n]{0,40}"
+            r"\b(?:instructions?|rules?|rubric|prompt|guidelines?|criteria|checks?|scoring)\b"
+        ),
+    ),
     # talks to or about its grader and asks for a score
-    ("", _GRADER_WORDS,
-     re.compile(_GRADER + r"\b[^\n]{0,120}\b(?:pass|passing|score|scored|rate|rated|grade|mark|output|reply|"
-                r"accept|approve|quality|verdict|criteria|perfect|excellent)\b")),
-    ("", ("piece", "response", "answer", " text", "essay", "submission"),
-     re.compile(r"\b(?:pass|score|rate|grade|mark|accept|approve)\b[^.!?\n]{0,60}\b(?:this|the|my)\s+"
-                r"(?:piece|response|answer|text|essay|submission)\b[^.!?\n]{0,40}\b(?:as|with)\b")),
+    (
+        "",
+        _GRADER_WORDS,
+        re.compile(
+            _GRADER + r"\b[^\n]{0,120}\b(?:pass|passing|score|scored|rate|rated|grade|mark|output|reply|"
+            r"accept|approve|quality|verdict|criteria|perfect|excellent)\b"
+        ),
+    ),
+    (
+        "",
+        ("piece", "response", "answer", " text", "essay", "submission"),
+        re.compile(
+            r"\b(?:pass|score|rate|grade|mark|accept|approve)\b[^.!?\n]{0,60}\b(?:this|the|my)\s+"
+            r"(?:piece|response|answer|text|essay|submission)\b[^.!?\n]{0,40}\b(?:as|with)\b"
+        ),
+    ),
     # a forged verdict: "quality: 1", {"style": "cute"}, <verdict>, role tags
     ("", _VERDICT_WORDS, re.compile(r"\b(?:quality|style_match|verdict|reward)\b[\"']?\s*[:=]\s*[\"']?\w")),
-    ('"', ('"quality"', '"style"', '"score"', '"style_match"'),
-     re.compile(r"[{,]\s*\"(?:quality|style|score|style_match)\"\s*:")),
+    (
+        '"',
+        ('"quality"', '"style"', '"score"', '"style_match"'),
+        re.compile(r"[{,]\s*\"(?:quality|style|score|style_match)\"\s*:"),
+    ),
     ("", ("<<<", ">>>"), re.compile(r"<<<|>>>")),
     ("<", _ROLES, re.compile(r"</?\s*(?:response|verdict|piece|system|assistant|user|instructions?)\s*>")),
-    (":", ("system", "assistant", "user", "note to the judge", "important instruction"),
-     re.compile(r"(?:^|[.!?\n]\s*|\[|\()\s*(?:system|assistant|user|note to the judge|important instruction)\s*:")),
+    (
+        ":",
+        ("system", "assistant", "user", "note to the judge", "important instruction"),
+        re.compile(r"(?:^|[.!?\n]\s*|\[|\()\s*(?:system|assistant|user|note to the judge|important instruction)\s*:"),
+    ),
     ("you are", _GRADER_WORDS, re.compile(r"\byou are (?:now )?(?:a|an|the) [a-z ]{0,20}" + _GRADER)),
 )
 
+
 def injection(text: str) -> bool:
     """Whether the lowercased piece talks to its judge (see the module docstring)."""
-    return any((not need or need in text) and any(k in text for k in keys) and p.search(text)
-               for need, keys, p in _PATTERNS)
+    return any(
+        (not need or need in text) and any(k in text for k in keys) and p.search(text) for need, keys, p in _PATTERNS
+    )

@@ -83,8 +83,10 @@ _STRETCH = re.compile(r"\b[a-z]*([a-z])\1\1[a-z]*")  # "sooo", "yayyy": a letter
 _ETH = re.compile(r"\b[a-z]{2,}eth\b")  # "lingereth", "purreth": archaic 3rd person
 _ETH_EXCEPTIONS = frozenset("teeth beneath seth beth kenneth elizabeth macbeth".split())
 _THOU_VERB = re.compile(r"\bthou (art|[a-z]{2,}st)\b")  # "thou art", "thou writest", "thou wouldst"
-_EMOTICONS = re.compile(r"\([^\s()]{0,4}[\^_][^\s()]{0,4}\)|<3+|[:;=]-?[()dp3](?![a-z])"
-                        r"|[\U0001F300-\U0001FAFF\u2600-\u27BF]|~+")
+_EMOTICONS = re.compile(
+    r"\([^\s()]{0,4}[\^_][^\s()]{0,4}\)|<3+|[:;=]-?[()dp3](?![a-z])"
+    r"|[\U0001F300-\U0001FAFF\u2600-\u27BF]|~+"
+)
 _CITATION = re.compile(r"\([a-z][a-z .&]*,? (?:19|20)\d\d[a-z]?\)|\[\d+(?:[,-]\d+)*\]|\bet al\b")
 EMOTICON_W, BANG_W, STRETCH_W, ETH_W, THOU_VERB_W, CITATION_W, PERCENT_W = 1.0, 0.3, 0.7, 1.0, 0.7, 1.0, 0.5
 

@@ -46,7 +46,7 @@ def words_of(toks: list[str]) -> list[str]:
 
 def is_emoticon(tok: str) -> bool:
     c = tok[0]
-    return c in "(<:;=~" and len(tok) > 1 or c == "~" or ord(c) >= 0x2600
+    return (c in "(<:;=~" and len(tok) > 1) or c == "~" or ord(c) >= 0x2600
 
 
 def is_final(tok: str) -> bool:
@@ -74,14 +74,21 @@ _FINALS = frozenset(". ! ? ... !! ?! !? !!! ??".split())
 # What English never puts right after each class (a shuffled sentence does, often): a determiner
 # before another function word or a mark, a preposition before a verb or a subject pronoun ("to we"),
 # a subject pronoun before a determiner, a preposition or another subject pronoun ("we the").
-_AFTER_DET = frozenset("a an the of to and or but is are was were in on at for with by from i he she they we "
-                       "me him us them , ; :".split()) | _FINALS
+_AFTER_DET = (
+    frozenset(
+        "a an the of to and or but is are was were in on at for with by from i he she they we "
+        "me him us them , ; :".split()
+    )
+    | _FINALS
+)
 _AFTER_PREP = frozenset("of to is are was were and or but i we they he she".split())
 _AFTER_SUBJ = frozenset("the a an of my your to i we they he she".split())
 _BAD_LAST = frozenset("a an the of and or but my your their our".split())  # a sentence cannot end on these
 _BAD_PAIRS: frozenset[tuple[str, str]] = frozenset(
-    {(a, b) for a in _DETERMINERS for b in _AFTER_DET} | {(a, b) for a in _PREPOSITIONS for b in _AFTER_PREP}
-    | {(a, b) for a in _SUBJECTS for b in _AFTER_SUBJ} | {(a, b) for a in _BAD_LAST for b in _FINALS}
+    {(a, b) for a in _DETERMINERS for b in _AFTER_DET}
+    | {(a, b) for a in _PREPOSITIONS for b in _AFTER_PREP}
+    | {(a, b) for a in _SUBJECTS for b in _AFTER_SUBJ}
+    | {(a, b) for a in _BAD_LAST for b in _FINALS}
 )
 
 
@@ -109,8 +116,11 @@ def shape(toks: list[str], counts: Counter[str], lexicon: frozenset[str]) -> Sha
 def _known_form(tok: str) -> bool:
     # numbers; possessives of known words; -eth and -est verb forms ("purreth", "writest"), real
     # Early Modern English that is rare in any frequency list
-    return (tok[0].isdigit() or tok.removesuffix("'s") in _ENGLISH
-            or (len(tok) >= 5 and tok.endswith(("eth", "est")) and tok[:-3].isalpha()))
+    return (
+        tok[0].isdigit()
+        or tok.removesuffix("'s") in _ENGLISH
+        or (len(tok) >= 5 and tok.endswith(("eth", "est")) and tok[:-3].isalpha())
+    )
 
 
 def proper_ending(toks: list[str]) -> bool:

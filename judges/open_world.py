@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from judges.config import validate_config
 from judges.open_guard import injection
-from judges.open_styles import MARKED, LEXICON_WORDS, style_scores
+from judges.open_styles import LEXICON_WORDS, MARKED, style_scores
 from judges.open_text import normalise, proper_ending, repetition, shape, tokens, words_of
 from judges.open_topics import TOPIC_MIN, topicality
 from judges.rubric_contract import DOMINANCE, label_noise_flips
@@ -131,7 +131,15 @@ class OpenWorldJudge:
         quality, style_match, noise = label_noise_flips(cfg.seed, cfg.label_noise, prompt, text, quality, style_match)
 
         sc = ",".join(f"{_SHORT[s]}:{v:.3g}" for s, v in zip(MARKED, scores))
-        raw = (f"mode=open style={style} [{sc}] words={sh.words} known={sh.known:.2f} function={sh.function:.2f} "
-               f"disorder={sh.disorder} topic={topic} field={field_w:.2f} fail={'+'.join(failed) or 'none'}{noise}")
-        return Verdict(quality=quality, style_match=style_match, style=style, raw=raw,
-                       latency_s=time.perf_counter() - t0, reasons=tuple(failed))
+        raw = (
+            f"mode=open style={style} [{sc}] words={sh.words} known={sh.known:.2f} function={sh.function:.2f} "
+            f"disorder={sh.disorder} topic={topic} field={field_w:.2f} fail={'+'.join(failed) or 'none'}{noise}"
+        )
+        return Verdict(
+            quality=quality,
+            style_match=style_match,
+            style=style,
+            raw=raw,
+            latency_s=time.perf_counter() - t0,
+            reasons=tuple(failed),
+        )

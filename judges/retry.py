@@ -47,8 +47,10 @@ class AttemptError(Exception):
 
 def retry_after_s(exc: BaseException) -> float | None:
     """Seconds from a Retry-After (or retry-after-ms) header on a LiteLLM/OpenAI error, if any."""
-    for headers in (getattr(exc, "litellm_response_headers", None),
-                    getattr(getattr(exc, "response", None), "headers", None)):
+    for headers in (
+        getattr(exc, "litellm_response_headers", None),
+        getattr(getattr(exc, "response", None), "headers", None),
+    ):
         if not headers:
             continue
         try:
@@ -67,16 +69,22 @@ def retry_after_s(exc: BaseException) -> float | None:
     return None
 
 
-def classify(exc: BaseException, timeout_types: tuple[type[BaseException], ...] = (),
-             connection_types: tuple[type[BaseException], ...] = ()) -> AttemptError:
+def classify(
+    exc: BaseException,
+    timeout_types: tuple[type[BaseException], ...] = (),
+    connection_types: tuple[type[BaseException], ...] = (),
+) -> AttemptError:
     """An attempt's exception -> AttemptError. `timeout_types` / `connection_types`: the client
     library's own classes (LiteLLM's Timeout, APIConnectionError) beside asyncio's and the OS's."""
     if isinstance(exc, (asyncio.TimeoutError, *timeout_types)):
         return AttemptError(exc, 408, None, True)
     status = getattr(exc, "status_code", None)
     status = status if isinstance(status, int) else None
-    retryable = (status in _RETRYABLE_STATUS or (status is not None and status >= 500)
-                 or isinstance(exc, (ConnectionError, *connection_types)))
+    retryable = (
+        status in _RETRYABLE_STATUS
+        or (status is not None and status >= 500)
+        or isinstance(exc, (ConnectionError, *connection_types))
+    )
     return AttemptError(exc, status, retry_after_s(exc), retryable)
 
 
@@ -108,13 +116,18 @@ class _Wait(tenacity.wait.wait_base):
 
 def _should_retry(policy: RetryPolicy) -> Callable[[BaseException], bool]:
     def check(exc: BaseException) -> bool:
-        return (isinstance(exc, AttemptError) and exc.retryable
-                and (exc.retry_after is None or exc.retry_after <= policy.max_retry_after_s))
+        return (
+            isinstance(exc, AttemptError)
+            and exc.retryable
+            and (exc.retry_after is None or exc.retry_after <= policy.max_retry_after_s)
+        )
+
     return check
 
 
-async def call_with_retries(attempt: Callable[[], Awaitable[_T]], policy: RetryPolicy,
-                            on_retry: Callable[[float], None] = lambda wait_s: None) -> _T:
+async def call_with_retries(
+    attempt: Callable[[], Awaitable[_T]], policy: RetryPolicy, on_retry: Callable[[float], None] = lambda wait_s: None
+) -> _T:
     """`await attempt()` until it returns; it raises AttemptError for a failed attempt. Calls
     `on_retry(wait_s)` before each wait. Raises CallFailed (with the reason) when it gives up."""
     retrying = tenacity.AsyncRetrying(
@@ -137,6 +150,7 @@ async def call_with_retries(attempt: Callable[[], Awaitable[_T]], policy: RetryP
         if not err.retryable:
             raise CallFailed(f"judge call failed, not retryable: {err.describe()}") from None
         if err.retry_after is not None and err.retry_after > policy.max_retry_after_s:
-            raise CallFailed(f"judge call failed: Retry-After {err.retry_after:g} s exceeds "
-                             f"max_retry_after_s: {err.describe()}") from None
+            raise CallFailed(
+                f"judge call failed: Retry-After {err.retry_after:g} s exceeds max_retry_after_s: {err.describe()}"
+            ) from None
         raise CallFailed(f"judge call failed after {tries} attempts: {err.describe()}") from None

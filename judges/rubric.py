@@ -96,8 +96,15 @@ def fluency(tokens: list[str]) -> float:
 class RubricJudge:
     """Rule-based judge (see module doc). `label_noise` in [0, 1] models an imperfect judge."""
 
-    def __init__(self, seed: int = 0, label_noise: float = 0.0, checks: list[str] | tuple[str, ...] | None = None,
-                 dominance: float = DOMINANCE, mode: Literal["world", "open"] = "world", **open_args: Any) -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        label_noise: float = 0.0,
+        checks: list[str] | tuple[str, ...] | None = None,
+        dominance: float = DOMINANCE,
+        mode: Literal["world", "open"] = "world",
+        **open_args: Any,
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode: must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
         self.mode = mode
@@ -109,14 +116,18 @@ class RubricJudge:
             self._open = OpenWorldJudge(seed=seed, label_noise=label_noise, dominance=dominance, **extra, **open_args)
             return
         if open_args:
-            raise ValueError(f"{', '.join(sorted(open_args))}: not an argument of the rubric's world mode "
-                             f"(it takes seed, label_noise, checks, dominance, mode; mode 'open' takes more)")
+            raise ValueError(
+                f"{', '.join(sorted(open_args))}: not an argument of the rubric's world mode "
+                f"(it takes seed, label_noise, checks, dominance, mode; mode 'open' takes more)"
+            )
         checks = QUALITY_CHECKS if checks is None else checks
         if not 0.0 <= label_noise <= 1.0:
             raise ValueError("label_noise must be in [0, 1]")
         unknown = [c for c in checks if c not in QUALITY_CHECKS]
         if unknown or isinstance(checks, str):
-            raise ValueError(f"checks: unknown quality check(s) {unknown or checks!r} (the rubric has: {', '.join(QUALITY_CHECKS)})")
+            raise ValueError(
+                f"checks: unknown quality check(s) {unknown or checks!r} (the rubric has: {', '.join(QUALITY_CHECKS)})"
+            )
         if not 0.0 <= dominance <= 1.0:
             raise ValueError(f"dominance must be in [0, 1], got {dominance!r}")
         self.seed = seed
@@ -167,7 +178,15 @@ class RubricJudge:
         quality, style_match, noise = label_noise_flips(self.seed, self.label_noise, prompt, text, quality, style_match)
 
         sc = ",".join(f"{_SHORT[s]}:{v:g}" for s, v in zip(MARKED_STYLES, scores))
-        raw = (f"style={style} [{sc}] words={n_words} fluency={flu:.2f} topic={topic} "
-               f"fail={'+'.join(failed) or 'none'}{noise}")
-        return Verdict(quality=quality, style_match=style_match, style=style, raw=raw,
-                       latency_s=time.perf_counter() - t0, reasons=tuple(failed))
+        raw = (
+            f"style={style} [{sc}] words={n_words} fluency={flu:.2f} topic={topic} "
+            f"fail={'+'.join(failed) or 'none'}{noise}"
+        )
+        return Verdict(
+            quality=quality,
+            style_match=style_match,
+            style=style,
+            raw=raw,
+            latency_s=time.perf_counter() - t0,
+            reasons=tuple(failed),
+        )

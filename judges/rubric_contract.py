@@ -16,8 +16,9 @@ def _noise(seed: int, prompt: str, response: str) -> tuple[float, float]:
     return a / 2**64, b / 2**64
 
 
-def label_noise_flips(seed: int, rate: float, prompt: str, response: str, quality: int,
-                      style_match: int) -> tuple[int, int, str]:
+def label_noise_flips(
+    seed: int, rate: float, prompt: str, response: str, quality: int, style_match: int
+) -> tuple[int, int, str]:
     """(quality, style_match, note): each flipped with probability `rate`, decided by the hash of
     (seed, prompt, response), so an imperfect judge is still a pure function (both modes use it)."""
     note = ""

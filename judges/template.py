@@ -117,11 +117,12 @@ class Template:
             raise TemplateError(f"bad JSON string in the message: {exc}") from None
         topic = m.group("topic").strip()
         candidates = tuple(c.strip() for c in m.group("candidates").split(",") if c.strip())
-        return JudgeRequest(prompt, response, m.group("target_style").strip(), candidates,
-                            None if topic == NO_TOPIC else topic)
+        return JudgeRequest(
+            prompt, response, m.group("target_style").strip(), candidates, None if topic == NO_TOPIC else topic
+        )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def read_sections(path: Path) -> dict[str, list[str]]:
     """A template file's `=== name ===` sections, as lists of lines ('#' comments allowed before
     the first section)."""
@@ -139,8 +140,16 @@ def read_sections(path: Path) -> dict[str, list[str]]:
     return sections
 
 
-def load_sections(name: str, directory: Path, *, what: str, required: frozenset[str], optional: frozenset[str],
-                  fields: frozenset[str], needed: frozenset[str]) -> tuple[Path, dict[str, str]]:
+def load_sections(
+    name: str,
+    directory: Path,
+    *,
+    what: str,
+    required: frozenset[str],
+    optional: frozenset[str],
+    fields: frozenset[str],
+    needed: frozenset[str],
+) -> tuple[Path, dict[str, str]]:
     """Every prompt file's loader (the LLM judge's and the small LM's): `<directory>/<name>.txt`
     (or a path to a .txt file), its sections (`required`, maybe some of `optional`) as stripped
     text, the `${...}` placeholders of its user section among `fields` and including `needed`.
@@ -152,21 +161,30 @@ def load_sections(name: str, directory: Path, *, what: str, required: frozenset[
     sections = read_sections(path)
     if not required <= set(sections) <= required | optional:
         extra = f" (and optionally {', '.join(sorted(optional))})" if optional else ""
-        raise TemplateError(f"{path}: needs the sections {', '.join(sorted(required))}{extra}, found {sorted(sections)}")
+        raise TemplateError(
+            f"{path}: needs the sections {', '.join(sorted(required))}{extra}, found {sorted(sections)}"
+        )
     text = {k: "\n".join(v).strip() for k, v in sections.items()}
     used = set(_PLACEHOLDER.findall(text["user"]))
     if not needed <= used or not used <= fields:
-        raise TemplateError(f"{path}: placeholders {sorted(used)}; allowed {sorted(fields)}, "
-                            f"and {', '.join(sorted(needed))} required")
+        raise TemplateError(
+            f"{path}: placeholders {sorted(used)}; allowed {sorted(fields)}, and {', '.join(sorted(needed))} required"
+        )
     return path, text
 
 
-@functools.lru_cache(maxsize=None)  # a Template is immutable; the server loads one per request
+@functools.cache  # a Template is immutable; the server loads one per request
 def load_template(name: str = DEFAULT_TEMPLATE) -> Template:
     """Load `judges/templates/<name>.txt` (or a path to a .txt file)."""
-    path, text = load_sections(name, TEMPLATE_DIR, what="prompt template", required=frozenset({"system", "user"}),
-                               optional=frozenset(), fields=frozenset(_FIELDS),
-                               needed=frozenset({"response_json", "nonce", "target_style"}))
+    path, text = load_sections(
+        name,
+        TEMPLATE_DIR,
+        what="prompt template",
+        required=frozenset({"system", "user"}),
+        optional=frozenset(),
+        fields=frozenset(_FIELDS),
+        needed=frozenset({"response_json", "nonce", "target_style"}),
+    )
     if f"[template {path.stem}]" not in text["user"]:
         raise TemplateError(f"{path}: the user section must carry its version tag '[template {path.stem}]'")
     return Template(path.stem, text["system"], text["user"])
@@ -251,8 +269,13 @@ def _parse_verdict(text: str) -> tuple[int, str, str]:
             continue
         try:
             reason = keys.get("reason", "")
-            verdicts.append((_quality(keys.get("quality")), _style(keys.get("style")),
-                             reason if isinstance(reason, str) else json.dumps(reason)))
+            verdicts.append(
+                (
+                    _quality(keys.get("quality")),
+                    _style(keys.get("style")),
+                    reason if isinstance(reason, str) else json.dumps(reason),
+                )
+            )
         except VerdictParseError as exc:
             problems.append(str(exc))
     if not verdicts:

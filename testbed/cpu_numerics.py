@@ -43,8 +43,20 @@ PORTABLE_ENV: dict[str, str] = {
 }
 PORTABLE_CAPABILITY = "DEFAULT"  # what torch.backends.cpu.get_cpu_capability() says under portable
 # the CPU flags that decide which kernels the native mode gets
-ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-             "avx512_bf16", "amx_tile", "amx_bf16")
+ISA_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_bf16",
+)
 
 
 def requested_mode(environ: os._Environ[str] | dict[str, str] | None = None) -> str:
@@ -99,8 +111,11 @@ def torch_capability() -> str:
 def mode_in_force() -> str:
     """The mode this process computes in: portable only if torch really runs its baseline
     kernels and MKL's COMPATIBLE branch (torch imported before the variables were set does not)."""
-    portable = (requested_mode() == "portable" and torch_capability() == PORTABLE_CAPABILITY
-                and all(os.environ.get(k) == v for k, v in PORTABLE_ENV.items()))
+    portable = (
+        requested_mode() == "portable"
+        and torch_capability() == PORTABLE_CAPABILITY
+        and all(os.environ.get(k) == v for k, v in PORTABLE_ENV.items())
+    )
     return "portable" if portable else "native"
 
 
@@ -116,11 +131,16 @@ def mode_problem(wanted: str) -> str | None:
     if have == wanted:
         return None
     if wanted == "portable" and requested_mode() == "portable":
-        return (f"numerics: portable, but torch was loaded before its kernels were pinned (CPU capability "
-                f"{torch_capability()}, expected {PORTABLE_CAPABILITY}); import testbed before torch, or set "
-                + " ".join(f"{k}={v}" for k, v in PORTABLE_ENV.items()) + " in the environment")
-    return (f"numerics: {wanted}, but this process computes with {have} kernels; set {ENV_VAR}={wanted} "
-            "before Python starts (the CLI does this itself)")
+        return (
+            f"numerics: portable, but torch was loaded before its kernels were pinned (CPU capability "
+            f"{torch_capability()}, expected {PORTABLE_CAPABILITY}); import testbed before torch, or set "
+            + " ".join(f"{k}={v}" for k, v in PORTABLE_ENV.items())
+            + " in the environment"
+        )
+    return (
+        f"numerics: {wanted}, but this process computes with {have} kernels; set {ENV_VAR}={wanted} "
+        "before Python starts (the CLI does this itself)"
+    )
 
 
 def configure_torch(threads: int) -> None:
@@ -165,8 +185,11 @@ def blas_description() -> dict[str, str | None]:
     blas = re.search(r"BLAS_INFO=(\w+)", config)
     mkl = re.search(r"Math Kernel Library Version ([^\s]+)", config)
     onednn = re.search(r"MKL-DNN v([^\s]+)", config)
-    return {"blas": blas.group(1) if blas else None, "mkl": mkl.group(1) if mkl else None,
-            "onednn": onednn.group(1) if onednn else None}
+    return {
+        "blas": blas.group(1) if blas else None,
+        "mkl": mkl.group(1) if mkl else None,
+        "onednn": onednn.group(1) if onednn else None,
+    }
 
 
 def describe() -> dict[str, Any]:
@@ -190,8 +213,12 @@ def comparison_key(numerics: dict[str, Any] | None) -> tuple[Any, ...] | None:
     capability, and, in native mode, the CPU (its kernels are the processor's)."""
     if not numerics:
         return None
-    key: tuple[Any, ...] = (numerics.get("mode"), numerics.get("torch_cpu_capability"), numerics.get("mkl"),
-                            numerics.get("torch_threads"))
+    key: tuple[Any, ...] = (
+        numerics.get("mode"),
+        numerics.get("torch_cpu_capability"),
+        numerics.get("mkl"),
+        numerics.get("torch_threads"),
+    )
     if numerics.get("mode") != "portable":
         key += (numerics.get("cpu", {}).get("model"), tuple(numerics.get("cpu", {}).get("isa_flags", ())))
     return key

@@ -14,7 +14,7 @@ import torch
 
 
 def resolve(spec: str) -> torch.device:
-    """"auto" is CUDA where torch sees it, else the CPU; the others as written."""
+    """ "auto" is CUDA where torch sees it, else the CPU; the others as written."""
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(spec)
@@ -45,7 +45,8 @@ def problem(spec: str, where: str = "runtime.device") -> str | None:
     if not torch.cuda.is_available():
         return f"{where} is '{spec}' but torch sees no CUDA device here; use runtime.device: cpu (or auto)"
     if device.index is not None and device.index >= torch.cuda.device_count():
-        return f"{where} is '{spec}' but torch sees {torch.cuda.device_count()} CUDA device(s) (0..{torch.cuda.device_count() - 1})"
+        count = torch.cuda.device_count()
+        return f"{where} is '{spec}' but torch sees {count} CUDA device(s) (0..{count - 1})"
     return None
 
 
@@ -56,14 +57,18 @@ def scenario_problems(scenario: Any) -> list[str]:
         rt, prefix = scenario.runtime_for(arm), ("runtime" if "device" not in arm.runtime else f"arms.{i}.runtime")
         found = problem(rt.device, f"{prefix}.device")
         if found is None and rt.kind == "ray" and resolve(rt.device).type == "cuda" and gpus(rt, "actor") == 0:
-            found = (f"runtime.actor_gpus is 0 but {prefix}.device is '{rt.device}': Ray hides the GPUs from an actor that "
-                     "reserved none; give it a share (e.g. 0.25)")
+            found = (
+                f"runtime.actor_gpus is 0 but {prefix}.device is '{rt.device}': Ray hides the GPUs from an actor that "
+                "reserved none; give it a share (e.g. 0.25)"
+            )
         if found and found not in out:
             out.append(found)
     rt = scenario.runtime
     if not out and rt.parallel_arms and resolve(rt.device).type == "cuda" and gpus(rt, "task") == 0:
-        out.append(f"runtime.task_gpus is 0 but runtime.device is '{rt.device}': Ray hides the GPUs from a task that "
-                   "reserved none; give it a share (e.g. 0.25)")
+        out.append(
+            f"runtime.task_gpus is 0 but runtime.device is '{rt.device}': Ray hides the GPUs from a task that "
+            "reserved none; give it a share (e.g. 0.25)"
+        )
     return out
 
 

@@ -39,6 +39,9 @@ def require_extra(extra: str, part: str, modules: tuple[str, ...]) -> None:
     """Raise MissingExtra naming `extra` if any of `modules` is not installed."""
     missing = missing_modules(modules)
     if missing:
-        raise MissingExtra(f"{part} needs the '{extra}' extra, which is not installed (missing: "
-                           f"{', '.join(missing)}): {install_command(extra)}, or from a checkout: "
-                           f"pip install -e '.[{extra}]'", name=missing[0])
+        raise MissingExtra(
+            f"{part} needs the '{extra}' extra, which is not installed (missing: "
+            f"{', '.join(missing)}): {install_command(extra)}, or from a checkout: "
+            f"pip install -e '.[{extra}]'",
+            name=missing[0],
+        )

@@ -48,8 +48,10 @@ def check_directory(path: str | Path) -> Path:
     if not directory.is_dir():
         raise FileNotFoundError(f"policy.checkpoint: no such directory: {directory}")
     if not (directory / "config.json").exists():
-        raise FileNotFoundError(f"policy.checkpoint: {directory} has no config.json (not a transformers checkpoint "
-                                "directory; write one with save_pretrained or testbed export)")
+        raise FileNotFoundError(
+            f"policy.checkpoint: {directory} has no config.json (not a transformers checkpoint "
+            "directory; write one with save_pretrained or testbed export)"
+        )
     if not any(any(directory.glob(w)) for w in WEIGHTS):
         raise FileNotFoundError(f"policy.checkpoint: {directory} has no weights (*.safetensors or *.bin)")
     return directory

@@ -90,7 +90,9 @@ class Env(Protocol):
     clock: int
     np_random: Any
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]: ...
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]: ...
 
     def reset_batch(self, n: int, repeat: int = 1) -> list[Any]: ...
 
@@ -118,5 +120,6 @@ class Env(Protocol):
 def missing_methods(obj: Any, protocol: type) -> list[str]:
     """The attributes and methods of `protocol` that `obj` lacks (for an error that names them)."""
     names = set(getattr(protocol, "__annotations__", {})) | {
-        k for k, v in vars(protocol).items() if callable(v) and not k.startswith("_")}
+        k for k, v in vars(protocol).items() if callable(v) and not k.startswith("_")
+    }
     return sorted(n for n in names if not hasattr(obj, n))

@@ -80,7 +80,9 @@ def resolve(kind: str, name: str) -> str:
         return names[name]
     if ":" in name:
         return name
-    raise RegistryError(f"unknown {kind} '{name}' (known: {', '.join(sorted(names))}; or give an import path 'package.module:Name')")
+    raise RegistryError(
+        f"unknown {kind} '{name}' (known: {', '.join(sorted(names))}; or give an import path 'package.module:Name')"
+    )
 
 
 def load(kind: str, name: str) -> Any:
@@ -109,7 +111,7 @@ def configured(config: type) -> Any:
     `@configured(MyConfig)` above `def make(**args)` (a class says `Config = MyConfig` instead)."""
 
     def mark(factory: Any) -> Any:
-        setattr(factory, "Config", config)
+        factory.Config = config
         return factory
 
     return mark
@@ -136,8 +138,10 @@ def check_args(kind: str, obj: Any, args: dict[str, Any], context: dict[str, Any
         return config.model_validate(args, context=context)
     if not callable(obj):
         if args:
-            raise ValueError(f"args: {type(obj).__name__} is a ready-made object, not a class or factory: it takes no args "
-                             f"(got {sorted(args)})")
+            raise ValueError(
+                f"args: {type(obj).__name__} is a ready-made object, not a class or factory: it takes no args "
+                f"(got {sorted(args)})"
+            )
         return None
     params = _parameters(obj)
     if params is None:  # a builtin without a signature: its own error will do

@@ -28,7 +28,7 @@ import re
 import subprocess
 import time
 import warnings
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,8 @@ import pyarrow.parquet as pq
 import yaml
 from filelock import FileLock, Timeout
 
-# dropped: episodes too stale to train on (runtime.max_staleness); reference: the starting policy told the target, per phase
+# dropped: episodes too stale to train on (runtime.max_staleness); reference: the starting policy told the
+# target, per phase
 TABLES = ("episodes", "updates", "evals", "dropped", "reference")
 PART = re.compile(r"^part-(\d{6})-([0-9a-f]{16})\.parquet$")  # index and the first 16 hex of its sha256
 RUN_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")  # as arm names; "." and ".." are refused besides
@@ -56,8 +57,10 @@ class RunInUseError(RuntimeError):
 def check_run_name(name: str) -> str:
     """A run name is one plain directory name, so the run directory stays inside its parent."""
     if not RUN_NAME.fullmatch(name) or name in (".", ".."):
-        raise ValueError(f"{name!r}: not a plain name (use letters, digits, '_', '.' and '-', not '.' or '..'), "
-                         "so the run directory stays inside --out")
+        raise ValueError(
+            f"{name!r}: not a plain name (use letters, digits, '_', '.' and '-', not '.' or '..'), "
+            "so the run directory stays inside --out"
+        )
     return name
 
 
@@ -135,8 +138,10 @@ class RunStore:
         try:
             lock.acquire()
         except Timeout:
-            raise RunInUseError(f"{self.root} is in use by another process (it holds {self.root / LOCK_NAME}); "
-                                "wait for that run or --resume to end") from None
+            raise RunInUseError(
+                f"{self.root} is in use by another process (it holds {self.root / LOCK_NAME}); "
+                "wait for that run or --resume to end"
+            ) from None
         self._lock = lock
 
     def unlock(self) -> None:
@@ -145,8 +150,14 @@ class RunStore:
             self._lock = None
 
     @classmethod
-    def create(cls, out_dir: str | Path, scenario_name: str, flush_rows: int = 512, flush_seconds: float = 30.0,
-               run_name: str | None = None) -> RunStore:
+    def create(
+        cls,
+        out_dir: str | Path,
+        scenario_name: str,
+        flush_rows: int = 512,
+        flush_seconds: float = 30.0,
+        run_name: str | None = None,
+    ) -> RunStore:
         """A new run directory under `out_dir`: `run_name` if given (refused if it exists), else
         `<scenario>-<timestamp>`; locked (see `lock`). Fails before any training: ValueError for a
         name that is not plain, OSError if the directory cannot be written."""
@@ -154,8 +165,9 @@ class RunStore:
         if run_name is not None:
             root = out_dir / check_run_name(run_name)
             if not _claim(root):
-                raise FileExistsError(f"run directory {root} already exists; continue it with --resume {root} "
-                                      "or choose another name")
+                raise FileExistsError(
+                    f"run directory {root} already exists; continue it with --resume {root} or choose another name"
+                )
         else:
             stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
             root, suffix = out_dir / f"{scenario_name}-{stamp}", 1
@@ -196,8 +208,10 @@ class RunStore:
                     raise CorruptRunError(f"{path}: listed in the checkpoint but missing")
                 problem = part_problem(path)
                 if problem:
-                    raise CorruptRunError(f"{path}: {problem}. Its rows cannot be trusted; move the file out of "
-                                          f"{table.dir} to resume without them.")
+                    raise CorruptRunError(
+                        f"{path}: {problem}. Its rows cannot be trusted; move the file out of "
+                        f"{table.dir} to resume without them."
+                    )
             extra = [p for p in sorted(table.dir.iterdir()) if p.name not in keep and not p.name.startswith((".", "_"))]
             if extra:
                 target = self.root / "discarded" / name
@@ -253,9 +267,12 @@ def base_manifest(scenario_name: str, seeds: list[int], digest: str) -> dict[str
 
     def git_commit() -> str | None:
         try:
-            return subprocess.run(
-                ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
-            ).stdout.strip() or None
+            return (
+                subprocess.run(
+                    ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
+                ).stdout.strip()
+                or None
+            )
         except (OSError, subprocess.SubprocessError):
             return None
 
@@ -263,7 +280,7 @@ def base_manifest(scenario_name: str, seeds: list[int], digest: str) -> dict[str
         "scenario": scenario_name,
         "scenario_digest": digest,
         "seeds": seeds,
-        "started": datetime.now(timezone.utc).isoformat(),
+        "started": datetime.now(UTC).isoformat(),
         "status": "running",
         "git_commit": git_commit(),
         "versions": {

@@ -117,7 +117,11 @@ class Trajectory:
                 ends.append(offset - 1)
         if not ends:
             return []
-        earlier = [(end, v.reward) for end, v in zip(ends[:-1], self.turn_verdicts) if v.error is None] if self.turn_rewards else []
+        earlier = (
+            [(end, v.reward) for end, v in zip(ends[:-1], self.turn_verdicts) if v.error is None]
+            if self.turn_rewards
+            else []
+        )
         return [*earlier, (ends[-1], self.reward)]
 
     @property
@@ -128,6 +132,7 @@ class Trajectory:
         """(tokens, action_mask, behaviour_logprobs) over prompt + segments, as 1-D tensors.
         Prompt and observation positions have mask 0 and log-prob 0."""
         import torch  # here, so judges and the judge server start without loading torch
+
         toks = list(self.prompt_tokens)
         mask = [0] * len(toks)
         lps = [0.0] * len(toks)

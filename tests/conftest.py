@@ -9,12 +9,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Portable numerics: the same rows on every x86-64 processor. `import testbed` pins the kernels
 # from TESTBED_NUMERICS; it must come before anything loads torch (testbed/cpu_numerics.py).
 os.environ["TESTBED_NUMERICS"] = "portable"
-import testbed  # noqa: E402,F401
+from pathlib import Path
 
+import pytest
 
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
+import testbed  # noqa: F401
 
 
 @pytest.fixture(scope="session")

@@ -116,7 +116,10 @@ def test_naive_gae_differs_exactly_where_an_observation_is_crossed():
 
 def test_response_span_and_critic_mask():
     mask = torch.cat([mask_of("PPaaOOa__"), mask_of("PaaaaaaaP")])
-    assert response_span(mask).tolist() == [[c != "P" and c != "_" for c in "PPaaOOa__"], [c == "a" for c in "PaaaaaaaP"]]
+    assert response_span(mask).tolist() == [
+        [c != "P" and c != "_" for c in "PPaaOOa__"],
+        [c == "a" for c in "PaaaaaaaP"],
+    ]
     assert critic_mask(mask, "naive").tolist() == response_span(mask).tolist()
     for mode in ("token", "step_average", "step_last"):
         assert critic_mask(mask, mode).tolist() == mask.tolist()

@@ -19,16 +19,22 @@ from testbed.store import RunStore
 def episodes(rewards, arm="rm", seed=0, switch_points=(200,), targets=("cute", "chuunibyou"), t0=0):
     t = np.arange(t0, t0 + len(rewards))
     phase = np.searchsorted(np.asarray(switch_points), t, side="right")
-    return pd.DataFrame({
-        "arm": arm, "seed": seed, "t": t, "target_style": [targets[p] for p in phase],
-        "reward": np.asarray(rewards, dtype=float), "judge_error": None,
-    })
+    return pd.DataFrame(
+        {
+            "arm": arm,
+            "seed": seed,
+            "t": t,
+            "target_style": [targets[p] for p in phase],
+            "reward": np.asarray(rewards, dtype=float),
+            "judge_error": None,
+        }
+    )
 
 
 def recovering(n_dip=50, budget=400, switch=200):
     """1 before the switch, 0 for n_dip episodes after it, then 1 again."""
     r = np.ones(budget)
-    r[switch:switch + n_dip] = 0.0
+    r[switch : switch + n_dip] = 0.0
     return r
 
 
@@ -37,8 +43,19 @@ def evals_table(rows, arm="rm", seed=0):
     out = []
     for t, target, shares in rows:
         for style, share in shares.items():
-            out.append({"arm": arm, "seed": seed, "t": t, "style": style, "share": share, "n": 10,
-                        "eval_reward": shares.get(target, 0.0), "eval_quality": 1.0, "target_style": target})
+            out.append(
+                {
+                    "arm": arm,
+                    "seed": seed,
+                    "t": t,
+                    "style": style,
+                    "share": share,
+                    "n": 10,
+                    "eval_reward": shares.get(target, 0.0),
+                    "eval_quality": 1.0,
+                    "target_style": target,
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -128,30 +145,39 @@ def test_failed_judge_calls_are_excluded_but_counted():
 
 def test_judge_calls_come_from_the_updates_table():
     ep = episodes(recovering())
-    updates = pd.DataFrame({"arm": "rm", "seed": 0, "update": range(1, 41), "t": np.arange(10, 410, 10),
-                            "judge_calls": np.arange(10, 410, 10) * 4})  # e.g. GRPO, four samples per prompt
+    updates = pd.DataFrame(
+        {
+            "arm": "rm",
+            "seed": 0,
+            "update": range(1, 41),
+            "t": np.arange(10, 410, 10),
+            "judge_calls": np.arange(10, 410, 10) * 4,
+        }
+    )  # e.g. GRPO, four samples per prompt
     row = realign.switch_metrics(ep, [200], 400, updates=updates, window=10).iloc[0]
     assert row["judge_calls_to_own_plateau"] == pytest.approx(4 * 59)
 
 
 def test_half_life_and_crossover_from_held_out_shares():
-    ev = evals_table([
-        (0, "cute", {"cute": 0.5, "chuunibyou": 0.5}),
-        (200, "chuunibyou", {"cute": 1.0, "chuunibyou": 0.0}),
-        (300, "chuunibyou", {"cute": 0.8, "chuunibyou": 0.2}),
-        (400, "chuunibyou", {"cute": 0.2, "chuunibyou": 0.8}),
-    ])
-    row = realign.switch_metrics(episodes(recovering(), switch_points=(200,)), [200], 500, evals=ev,
-                                 window=10).iloc[0]
+    ev = evals_table(
+        [
+            (0, "cute", {"cute": 0.5, "chuunibyou": 0.5}),
+            (200, "chuunibyou", {"cute": 1.0, "chuunibyou": 0.0}),
+            (300, "chuunibyou", {"cute": 0.8, "chuunibyou": 0.2}),
+            (400, "chuunibyou", {"cute": 0.2, "chuunibyou": 0.8}),
+        ]
+    )
+    row = realign.switch_metrics(episodes(recovering(), switch_points=(200,)), [200], 500, evals=ev, window=10).iloc[0]
     assert row["old_share_at_switch"] == 1.0
-    assert row["old_half_life"] == pytest.approx(150.0)   # 0.8 -> 0.2 crosses 0.5 halfway
-    assert row["crossover"] == pytest.approx(150.0)       # -0.6 -> +0.6 crosses 0 halfway
+    assert row["old_half_life"] == pytest.approx(150.0)  # 0.8 -> 0.2 crosses 0.5 halfway
+    assert row["crossover"] == pytest.approx(150.0)  # -0.6 -> +0.6 crosses 0 halfway
     assert row["new_share_end"] == pytest.approx(0.8)
 
 
 def test_old_style_that_never_fades():
-    ev = evals_table([(t, "chuunibyou" if t >= 200 else "cute", {"cute": 0.9, "chuunibyou": 0.1})
-                      for t in (0, 100, 200, 300)])
+    ev = evals_table(
+        [(t, "chuunibyou" if t >= 200 else "cute", {"cute": 0.9, "chuunibyou": 0.1}) for t in (0, 100, 200, 300)]
+    )
     row = realign.switch_metrics(episodes(recovering()), [200], 400, evals=ev, window=10).iloc[0]
     assert math.isnan(row["old_half_life"]) and math.isnan(row["crossover"])
 
@@ -194,10 +220,11 @@ def test_bootstrap_ci_does_not_stretch_an_interval_to_the_mean(monkeypatch):
 def two_arms_one_seed(hi_after=(50, 1.0), lo_after=(30, 0.5)):
     """Arm 'hi' (plateau 1.0) and arm 'lo' (plateau 0.5) of seed 0, switch at 200 of 400: after the
     switch each is 0 for n episodes, then at its new level."""
+
     def arm(name, before, zeros, level):
         r = np.full(400, float(before))
-        r[200:200 + zeros] = 0.0
-        r[200 + zeros:] = level
+        r[200 : 200 + zeros] = 0.0
+        r[200 + zeros :] = level
         return episodes(r, arm=name)
 
     return pd.concat([arm("hi", 1.0, *hi_after), arm("lo", 0.5, *lo_after)], ignore_index=True)
@@ -205,9 +232,26 @@ def two_arms_one_seed(hi_after=(50, 1.0), lo_after=(30, 0.5)):
 
 def reference_table(rewards: dict[int, list[float]], arms=("hi", "lo")) -> pd.DataFrame:
     """rewards[seed][phase], the same row for every arm (as the runs write it)."""
-    return pd.DataFrame([{"arm": arm, "seed": seed, "phase": k, "start": 0, "end": 0, "target_style": "x",
-                          "candidates": "x", "samples": 64, "reward": r, "quality": 1.0, "target_share": 1.0}
-                         for arm in arms for seed, phases in rewards.items() for k, r in enumerate(phases)])
+    return pd.DataFrame(
+        [
+            {
+                "arm": arm,
+                "seed": seed,
+                "phase": k,
+                "start": 0,
+                "end": 0,
+                "target_style": "x",
+                "candidates": "x",
+                "samples": 64,
+                "reward": r,
+                "quality": 1.0,
+                "target_share": 1.0,
+            }
+            for arm in arms
+            for seed, phases in rewards.items()
+            for k, r in enumerate(phases)
+        ]
+    )
 
 
 def test_the_bar_is_common_to_the_arms_of_a_seed_so_a_low_plateau_is_no_easier():
@@ -241,8 +285,13 @@ def test_the_bar_comes_from_the_reference_table_when_there_is_one():
 
 
 def test_censored_seeds_count_in_the_restricted_mean_and_the_kaplan_meier_median():
-    ep = pd.concat([episodes(recovering(50), seed=0), episodes(recovering(70), seed=1),
-                    episodes(np.r_[np.ones(200), np.zeros(200)], seed=2)])
+    ep = pd.concat(
+        [
+            episodes(recovering(50), seed=0),
+            episodes(recovering(70), seed=1),
+            episodes(np.r_[np.ones(200), np.zeros(200)], seed=2),
+        ]
+    )
     m = realign.switch_metrics(ep, [200], 400, window=10)
     assert list(m["episodes_to_bar"]) == [59, 79, 200] and list(m["censored"]) == [False, False, True]
     agg = realign.aggregate(m).iloc[0]
@@ -278,9 +327,22 @@ def test_auc_after_is_the_mean_reward_over_the_horizon():
 
 def test_judge_call_curves_start_at_the_warm_up_calls():
     ep = pd.concat([episodes(recovering(), arm="sao"), episodes(recovering(), arm="rm")])
-    updates = pd.concat([pd.DataFrame({"arm": arm, "seed": 0, "update": range(1, 41), "t": np.arange(10, 410, 10),
-                                       "judge_calls": np.arange(10, 410, 10), "warmup_judge_calls": warm})
-                         for arm, warm in (("sao", 2048), ("rm", 0))], ignore_index=True)
+    updates = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "arm": arm,
+                    "seed": 0,
+                    "update": range(1, 41),
+                    "t": np.arange(10, 410, 10),
+                    "judge_calls": np.arange(10, 410, 10),
+                    "warmup_judge_calls": warm,
+                }
+            )
+            for arm, warm in (("sao", 2048), ("rm", 0))
+        ],
+        ignore_index=True,
+    )
     sao_up = updates[updates["arm"] == "sao"]
     count = curves.judge_call_counter(ep[ep["arm"] == "sao"], sao_up)
     assert count(0) == 2048 and count(100) == 2148
@@ -338,8 +400,12 @@ def write_run(root, name, ep, manifest, evals=None, updates=None, reference=None
 
 def test_report_on_a_thin_run(tmp_path, capsys):
     # one arm, one seed, no switches, no evaluations, no updates
-    run = write_run(tmp_path, "thin", episodes(np.r_[np.zeros(50), np.ones(50)], switch_points=(), targets=("cute",)),
-                    {"switch_points": [], "budget": 100})
+    run = write_run(
+        tmp_path,
+        "thin",
+        episodes(np.r_[np.zeros(50), np.ones(50)], switch_points=(), targets=("cute",)),
+        {"switch_points": [], "budget": 100},
+    )
     out = report([run])
     assert out == run
     assert (run / "summary.md").read_text().count("no switches") == 1
@@ -370,7 +436,11 @@ def test_nothing_to_recover_when_the_plateau_is_zero():
     r = np.zeros(400)
     r[300:] = 1.0
     row = realign.switch_metrics(episodes(r), [200], 400, window=10).iloc[0]
-    assert row["status"] == "no plateau" and not row["recovered_own_plateau"] and math.isnan(row["episodes_to_own_plateau"])
+    assert (
+        row["status"] == "no plateau"
+        and not row["recovered_own_plateau"]
+        and math.isnan(row["episodes_to_own_plateau"])
+    )
     agg = realign.aggregate(realign.switch_metrics(episodes(r), [200], 400, window=10)).iloc[0]
     assert agg["seeds_with_data"] == 0
 
@@ -387,15 +457,23 @@ def test_target_share_never_joins_targets_across_a_switch_and_shades_every_phase
     rewards = np.r_[np.ones(200), np.zeros(100), np.ones(100)]
     ep = pd.concat([episodes(rewards, seed=s, switch_points=switches, targets=targets) for s in (0, 1)])
     # evaluations in the first and last phase only: nothing is measured in the middle one
-    rows = [(0, "cute", {"cute": 0.2, "classical": 0.1}), (100, "cute", {"cute": 0.9, "classical": 0.0}),
-            (300, "classical", {"cute": 0.9, "classical": 0.1}), (350, "classical", {"cute": 0.3, "classical": 0.7})]
+    rows = [
+        (0, "cute", {"cute": 0.2, "classical": 0.1}),
+        (100, "cute", {"cute": 0.9, "classical": 0.0}),
+        (300, "classical", {"cute": 0.9, "classical": 0.1}),
+        (350, "classical", {"cute": 0.3, "classical": 0.7}),
+    ]
     ev = pd.concat([evals_table(rows, seed=s) for s in (0, 1)])
-    run = write_run(tmp_path, "sparse", ep, {"switch_points": list(switches), "budget": budget, "seeds": [0, 1]},
-                    evals=ev)
+    run = write_run(
+        tmp_path, "sparse", ep, {"switch_points": list(switches), "budget": budget, "seeds": [0, 1]}, evals=ev
+    )
     drawn = {}
     real_savefig = Figure.savefig
-    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: (drawn.__setitem__(Path(path).stem, fig),
-                                                                    real_savefig(fig, path, **kw))[1])
+    monkeypatch.setattr(
+        Figure,
+        "savefig",
+        lambda fig, path, **kw: (drawn.__setitem__(Path(path).stem, fig), real_savefig(fig, path, **kw))[1],
+    )
     report([run])
     fig = drawn["target_share"]
     bounds = [0, *switches, budget]
@@ -408,8 +486,12 @@ def test_target_share_never_joins_targets_across_a_switch_and_shades_every_phase
         assert spans == list(zip(bounds, bounds[1:]))
     top = {t.get_text() for t in fig.axes[0].texts}
     assert {"target: cute", "target: chuunibyou", "target: classical"} <= top  # the middle phase, from episodes
-    share_at = {round(float(x), 6): float(y) for line in fig.axes[0].get_lines() if len(set(line.get_xdata())) > 1
-                for x, y in zip(line.get_xdata(), line.get_ydata())}  # the segments, not the switch lines
+    share_at = {
+        round(float(x), 6): float(y)
+        for line in fig.axes[0].get_lines()
+        if len(set(line.get_xdata())) > 1
+        for x, y in zip(line.get_xdata(), line.get_ydata())
+    }  # the segments, not the switch lines
     assert share_at[100] == pytest.approx(0.9) and share_at[300] == pytest.approx(0.1)
 
 
@@ -437,7 +519,9 @@ def test_report_shows_offpolicy_data_only_for_asynchronous_runs(tmp_path):
     sync = write_run(tmp_path, "sync", ep, {"switch_points": [40], "budget": 100})
     report([sync], figures=False)
     assert "Off-policy" not in (sync / "summary.md").read_text() and not (sync / "offpolicy.csv").exists()
-    stale = write_run(tmp_path, "async", ep.assign(staleness=np.arange(100) % 3), {"switch_points": [40], "budget": 100})
+    stale = write_run(
+        tmp_path, "async", ep.assign(staleness=np.arange(100) % 3), {"switch_points": [40], "budget": 100}
+    )
     report([stale], figures=False)
     text = (stale / "summary.md").read_text()
     assert "Off-policy data" in text and "34% / 33% / 33% / 0% / 0%" in text
@@ -466,8 +550,15 @@ def test_critic_ev_curve_ignores_one_exploded_batch_but_the_loss_curve_is_a_mean
     from analysis.diagnostic_plots import _smooth
 
     ev = [0.5, 0.6, -1000.0, 0.55, 0.5, 0.6]
-    updates = pd.DataFrame({"arm": "sao", "seed": 0, "t": range(0, 192, 32), "value_explained_variance": ev,
-                            "critic_loss": [1.0, 1.0, 7.0, 1.0, 1.0, 1.0]})
+    updates = pd.DataFrame(
+        {
+            "arm": "sao",
+            "seed": 0,
+            "t": range(0, 192, 32),
+            "value_explained_variance": ev,
+            "critic_loss": [1.0, 1.0, 7.0, 1.0, 1.0, 1.0],
+        }
+    )
     smooth = _smooth(updates, ["value_explained_variance", "critic_loss"], span=5, points=1000).set_index("t")
     assert smooth["value_explained_variance"].min() > 0.4  # the median of every window
     assert smooth.loc[160, "critic_loss"] == pytest.approx(11 / 5)  # the mean of 1, 7, 1, 1, 1

@@ -42,8 +42,8 @@ def test_bad_input_gives_the_documented_error(what, command, message, capsys, mo
         raise AssertionError(f"{what}: training started instead of a bad-input error")
 
     monkeypatch.setattr(sft, "load_or_train_policy", no_training)
-    before = {p for p in (ROOT / "tests" / "data").rglob("*")}
+    before = set((ROOT / "tests" / "data").rglob("*"))
     assert cli.main(command_line(command, tmp_path)) == 2
     said = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
     assert message in said, said
-    assert {p for p in (ROOT / "tests" / "data").rglob("*")} == before  # nothing written beside the inputs
+    assert set((ROOT / "tests" / "data").rglob("*")) == before  # nothing written beside the inputs

@@ -13,7 +13,9 @@ def test_throughput_benchmark_runs_one_arm_and_reports_the_time_split(shared_cac
     spec = importlib.util.spec_from_file_location("throughput", ROOT / "benchmarks" / "throughput.py")
     throughput = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(throughput)
-    monkeypatch.setattr(sys, "argv", ["throughput.py", str(ROOT / "tests/data/tiny.yaml"), "--set", "budget.episodes=32"])
+    monkeypatch.setattr(
+        sys, "argv", ["throughput.py", str(ROOT / "tests/data/tiny.yaml"), "--set", "budget.episodes=32"]
+    )
     assert throughput.main() == 0
     said = " ".join(capsys.readouterr().out.split())
     for part in ("generation", "judging", "training", "eval", "bookkeeping"):

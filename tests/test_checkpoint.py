@@ -10,7 +10,13 @@ from testbed.runtimes import checkpoint
 
 
 def state(updates: int) -> dict:
-    return {"arm": "rm", "seed": 0, "done": False, "loop": {"updates": updates}, "weights": torch.full((3,), float(updates))}
+    return {
+        "arm": "rm",
+        "seed": 0,
+        "done": False,
+        "loop": {"updates": updates},
+        "weights": torch.full((3,), float(updates)),
+    }
 
 
 def test_latest_wins_and_old_rolling_checkpoints_are_pruned(tmp_path):

@@ -8,12 +8,19 @@ import pandas as pd
 from analysis import claims
 
 
-def analysis_of(values: dict[str, list[float]], metric: str = "episodes_to_bar", name: str = "style_shift") -> SimpleNamespace:
+def analysis_of(
+    values: dict[str, list[float]], metric: str = "episodes_to_bar", name: str = "style_shift"
+) -> SimpleNamespace:
     """A stand-in for report.Analysis: per arm, one value per seed for switches 1 and 2."""
-    rows = [{"arm": arm, "seed": s, "switch": k, metric: v + 10 * k} for arm, vs in values.items()
-            for s, v in enumerate(vs) for k in (1, 2)]
-    run = SimpleNamespace(name=name, manifest={"git_commit": "abcdef0123", "numerics": {"mode": "portable"},
-                                               "scenario": name})
+    rows = [
+        {"arm": arm, "seed": s, "switch": k, metric: v + 10 * k}
+        for arm, vs in values.items()
+        for s, v in enumerate(vs)
+        for k in (1, 2)
+    ]
+    run = SimpleNamespace(
+        name=name, manifest={"git_commit": "abcdef0123", "numerics": {"mode": "portable"}, "scenario": name}
+    )
     return SimpleNamespace(arm_order=list(values), per_seed=pd.DataFrame(rows), segments=pd.DataFrame(), runs=[run])
 
 

@@ -13,10 +13,12 @@ GOOD = {
     "name": "t",
     "schedule": {
         "type": "piecewise",
-        "args": {"phases": [
-            {"style": "cute", "start": 0.0, "end": 0.5, "candidates": ["cute", "academic"]},
-            {"style": "academic", "start": 0.5, "end": 1.0},
-        ]},
+        "args": {
+            "phases": [
+                {"style": "cute", "start": 0.0, "end": 0.5, "candidates": ["cute", "academic"]},
+                {"style": "academic", "start": 0.5, "end": 1.0},
+            ]
+        },
     },
     "arms": [{"name": "rm", "type": "running_mean", "args": {"window": 16}}],
     "budget": {"episodes": 100},
@@ -46,8 +48,8 @@ def mutate(path: str, value):
 
 
 def test_shipped_scenarios_load(shared_cache):
-    from testbed.models.tiny_hub import tiny_hub_checkpoint
     from testbed.cli.sweep import expand, is_sweep_file, load_sweep
+    from testbed.models.tiny_hub import tiny_hub_checkpoint
 
     # The GPU recipe names a checkpoint the user fills in: the tiny Qwen2-MoE stands in for it.
     stand_in = tiny_hub_checkpoint(shared_cache)

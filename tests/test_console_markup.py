@@ -38,8 +38,12 @@ def test_a_run_stopped_by_judge_failures_shows_redacted_on_the_console(tmp_path,
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     scenario = yaml.safe_load((ROOT / "tests/data/golden.yaml").read_text())
     scenario["policy"]["checkpoint"] = str(POLICY)  # the golden test's shipped policy: no SFT here
-    scenario.update(name="refused", arms=scenario["arms"][:1], judge={"type": f"{__name__}:RefusedJudge"},
-                    reliability={"judge_failure_budget": 2})
+    scenario.update(
+        name="refused",
+        arms=scenario["arms"][:1],
+        judge={"type": f"{__name__}:RefusedJudge"},
+        reliability={"judge_failure_budget": 2},
+    )
     path = tmp_path / "refused.yaml"
     path.write_text(yaml.safe_dump(scenario))
     assert cli.main([str(path), "--out", str(tmp_path / "runs")]) == 3

@@ -16,18 +16,28 @@ import torch
 from analysis.report import RunData
 from analysis.run_numerics import numerics_warnings
 from testbed import cpu_numerics
-from testbed.scenario.schema import ScenarioError, load_scenario
-from testbed.models.sft import loss_curve
 from testbed.cli.run import main
+from testbed.models.sft import loss_curve
+from testbed.scenario.schema import ScenarioError, load_scenario
 from tests.test_golden import FROM_POLICY, ROOT, SCENARIO
 
-ONE_ARM = ["--set", "arms=[{name: rm, type: running_mean, args: {window: 16, episodes_per_update: 16}}]",
-           "--set", "budget.episodes=32", "--set", "eval.every=32", "--set", "eval.prompts=4"]
+ONE_ARM = [
+    "--set",
+    "arms=[{name: rm, type: running_mean, args: {window: 16, episodes_per_update: 16}}]",
+    "--set",
+    "budget.episodes=32",
+    "--set",
+    "eval.every=32",
+    "--set",
+    "eval.prompts=4",
+]
 
 
 def test_portable_pins_the_kernels_and_native_removes_only_what_portable_pinned():
     portable = cpu_numerics.environment_for("portable", {"PATH": "/bin", "ATEN_CPU_CAPABILITY": "avx2"})
-    assert {k: portable[k] for k in cpu_numerics.PORTABLE_ENV} == cpu_numerics.PORTABLE_ENV  # the user's avx2 overridden
+    assert {
+        k: portable[k] for k in cpu_numerics.PORTABLE_ENV
+    } == cpu_numerics.PORTABLE_ENV  # the user's avx2 overridden
     assert portable["TESTBED_NUMERICS"] == "portable" and portable["PATH"] == "/bin"
     native = cpu_numerics.environment_for("native", portable)
     assert not set(cpu_numerics.PORTABLE_ENV) & set(native) and cpu_numerics.PINNED_VAR not in native
@@ -60,11 +70,37 @@ def test_a_scenario_in_the_other_mode_is_refused_in_process_with_nothing_written
 
 
 def test_the_cli_starts_itself_again_in_the_scenarios_mode_and_the_manifest_says_so(tmp_path):
-    env = cpu_numerics.environment_for("portable", {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
-                                                    "TESTBED_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"})
-    out = subprocess.run([sys.executable, "-m", "testbed.run", SCENARIO, *FROM_POLICY, *ONE_ARM, "--set", "numerics=native",
-                          "--out", str(tmp_path), "--run-name", "native", "--no-report"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    env = cpu_numerics.environment_for(
+        "portable",
+        {
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(ROOT),
+            "TESTBED_CACHE": str(tmp_path / "cache"),
+            "HF_HUB_OFFLINE": "1",
+        },
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "testbed.run",
+            SCENARIO,
+            *FROM_POLICY,
+            *ONE_ARM,
+            "--set",
+            "numerics=native",
+            "--out",
+            str(tmp_path),
+            "--run-name",
+            "native",
+            "--no-report",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "starting again with TESTBED_NUMERICS=native" in out.stderr
     numerics = json.loads((tmp_path / "native" / "manifest.json").read_text())["numerics"]
@@ -74,15 +110,28 @@ def test_the_cli_starts_itself_again_in_the_scenarios_mode_and_the_manifest_says
 
 def run_with(name: str, numerics: dict | None) -> RunData:
     empty = pd.DataFrame()
-    return RunData(path=ROOT, manifest={"numerics": numerics} if numerics else {}, episodes=empty, updates=empty,
-                   evals=empty, name=name)
+    return RunData(
+        path=ROOT,
+        manifest={"numerics": numerics} if numerics else {},
+        episodes=empty,
+        updates=empty,
+        evals=empty,
+        name=name,
+    )
 
 
 def test_the_report_warns_when_runs_side_by_side_used_different_numerics():
-    portable = {"mode": "portable", "torch_cpu_capability": "DEFAULT", "mkl": "2024.2", "torch_threads": 1,
-                "cpu": {"model": "CPU A", "isa_flags": ["avx2"]}}
+    portable = {
+        "mode": "portable",
+        "torch_cpu_capability": "DEFAULT",
+        "mkl": "2024.2",
+        "torch_threads": 1,
+        "cpu": {"model": "CPU A", "isa_flags": ["avx2"]},
+    }
     elsewhere = {**portable, "cpu": {"model": "CPU B", "isa_flags": ["avx2", "avx512f"]}}
-    assert numerics_warnings([run_with("a", portable), run_with("b", elsewhere)]) == []  # portable: the CPU does not count
+    assert (
+        numerics_warnings([run_with("a", portable), run_with("b", elsewhere)]) == []
+    )  # portable: the CPU does not count
     assert numerics_warnings([run_with("a", portable)]) == []
     native = {**elsewhere, "mode": "native", "torch_cpu_capability": "AVX512"}
     runs = [run_with("a", portable), run_with("b", native), run_with("old", None)]

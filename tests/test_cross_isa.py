@@ -32,18 +32,46 @@ def run_first_updates(tmp_path: Path, mode: str, choice: str) -> dict[str, pd.Da
     """Every column of the three tables, from a fresh process with `choice`'s variables inherited."""
     aten, mkl, onednn = CHOICES[choice]
     env = {key: value for key, value in os.environ.items() if key not in (*PORTABLE_ENV, PINNED_VAR)}
-    env.update(TESTBED_NUMERICS=mode, ATEN_CPU_CAPABILITY=aten, MKL_CBWR=mkl, ONEDNN_MAX_CPU_ISA=onednn,
-               TESTBED_CACHE=str(tmp_path / f"cache-{mode}-{choice}"))
+    env.update(
+        TESTBED_NUMERICS=mode,
+        ATEN_CPU_CAPABILITY=aten,
+        MKL_CBWR=mkl,
+        ONEDNN_MAX_CPU_ISA=onednn,
+        TESTBED_CACHE=str(tmp_path / f"cache-{mode}-{choice}"),
+    )
     name = f"{mode}-{choice}"
-    out = subprocess.run([sys.executable, "-m", "testbed.run", SCENARIO, *FROM_POLICY, *FIRST_UPDATES,
-                          "--set", f"numerics={mode}", "--out", str(tmp_path), "--run-name", name, "--no-report"],
-                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "testbed.run",
+            SCENARIO,
+            *FROM_POLICY,
+            *FIRST_UPDATES,
+            "--set",
+            f"numerics={mode}",
+            "--out",
+            str(tmp_path),
+            "--run-name",
+            name,
+            "--no-report",
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     tables = {}
     for table in ("episodes", "updates", "evals"):
         rows = read_table(tmp_path / name, table)
-        rows = rows.drop(columns=[c for c in rows.columns if c.endswith("_s") or c in ("wall", "time")], errors="ignore")
-        tables[table] = rows.sort_values([c for c in ("arm", "seed", "t", "update", "style") if c in rows]).reset_index(drop=True)
+        rows = rows.drop(
+            columns=[c for c in rows.columns if c.endswith("_s") or c in ("wall", "time")], errors="ignore"
+        )
+        tables[table] = rows.sort_values([c for c in ("arm", "seed", "t", "update", "style") if c in rows]).reset_index(
+            drop=True
+        )
     assert len(tables["updates"]) >= 6  # two updates per arm at least
     return tables
 

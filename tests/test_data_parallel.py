@@ -11,9 +11,9 @@ import ray
 import torch
 from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
 
+from testbed.models.policy import token_logprobs_and_routing
 from testbed.runtimes.ray.cluster import start_local
 from testbed.runtimes.ray.learner import LearnerGroup, flat_state, gradients, shard_weights, split_batch
-from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Segment, Verdict
 from tests.test_trainers import TOK, policy, rollouts
 from trainers.batching import collate
@@ -28,8 +28,17 @@ CLASSES = {"sao": SAOTrainer, "running_mean": RunningMeanTrainer, "grpo": GRPOTr
 # value pretraining and the KL anchor; the running mean with a window that slides over batches
 # (global, and per prompt); GRPO with groups, two epochs and the router load-balancing loss.
 CONFIGS = {
-    "sao": ("sao", {"episodes_per_update": 8, "value_warmup_updates": 0, "value_pretrain_samples": 8,
-                    "value_pretrain_epochs": 1, "value_pretrain_batch": 4, "kl_coef": 0.1}),
+    "sao": (
+        "sao",
+        {
+            "episodes_per_update": 8,
+            "value_warmup_updates": 0,
+            "value_pretrain_samples": 8,
+            "value_pretrain_epochs": 1,
+            "value_pretrain_batch": 4,
+            "kl_coef": 0.1,
+        },
+    ),
     "running_mean": ("running_mean", {"episodes_per_update": 8, "window": 6}),
     "running_mean_per_prompt": ("running_mean", {"episodes_per_update": 8, "window": 2, "per_prompt": True}),
     "grpo": ("grpo", {"group_size": 2, "episodes_per_update": 8, "epochs": 2, "router_aux_loss_coef": 0.05}),
@@ -51,8 +60,11 @@ class MakeTrainer:
 @pytest.fixture(scope="module")
 def ray_cluster():
     # PYTHONPATH: the actors must import this checkout, not whatever the venv has installed.
-    start_local(num_cpus=2, logging_level="warning",
-                runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}})
+    start_local(
+        num_cpus=2,
+        logging_level="warning",
+        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}},
+    )
     try:
         yield
     finally:
@@ -60,7 +72,7 @@ def ray_cluster():
 
 
 def batches(name, n=3, seed=0):
-    kind, args = CONFIGS[name]
+    _kind, args = CONFIGS[name]
     model = policy(seed=0)
     out = [rollouts(model, 8, groups=args.get("group_size", 1), seed=seed + i) for i in range(n)]
     for batch in out:
@@ -215,7 +227,9 @@ def test_one_worker_is_a_plain_remote_trainer(ray_cluster):
         for batch in batches("grpo", n=2):
             metrics, version, _ = ray.get(group.update(batch), timeout=TIMEOUT_S)
             single.update(batch)
-            assert_close(ray.get(group.workers[0].flat_state.remote(), timeout=TIMEOUT_S), flat_state(single.state_dict()))
+            assert_close(
+                ray.get(group.workers[0].flat_state.remote(), timeout=TIMEOUT_S), flat_state(single.state_dict())
+            )
         assert metrics["learner_workers"] == 1 and "policy_expert_load_cv_w0" in metrics and version == 2
     finally:
         group.shutdown()
@@ -244,14 +258,21 @@ def router_grads(trainer):
 
 @pytest.mark.parametrize("kind", ["sao", "running_mean", "grpo"])
 def test_router_aux_loss_coef_changes_the_router_gradient(kind):
-    base = {"sao": {"episodes_per_update": 8, "value_warmup_updates": 0}, "running_mean": {"episodes_per_update": 8},
-            "grpo": {"group_size": 2, "episodes_per_update": 8}}[kind]
+    base = {
+        "sao": {"episodes_per_update": 8, "value_warmup_updates": 0},
+        "running_mean": {"episodes_per_update": 8},
+        "grpo": {"group_size": 2, "episodes_per_update": 8},
+    }[kind]
     batch = rollouts(policy(), 8, groups=2 if kind == "grpo" else 1)
     runs = {}
-    for label, extra in (("default", {}), ("off", {"router_aux_loss_coef": 0.0}), ("on", {"router_aux_loss_coef": 1.0})):
+    for label, extra in (
+        ("default", {}),
+        ("off", {"router_aux_loss_coef": 0.0}),
+        ("on", {"router_aux_loss_coef": 1.0}),
+    ):
         trainer = CLASSES[kind](policy(), {**base, **extra}, pad_id=TOK.pad_id)
         runs[label] = (trainer.update(batch), router_grads(trainer))
-    (m_default, g_default), (m_off, g_off), (m_on, g_on) = runs["default"], runs["off"], runs["on"]
+    (_m_default, g_default), (m_off, g_off), (m_on, g_on) = runs["default"], runs["off"], runs["on"]
     assert g_default.keys() == g_on.keys() and any(k.startswith("policy.") for k in g_on)
     for key in g_default:
         assert torch.equal(g_default[key], g_off[key]), key  # 0 is the old behaviour, bit for bit
@@ -261,7 +282,6 @@ def test_router_aux_loss_coef_changes_the_router_gradient(kind):
         assert "critic_router_aux_loss" in m_on
     else:  # same parameters, same batch: the loss grows by exactly coef x L_aux
         assert m_on["policy_loss"] - m_off["policy_loss"] == pytest.approx(m_on["router_aux_loss"], rel=1e-5)
-
 
 
 def test_router_aux_reads_each_familys_expert_count():

@@ -14,11 +14,11 @@ import pytest
 import torch
 import torch.serialization
 
-from testbed.runtimes import checkpoint
-from testbed.scenario.schema import RuntimeConfig, ScenarioError, load_scenario
-from testbed.device import gpus, resolve, scenario_problems
-from testbed.runtimes.learn import warm_up, warmup_cache_path
 from testbed.cli.run import main
+from testbed.device import gpus, resolve, scenario_problems
+from testbed.runtimes import checkpoint
+from testbed.runtimes.learn import warm_up, warmup_cache_path
+from testbed.scenario.schema import RuntimeConfig, ScenarioError, load_scenario
 from testbed.store import read_table
 from tests.test_golden import COLUMNS, FROM_POLICY, GOLDEN, KEYS, ROOT
 from tests.test_trainers import TOK, policy, rollouts
@@ -35,8 +35,21 @@ ONE_ARM = "arms=[{name: running_mean, type: running_mean, args: {window: 32, epi
 def test_auto_is_the_cpu_here_and_writes_the_reference_rows(tmp_path, monkeypatch, shared_cache):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     assert resolve("auto") == torch.device("cpu")
-    code = main([SCENARIO, *FROM_POLICY, "--set", "runtime.device=auto", "--set", ONE_ARM, "--out", str(tmp_path), "--run-name", "auto",
-                 "--no-report"])
+    code = main(
+        [
+            SCENARIO,
+            *FROM_POLICY,
+            "--set",
+            "runtime.device=auto",
+            "--set",
+            ONE_ARM,
+            "--out",
+            str(tmp_path),
+            "--run-name",
+            "auto",
+            "--no-report",
+        ]
+    )
     assert code == 0
     for table, columns in COLUMNS.items():  # an arm x seed's rows do not depend on the other arms
         got = read_table(tmp_path / "auto", table)[columns].sort_values(KEYS[table]).reset_index(drop=True)
@@ -56,7 +69,8 @@ def test_cuda_without_cuda_is_refused_naming_the_field(tmp_path, capsys):
     # A per-arm override is named by its own path; the dry run shows the device and warns, exit 0.
     scenario = load_scenario(SCENARIO, ["arms.1.runtime={device: 'cuda:1'}"])
     assert scenario_problems(scenario) == [
-        "arms.1.runtime.device is 'cuda:1' but torch sees no CUDA device here; use runtime.device: cpu (or auto)"]
+        "arms.1.runtime.device is 'cuda:1' but torch sees no CUDA device here; use runtime.device: cpu (or auto)"
+    ]
     assert main([SCENARIO, "--set", "runtime.device=cuda", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "cuda -> cuda" in out and "warning:" in out and "runtime.device is 'cuda'" in out
@@ -67,7 +81,10 @@ def test_device_values_are_checked_when_the_scenario_loads():
         with pytest.raises(ScenarioError, match=r"runtime\.device: String should match pattern"):
             load_scenario(SCENARIO, [f"runtime.device={bad}"])
     assert RuntimeConfig().device == "cpu" and gpus(RuntimeConfig(), "actor") == 0
-    assert gpus(RuntimeConfig(device="cuda"), "actor") == 1 and gpus(RuntimeConfig(device="cuda", task_gpus=0.25), "task") == 0.25
+    assert (
+        gpus(RuntimeConfig(device="cuda"), "actor") == 1
+        and gpus(RuntimeConfig(device="cuda", task_gpus=0.25), "task") == 0.25
+    )
 
 
 def test_collate_puts_every_tensor_on_the_asked_device():
@@ -108,7 +125,12 @@ def test_a_checkpoint_written_on_cuda_resumes_here(tmp_path, saved_as_on_cuda):
 @no_cuda
 def test_a_warm_up_cache_written_on_cuda_loads_here(tmp_path, monkeypatch, saved_as_on_cuda):
     monkeypatch.setenv("TESTBED_CACHE", str(tmp_path))
-    args = {"episodes_per_update": 4, "value_pretrain_samples": 4, "value_pretrain_epochs": 1, "value_pretrain_batch": 4}
+    args = {
+        "episodes_per_update": 4,
+        "value_pretrain_samples": 4,
+        "value_pretrain_epochs": 1,
+        "value_pretrain_batch": 4,
+    }
     trainer = SAOTrainer(policy(), args, pad_id=TOK.pad_id)
     key = {"test": "cuda-cache"}
     report = warm_up(trainer, lambda n: rollouts(trainer.policy, n), key, log=lambda _: None)
@@ -141,25 +163,49 @@ BUILT_ON_THE_CPU = {
     ("trainers/running_mean.py", "update", "tensor"): 2,  # metrics from Python floats
     ("trainers/sao.py", "warmup", "tensor"): 1,
 }
-FACTORIES = {"zeros", "ones", "full", "empty", "arange", "eye", "rand", "randn", "randint", "tensor", "as_tensor", "linspace"}
+FACTORIES = {
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "arange",
+    "eye",
+    "rand",
+    "randn",
+    "randint",
+    "tensor",
+    "as_tensor",
+    "linspace",
+}
 
 
 def test_every_tensor_on_the_hot_path_names_its_device():
     """Without a GPU a forgotten device= cannot fail a run (the meta device cannot run these paths:
     they read values, e.g. the number of real tokens), so the rule is read from the source: a
     `torch.<factory>(...)` with no `device=` is a CPU tensor and must be on the list above."""
-    files = ["testbed/engines/hf_engine.py", "testbed/models/decoder.py", "testbed/models/lean_forward.py",
-             "testbed/models/policy.py", "testbed/models/critic.py", "testbed/engines/mismatch.py",
-             *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "trainers").glob("*.py"))]
+    files = [
+        "testbed/engines/hf_engine.py",
+        "testbed/models/decoder.py",
+        "testbed/models/lean_forward.py",
+        "testbed/models/policy.py",
+        "testbed/models/critic.py",
+        "testbed/engines/mismatch.py",
+        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "trainers").glob("*.py")),
+    ]
     found: Counter = Counter()
     for name in files:
         for fn in ast.walk(ast.parse((ROOT / name).read_text())):
             if not isinstance(fn, ast.FunctionDef):
                 continue
             for node in ast.walk(fn):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in FACTORIES
-                        and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"
-                        and not any(k.arg == "device" for k in node.keywords)):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in FACTORIES
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "torch"
+                    and not any(k.arg == "device" for k in node.keywords)
+                ):
                     found[(name, fn.name, node.func.attr)] += 1
     assert dict(found) == BUILT_ON_THE_CPU, "give the new tensor device=..., or list it here with the reason"
 

@@ -15,11 +15,13 @@ OUTSIDE = re.compile(r"\.\./shared|/wor[k]/")  # written so that this file does 
 def test_relative_links_resolve():
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     assert len(pages) >= 4  # README, architecture, algorithms, plugins
-    links = [(page, target) for page in pages for target in LINK.findall(page.read_text())
-             if "://" not in target]
+    links = [(page, target) for page in pages for target in LINK.findall(page.read_text()) if "://" not in target]
     assert links
-    broken = [f"{page.relative_to(ROOT)} -> {target}" for page, target in links
-              if not (page.parent / target).resolve().exists()]
+    broken = [
+        f"{page.relative_to(ROOT)} -> {target}"
+        for page, target in links
+        if not (page.parent / target).resolve().exists()
+    ]
     assert not broken, broken
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 import testbed.cli.run as cli
+from testbed.cli.plan import ArmShape, active_parameters, evaluations, judge_calls, public_args
 from testbed.models import sft
 from testbed.runtimes.starting import starting_policies
-from testbed.cli.plan import ArmShape, active_parameters, evaluations, judge_calls, public_args
 from tests.test_bad_input import ROWS, command_line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,10 +81,22 @@ def test_active_parameters_count_top_k_of_the_routed_experts_and_every_shared_on
 def test_public_args_hide_secrets_and_show_env_var_names(monkeypatch):
     monkeypatch.setenv("DRY_KEY_SET", "sk-1")
     monkeypatch.delenv("DRY_KEY_UNSET", raising=False)
-    shown = public_args({"api_key_env": "DRY_KEY_SET", "token_env": "DRY_KEY_UNSET", "extra_params": {"api_key": "sk-2"},
-                         "api_base": "https://user:pw@host/v1", "max_tokens": 64})
-    assert shown == {"api_key_env": {"env_var": "DRY_KEY_SET", "set": True}, "token_env": {"env_var": "DRY_KEY_UNSET", "set": False},
-                     "extra_params": {"api_key": "<hidden>"}, "api_base": "https://user:<hidden>@host/v1", "max_tokens": 64}
+    shown = public_args(
+        {
+            "api_key_env": "DRY_KEY_SET",
+            "token_env": "DRY_KEY_UNSET",
+            "extra_params": {"api_key": "sk-2"},
+            "api_base": "https://user:pw@host/v1",
+            "max_tokens": 64,
+        }
+    )
+    assert shown == {
+        "api_key_env": {"env_var": "DRY_KEY_SET", "set": True},
+        "token_env": {"env_var": "DRY_KEY_UNSET", "set": False},
+        "extra_params": {"api_key": "<hidden>"},
+        "api_base": "https://user:<hidden>@host/v1",
+        "max_tokens": 64,
+    }
 
 
 # -- the CLI ----------------------------------------------------------------------------------------
@@ -104,12 +116,17 @@ def test_the_default_scenario_prints_its_plan_and_writes_nothing(isolated, capsy
     # what the table says is what the JSON holds, and the JSON holds what the scenario implies
     assert f"{plan['policy']['parameters']:,} total" in said and f"{plan['judge_calls']['total']['max']:,}" in said
     assert [a["name"] for a in plan["arms"]] == ["sao", "running_mean", "grpo"] and plan["seeds"] == [0, 1, 2, 3, 4]
-    assert plan["schedule"]["switch_points"] == [2400, 4200] and [p["style"] for p in plan["schedule"]["phases"]] == \
-        ["cute", "chuunibyou", "classical"]
+    assert plan["schedule"]["switch_points"] == [2400, 4200] and [p["style"] for p in plan["schedule"]["phases"]] == [
+        "cute",
+        "chuunibyou",
+        "classical",
+    ]
     assert plan["episodes"]["total"] == 6000 * 3 * 5 == plan["judge_calls"]["training"]["max"]
     assert plan["runtime"]["parallel_arms"] and plan["runtime"]["ray"]
     sao = plan["arms"][0]
-    assert sao["critic"]["frozen"] > 0 and sao["critic"]["trainable"] + sao["critic"]["frozen"] == sao["critic"]["total"]
+    assert (
+        sao["critic"]["frozen"] > 0 and sao["critic"]["trainable"] + sao["critic"]["frozen"] == sao["critic"]["total"]
+    )
     assert "trainable_attention" not in sao["critic"]  # SAO's default critic freezes its attention
     assert plan["arms"][1]["critic"] is None and all(a["reference"]["kl_coef"] == 0.2 for a in plan["arms"])
     # per-seed SFT and a cold cache: five policies and five critic warm-ups would be computed
@@ -118,14 +135,16 @@ def test_the_default_scenario_prints_its_plan_and_writes_nothing(isolated, capsy
 
 
 def test_the_plan_counts_the_parameters_of_the_policy_a_run_builds(isolated, capsys):
-    from testbed.scenario.schema import load_scenario
     from testbed.models.policy import build_policy, count_parameters
     from testbed.models.tokenizer import WordTokenizer
+    from testbed.scenario.schema import load_scenario
 
     code, raw, err = dry(capsys, DEFAULT, "--json", "--set", "policy.num_experts=4", "--set", "policy.top_k=1")
     assert code == 0, err
     plan = json.loads(raw)
-    built = build_policy(load_scenario(DEFAULT, ["policy.num_experts=4", "policy.top_k=1"]).policy, WordTokenizer.build())
+    built = build_policy(
+        load_scenario(DEFAULT, ["policy.num_experts=4", "policy.top_k=1"]).policy, WordTokenizer.build()
+    )
     assert plan["policy"]["parameters"] == count_parameters(built)
     experts = sum(p.numel() for n, p in built.named_parameters() if ".mlp.experts." in n)
     assert plan["policy"]["active_parameters"] == count_parameters(built) - experts + experts // 4
@@ -135,7 +154,9 @@ BAD_ROWS = [row for row in ROWS if "--resume" not in row[1]]
 
 
 @pytest.mark.parametrize("what,command,message", BAD_ROWS, ids=[row[0] for row in BAD_ROWS])
-def test_every_bad_input_of_the_readme_fails_the_dry_run_with_its_error(what, command, message, capsys, monkeypatch, tmp_path):
+def test_every_bad_input_of_the_readme_fails_the_dry_run_with_its_error(
+    what, command, message, capsys, monkeypatch, tmp_path
+):
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("TESTBED_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(sft, "load_or_train_policy", no_training)
@@ -144,14 +165,25 @@ def test_every_bad_input_of_the_readme_fails_the_dry_run_with_its_error(what, co
     assert not (tmp_path / "cache").exists()
 
 
-@pytest.mark.parametrize("override,message", [
-    ("policy.checkpoint=/nonexistent/model", "policy.checkpoint: no such directory: /nonexistent/model"),
-    ("judge={type: llm, args: {model: openai/x, concurrency: 0}}", "judge.args.concurrency: Input should be greater than or equal to 1"),
-    ("gold_judge={type: llm, args: {modle: openai/x}}", "gold_judge.args.modle: unknown key 'modle' (did you mean 'model'?)"),
-    # a judge plugin with a bug fails at its first call: the dry run makes that call on a sample
-    ("judge={type: 'tests.test_judge_plugin_run:key_error_judge'}",
-     "judge tests.test_judge_plugin_run:key_error_judge: the judge fails on a sample request"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("policy.checkpoint=/nonexistent/model", "policy.checkpoint: no such directory: /nonexistent/model"),
+        (
+            "judge={type: llm, args: {model: openai/x, concurrency: 0}}",
+            "judge.args.concurrency: Input should be greater than or equal to 1",
+        ),
+        (
+            "gold_judge={type: llm, args: {modle: openai/x}}",
+            "gold_judge.args.modle: unknown key 'modle' (did you mean 'model'?)",
+        ),
+        # a judge plugin with a bug fails at its first call: the dry run makes that call on a sample
+        (
+            "judge={type: 'tests.test_judge_plugin_run:key_error_judge'}",
+            "judge tests.test_judge_plugin_run:key_error_judge: the judge fails on a sample request",
+        ),
+    ],
+)
 def test_what_a_run_finds_only_later_fails_the_dry_run_with_the_field_named(isolated, capsys, override, message):
     code, _, err = dry(capsys, DEFAULT, "--set", override)
     assert code == 2 and message in " ".join(err.split())
@@ -161,7 +193,7 @@ def test_a_secret_in_an_env_var_never_appears_and_no_llm_judge_is_started(isolat
     secret = "sk-dry-run-7f3a9c1e5b"
     monkeypatch.setenv("DRY_RUN_JUDGE_KEY", secret)
     monkeypatch.setenv("DRY_RUN_SERVER_TOKEN", secret + "-server")
-    judge = ("judge={type: llm, args: {model: openai/glm-4.7, api_base: 'http://127.0.0.1:9/v1', api_key_env: DRY_RUN_JUDGE_KEY}}")
+    judge = "judge={type: llm, args: {model: openai/glm-4.7, api_base: 'http://127.0.0.1:9/v1', api_key_env: DRY_RUN_JUDGE_KEY}}"
     gold = "gold_judge={type: llm, args: {model: openai/x, local_server: {judge: rubric, token_env: DRY_RUN_SERVER_TOKEN}}}"
     before = snapshot(isolated)
     outputs = []
@@ -182,7 +214,9 @@ def test_an_unset_key_is_a_warning_of_the_dry_run_not_an_error(isolated, capsys,
     judge = "judge={type: llm, args: {model: openai/x, api_base: 'http://127.0.0.1:9/v1', api_key_env: DRY_RUN_MISSING_KEY}}"
     code, out, _ = dry(capsys, DEFAULT, "--set", judge)
     assert code == 0
-    assert "the environment variable DRY_RUN_MISSING_KEY is not set; a real run stops at start-up" in " ".join(out.split())
+    assert "the environment variable DRY_RUN_MISSING_KEY is not set; a real run stops at start-up" in " ".join(
+        out.split()
+    )
 
 
 def test_dry_run_refuses_resume_and_json_needs_it(capsys):
@@ -194,10 +228,25 @@ def test_dry_run_refuses_resume_and_json_needs_it(capsys):
 
 # -- the estimate against a real run ----------------------------------------------------------------
 
-TINY = ["--set", "budget.episodes=40", "--set", "eval.every=16", "--set", "eval.prompts=4", "--set", "seeds=[0]",
-        "--set", "policy.sft.steps=10", "--set", "policy.sft.eval_samples=8", "--set", "gold_judge={type: rubric, share: 0.5}",
-        "--set", "arms=[{name: sao, type: sao, args: {episodes_per_update: 8, value_pretrain_samples: 12, value_pretrain_epochs: 1}},"
-                 " {name: grpo, type: grpo, args: {group_size: 4, episodes_per_update: 12}}]"]
+TINY = [
+    "--set",
+    "budget.episodes=40",
+    "--set",
+    "eval.every=16",
+    "--set",
+    "eval.prompts=4",
+    "--set",
+    "seeds=[0]",
+    "--set",
+    "policy.sft.steps=10",
+    "--set",
+    "policy.sft.eval_samples=8",
+    "--set",
+    "gold_judge={type: rubric, share: 0.5}",
+    "--set",
+    "arms=[{name: sao, type: sao, args: {episodes_per_update: 8, value_pretrain_samples: 12, value_pretrain_epochs: 1}},"
+    " {name: grpo, type: grpo, args: {group_size: 4, episodes_per_update: 12}}]",
+]
 
 
 def test_the_estimate_equals_the_judge_calls_a_real_tiny_run_counts(tmp_path, monkeypatch, capsys):
@@ -210,11 +259,21 @@ def test_the_estimate_equals_the_judge_calls_a_real_tiny_run_counts(tmp_path, mo
     assert plan["arms"][0]["warmup"]["runs"] == 1 and plan["judge_calls"]["gold"]["max"] > 0
     # the run's own start-up and arms (run_scenario without its closing report, which takes longer than the run)
     opened: dict = {}
-    assert cli.start(cli.parse_arguments([scenario, *TINY, "--out", str(tmp_path / "runs"), "--run-name", "tiny"]), opened) is None
+    assert (
+        cli.start(cli.parse_arguments([scenario, *TINY, "--out", str(tmp_path / "runs"), "--run-name", "tiny"]), opened)
+        is None
+    )
     try:
         starts = starting_policies(opened["scenario"])
-        cli.run_arms(opened["scenario"], opened["store"], opened["manifest"], None, starts=starts, judge=opened["judge"],
-                     schedule=opened["schedule"])
+        cli.run_arms(
+            opened["scenario"],
+            opened["store"],
+            opened["manifest"],
+            None,
+            starts=starts,
+            judge=opened["judge"],
+            schedule=opened["schedule"],
+        )
         opened["store"].flush()
     finally:
         cli.close(opened)
@@ -223,9 +282,12 @@ def test_the_estimate_equals_the_judge_calls_a_real_tiny_run_counts(tmp_path, mo
     episodes = read_table(run, "episodes")
     for arm, estimate in plan["judge_calls"]["by_arm"].items():
         totals = manifest["arms"][arm]["0"]
-        measured = {"training": totals["judge_calls"], "eval": totals["eval_judge_calls"],
-                    "warmup": totals["pretrain"].get("judge_calls", 0),
-                    "gold": int(episodes[episodes.arm == arm]["gold_reward"].notna().sum())}
+        measured = {
+            "training": totals["judge_calls"],
+            "eval": totals["eval_judge_calls"],
+            "warmup": totals["pretrain"].get("judge_calls", 0),
+            "gold": int(episodes[episodes.arm == arm]["gold_reward"].notna().sum()),
+        }
         assert measured == {kind: calls["max"] for kind, calls in estimate.items()}, arm
         assert all(calls["min"] == calls["max"] for calls in estimate.values())  # single-turn: exact
     print(f"estimate {plan['judge_calls']['total']['max']} judge calls; measured in {run}")
@@ -241,6 +303,9 @@ def test_the_sweep_dry_run_counts_the_judge_calls_of_each_points_own_arms(isolat
     every = sum(c["max"] for calls in by_arm.values() for c in calls.values())
     window = sum(c["max"] for c in by_arm["running_mean"].values())  # p01 runs the running mean alone
     assert f"p00 arms.running_mean.args.window=16: runs sao, running_mean, grpo; ~{every:,} judge calls" in said
-    assert f"p01 arms.running_mean.args.window=128: runs running_mean; reuses sao from p00, grpo from p00; ~{window:,}" in said
+    assert (
+        f"p01 arms.running_mean.args.window=128: runs running_mean; reuses sao from p00, grpo from p00; ~{window:,}"
+        in said
+    )
     assert f"in all: ~{every + window:,}" in said
     assert not (isolated / "work" / "runs").exists()

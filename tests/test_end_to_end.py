@@ -5,18 +5,28 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 from testbed.store import read_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(args, tmp_path, **kw):
-    env = {"TESTBED_CACHE": str(kw.pop("cache", tmp_path / "cache")), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "testbed.run", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, **kw)
+    env = {
+        "TESTBED_CACHE": str(kw.pop("cache", tmp_path / "cache")),
+        "PATH": "/usr/bin:/bin",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": str(ROOT),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "testbed.run", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kw,
+    )
 
 
 def test_tiny_scenario_end_to_end(tmp_path, shared_cache):
@@ -31,8 +41,22 @@ def test_tiny_scenario_end_to_end(tmp_path, shared_cache):
     assert (run_dir / "scenario.yaml").exists()
 
     episodes = read_table(run_dir, "episodes")
-    for column in ("arm", "seed", "t", "prompt_id", "topic", "target_style", "judged_style", "r_quality",
-                   "r_style", "reward", "judge_error", "policy_version", "staleness", "response_tokens"):
+    for column in (
+        "arm",
+        "seed",
+        "t",
+        "prompt_id",
+        "topic",
+        "target_style",
+        "judged_style",
+        "r_quality",
+        "r_style",
+        "reward",
+        "judge_error",
+        "policy_version",
+        "staleness",
+        "response_tokens",
+    ):
         assert column in episodes.columns
     for seed in (0, 1):
         ts = episodes[(episodes.seed == seed) & episodes.judge_error.isna()]["t"].sort_values().tolist()
@@ -87,8 +111,21 @@ class BrokenJudge:
 
 
 def test_a_judge_that_always_fails_stops_the_run_with_a_message(tmp_path, shared_cache):
-    proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), "--set", "seeds=[0]", "--set", "judge={type: 'tests.test_end_to_end:BrokenJudge'}",
-                    "--set", "reliability.judge_failure_budget=300"], tmp_path, cache=shared_cache)
+    proc = run_cli(
+        [
+            "tests/data/tiny.yaml",
+            "--out",
+            str(tmp_path / "runs"),
+            "--set",
+            "seeds=[0]",
+            "--set",
+            "judge={type: 'tests.test_end_to_end:BrokenJudge'}",
+            "--set",
+            "reliability.judge_failure_budget=300",
+        ],
+        tmp_path,
+        cache=shared_cache,
+    )
     assert proc.returncode == 3
     assert "the judge failed 304 calls in a row" in proc.stderr and "connection refused" in proc.stderr
     run_dir = next((tmp_path / "runs").iterdir())

@@ -3,16 +3,20 @@ tokens, as a fresh forward pass computes them (DIS and the IS ratios rest on thi
 
 import torch
 
-from testbed.scenario.schema import PolicyConfig, SamplingConfig
+from testbed.engines.hf_engine import HFEngine
 from testbed.models.policy import build_policy, token_logprobs
 from testbed.models.tokenizer import WordTokenizer
-from testbed.engines.hf_engine import HFEngine
-from testbed.world import PromptSpec, prompts, render_prompt
+from testbed.scenario.schema import PolicyConfig, SamplingConfig
+from testbed.world import prompts, render_prompt
 
 
 def small_engine(temperature=1.0, max_new_tokens=12):
     tok = WordTokenizer.build()
-    model = build_policy(PolicyConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, num_experts=4, expert_size=16), tok, seed=0)
+    model = build_policy(
+        PolicyConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, num_experts=4, expert_size=16),
+        tok,
+        seed=0,
+    )
     model.eval()
     return HFEngine(model, tok, SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens)), tok, model
 

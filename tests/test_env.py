@@ -104,9 +104,9 @@ def test_gymnasium_make_reset_step():
     env = gymnasium.make(
         "testbed/StyleShift-v0", judge=RubricJudge(), schedule=paper_schedule(), prompt_specs=prompts("train")
     )
-    obs, info = env.reset(seed=0)
+    obs, _info = env.reset(seed=0)
     assert isinstance(obs, str) and obs in env.observation_space
-    obs2, reward, terminated, truncated, info2 = env.step("hello there")
+    obs2, reward, terminated, truncated, _info2 = env.step("hello there")
     assert obs2 == obs and terminated is True and truncated is False
     assert reward in (0.0, 1.0)
     assert isinstance(env.unwrapped, StyleShiftEnv)
@@ -117,14 +117,21 @@ def test_gymnasium_make_in_a_fresh_interpreter_needs_no_prior_import():
     import subprocess
     import sys
 
-    code = ("import sys, gymnasium\n"
-            "assert 'testbed' not in sys.modules\n"
-            "env = gymnasium.make('testbed.envs:testbed/StyleShift-v0')\n"
-            "obs, info = env.reset(seed=0)\n"
-            "assert isinstance(obs, str) and 'styles:' in obs\n"
-            "assert type(gymnasium.make('testbed.envs:testbed/Revision-v0').unwrapped).__name__ == 'RevisionEnv'\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**__import__("os").environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    code = (
+        "import sys, gymnasium\n"
+        "assert 'testbed' not in sys.modules\n"
+        "env = gymnasium.make('testbed.envs:testbed/StyleShift-v0')\n"
+        "obs, info = env.reset(seed=0)\n"
+        "assert isinstance(obs, str) and 'styles:' in obs\n"
+        "assert type(gymnasium.make('testbed.envs:testbed/Revision-v0').unwrapped).__name__ == 'RevisionEnv'\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -269,7 +276,7 @@ def test_evaluate_batch_does_not_advance_the_clock():
 def test_error_verdicts_do_not_advance_the_clock_and_are_reported():
     env = make_env(judge=FlakyJudge())
     env.clock = 2
-    _, info = env.reset()
+    _, _info = env.reset()
     _, reward, terminated, truncated, step_info = env.step("anything.")
     assert terminated is True and truncated is False
     assert step_info["judge_error"] == "judge unavailable (test)"
@@ -320,7 +327,7 @@ def test_envs_package_never_imports_judges():
 def test_after_a_failure_in_a_batch_across_a_switch_each_episode_keeps_the_target_it_was_judged_against():
     """Episode 1 of 6 fails; the batch straddles the switch at 4. Episode 4 is judged at clock 4
     (chuunibyou) but numbered 3 (cute's clock): its row must say chuunibyou, the judged target."""
-    from testbed.runtimes.collect import Collector, Round
+    from testbed.runtimes.collect import Collector
     from testbed.types import Trajectory
 
     judge = FlakyJudge(fail_at={1})

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from testbed.cli.run import main
 from testbed.runtimes.collect import heldout_rows
 from testbed.runtimes.learn import LoopState
-from testbed.cli.run import main
 from testbed.store import read_table
 from testbed.types import Verdict
 
@@ -43,13 +43,27 @@ def test_failed_evaluation_calls_count_toward_the_failure_budget():
 
 def test_a_judge_that_is_down_stops_the_run_counting_evaluation_calls(tmp_path, monkeypatch, shared_cache):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-    code = main([str(ROOT / "tests/data/tiny.yaml"), "--out", str(tmp_path), "--run-name", "down",
-                 "--set", "judge={type: 'tests.test_eval_gaps:AlwaysDown'}", "--set", "seeds=[0]",
-                 "--set", "reliability.judge_failure_budget=20"])
+    code = main(
+        [
+            str(ROOT / "tests/data/tiny.yaml"),
+            "--out",
+            str(tmp_path),
+            "--run-name",
+            "down",
+            "--set",
+            "judge={type: 'tests.test_eval_gaps:AlwaysDown'}",
+            "--set",
+            "seeds=[0]",
+            "--set",
+            "reliability.judge_failure_budget=20",
+        ]
+    )
     assert code == 3  # stopped with a checkpoint
     run_dir = tmp_path / "down"
     evals = read_table(run_dir, "evals")
-    assert len(evals) > 0 and evals["share"].isna().all() and (evals["n"] == 0).all() and evals["eval_reward"].isna().all()
+    assert (
+        len(evals) > 0 and evals["share"].isna().all() and (evals["n"] == 0).all() and evals["eval_reward"].isna().all()
+    )
     episodes = read_table(run_dir, "episodes")
     assert len(episodes) == 16 and episodes["reward"].isna().all()  # 16 eval + 16 training failures passed 20
     manifest = json.loads((run_dir / "manifest.json").read_text())

@@ -15,17 +15,21 @@ import torch
 from pydantic import ValidationError
 
 from testbed import registry
-from testbed.scenario.schema import PolicyConfig, SamplingConfig
+from testbed.engines.hf_engine import HFEngine
 from testbed.models.policy import build_policy
 from testbed.models.tokenizer import WordTokenizer
-from testbed.engines.hf_engine import HFEngine
+from testbed.scenario.schema import PolicyConfig, SamplingConfig
 from testbed.types import Target, Verdict
 from testbed.world import STYLES, prompts, render_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 # switch_at: fractions of the budget (2400 episodes below: clocks 800 and 1600)
-RETURNING = {"styles": ["cute", "classical", "cute"], "switch_at": [1 / 3, 2 / 3], "candidates": ["academic", "classical", "cute"]}
+RETURNING = {
+    "styles": ["cute", "classical", "cute"],
+    "switch_at": [1 / 3, 2 / 3],
+    "candidates": ["academic", "classical", "cute"],
+}
 
 
 @pytest.fixture
@@ -47,15 +51,19 @@ def test_the_examples_come_from_outside_the_project_package(plugins):
 
 def test_schedule_config_names_bad_keys(plugins):
     Config = plugins("custom_schedule:ReturningSchedule").Config
-    for bad, field in (({**RETURNING, "candiates": ["cute"]}, "candiates"),
-                       ({**RETURNING, "switch_at": "soon"}, "switch_at"),
-                       ({"switch_at": [10]}, "styles")):
+    for bad, field in (
+        ({**RETURNING, "candiates": ["cute"]}, "candiates"),
+        ({**RETURNING, "switch_at": "soon"}, "switch_at"),
+        ({"switch_at": [10]}, "styles"),
+    ):
         with pytest.raises(ValidationError) as err:
             Config.model_validate(bad)
         assert field in str(err.value)
-    for bad, says in (({**RETURNING, "switch_at": [0.3]}, "switch_at needs 2"),
-                      ({**RETURNING, "switch_at": [0.4, 0.4]}, "increasing"),
-                      ({**RETURNING, "candidates": ["cute"]}, r"lack the target styles \['classical'\]")):
+    for bad, says in (
+        ({**RETURNING, "switch_at": [0.3]}, "switch_at needs 2"),
+        ({**RETURNING, "switch_at": [0.4, 0.4]}, "increasing"),
+        ({**RETURNING, "candidates": ["cute"]}, r"lack the target styles \['classical'\]"),
+    ):
         with pytest.raises(ValidationError, match=says):
             Config.model_validate(bad)
 
@@ -73,8 +81,13 @@ def test_schedule_targets_and_switch_points_agree(plugins):
 
 
 def test_schedule_example_runs_as_a_script():
-    out = subprocess.run([sys.executable, str(EXAMPLES / "custom_schedule.py")], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / "custom_schedule.py")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    )
     assert "switch points: [800, 1600]" in out.stdout
 
 
@@ -97,8 +110,12 @@ def trajectories(model, n=6):
 def test_trainer_config_names_bad_arguments(plugins):
     Config = plugins("custom_trainer:EMABaselineTrainer").Config
     assert Config.model_validate({"episodes_per_update": 12}).episodes_per_update == 12
-    for bad, field in (({"betta": 0.1}, "betta"), ({"lr": float("inf")}, "lr"), ({"beta": 2}, "beta"),
-                       ({"episodes_per_update": "many"}, "episodes_per_update")):
+    for bad, field in (
+        ({"betta": 0.1}, "betta"),
+        ({"lr": float("inf")}, "lr"),
+        ({"beta": 2}, "beta"),
+        ({"episodes_per_update": "many"}, "episodes_per_update"),
+    ):
         with pytest.raises(ValidationError) as err:
             Config.model_validate(bad)
         assert field in str(err.value)
@@ -141,35 +158,62 @@ def test_trainer_skips_a_nonfinite_step_and_says_so(plugins):
 def scenario_file(tmp_path, schedule: dict, args: dict) -> Path:
     import yaml
 
-    data = {"name": "plugins", "schedule": schedule, "seeds": [0], "budget": {"episodes": 2400},
-            "arms": [{"name": "ema", "type": "custom_trainer:EMABaselineTrainer", "args": args}]}
+    data = {
+        "name": "plugins",
+        "schedule": schedule,
+        "seeds": [0],
+        "budget": {"episodes": 2400},
+        "arms": [{"name": "ema", "type": "custom_trainer:EMABaselineTrainer", "args": args}],
+    }
     path = tmp_path / "plugins.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
 
 def test_a_scenario_loads_both_examples_and_names_their_bad_keys(plugins, tmp_path):
-    from testbed.scenario.schema import ScenarioError, load_scenario
     from testbed.envs.schedules import check_schedule
+    from testbed.scenario.schema import ScenarioError, load_scenario
 
     kind = {"type": "custom_schedule:ReturningSchedule"}
     scenario = load_scenario(scenario_file(tmp_path, {**kind, "args": RETURNING}, {"episodes_per_update": 8}))
     schedule = scenario.schedule_object()
     assert type(schedule).__name__ == "ReturningSchedule" and schedule.switch_points() == [800, 1600]  # in episodes
     check_schedule(schedule, 2400, STYLES)
-    for schedule_keys, args, says in (({**kind, "args": {**RETURNING, "switch_att": [1]}}, {}, "schedule.args.switch_att"),
-                                      ({**kind, "args": RETURNING}, {"betta": 0.1}, "betta"),
-                                      ({**kind, "args": RETURNING}, {"episodes_per_update": 5000}, "one update needs 5000 episodes")):
+    for schedule_keys, args, says in (
+        ({**kind, "args": {**RETURNING, "switch_att": [1]}}, {}, "schedule.args.switch_att"),
+        ({**kind, "args": RETURNING}, {"betta": 0.1}, "betta"),
+        ({**kind, "args": RETURNING}, {"episodes_per_update": 5000}, "one update needs 5000 episodes"),
+    ):
         with pytest.raises(ScenarioError, match=says):
             load_scenario(scenario_file(tmp_path, schedule_keys, args))
 
 
-def test_a_custom_engine_runs_a_scenario_and_its_bad_arguments_are_named(plugins, tmp_path, monkeypatch, shared_cache, capsys):
+def test_a_custom_engine_runs_a_scenario_and_its_bad_arguments_are_named(
+    plugins, tmp_path, monkeypatch, shared_cache, capsys
+):
     from testbed.cli.run import main
 
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-    base = [str(ROOT / "tests/data/tiny.yaml"), "--out", str(tmp_path), "--set", "seeds=[0]", "--set", "budget.episodes=32"]
-    assert main([*base, "--run-name", "bad", "--set", "engine={type: 'custom_engine:CountingEngine', args: {max_btch: 8}}"]) == 2
+    base = [
+        str(ROOT / "tests/data/tiny.yaml"),
+        "--out",
+        str(tmp_path),
+        "--set",
+        "seeds=[0]",
+        "--set",
+        "budget.episodes=32",
+    ]
+    assert (
+        main(
+            [*base, "--run-name", "bad", "--set", "engine={type: 'custom_engine:CountingEngine', args: {max_btch: 8}}"]
+        )
+        == 2
+    )
     assert "max_btch" in " ".join(capsys.readouterr().err.split()) and not (tmp_path / "bad").exists()
-    assert main([*base, "--run-name", "ok", "--set", "engine={type: 'custom_engine:CountingEngine', args: {max_batch: 8}}"]) == 0
+    assert (
+        main(
+            [*base, "--run-name", "ok", "--set", "engine={type: 'custom_engine:CountingEngine', args: {max_batch: 8}}"]
+        )
+        == 0
+    )
     assert (tmp_path / "ok" / "summary.md").exists()

@@ -3,8 +3,8 @@
 import json
 from pathlib import Path
 
-from tests.test_end_to_end import run_cli
 from testbed.store import read_table
+from tests.test_end_to_end import run_cli
 
 QUICK = ["--set", "budget.episodes=64", "--set", "eval.every=64"]
 
@@ -17,10 +17,19 @@ def run_dir_of(proc) -> Path:
 def test_the_gold_judge_scores_a_share_of_episodes_beside_a_lenient_training_judge(tmp_path, shared_cache):
     from testbed.world.rules import unit_hash
 
-    lenient = ["--set", "judge={type: rubric, args: {checks: [length, ending], dominance: 0.0}}",
-               "--set", "gold_judge={type: rubric, share: 0.5}", "--set", "seeds=[0]"]
-    run = run_dir_of(run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *QUICK, *lenient], tmp_path,
-                             cache=shared_cache))
+    lenient = [
+        "--set",
+        "judge={type: rubric, args: {checks: [length, ending], dominance: 0.0}}",
+        "--set",
+        "gold_judge={type: rubric, share: 0.5}",
+        "--set",
+        "seeds=[0]",
+    ]
+    run = run_dir_of(
+        run_cli(
+            ["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *QUICK, *lenient], tmp_path, cache=shared_cache
+        )
+    )
     ep = read_table(run, "episodes")
     judged = ep[ep["judge_error"].isna()]
     assert len(judged) == 64
@@ -38,17 +47,30 @@ def test_the_gold_judge_scores_a_share_of_episodes_beside_a_lenient_training_jud
 
 
 def test_per_seed_sft_one_policy_per_seed_side_by_side_as_in_turn_and_seed_0_is_the_shared_one(tmp_path):
-    small = [*QUICK, "--no-report", "--set", "policy.sft.steps=20", "--set", "policy.sft.eval_samples=8",
-             "--set", "policy.sft.per_seed=true"]
-    turn_proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small], tmp_path, cache=tmp_path / "turn")
+    small = [
+        *QUICK,
+        "--no-report",
+        "--set",
+        "policy.sft.steps=20",
+        "--set",
+        "policy.sft.eval_samples=8",
+        "--set",
+        "policy.sft.per_seed=true",
+    ]
+    turn_proc = run_cli(
+        ["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small], tmp_path, cache=tmp_path / "turn"
+    )
     turn = run_dir_of(turn_proc)
     sft = json.loads((turn / "manifest.json").read_text())["sft"]["per_seed"]
     assert set(sft) == {"0", "1"} and sft["0"]["key"] != sft["1"]["key"]
     assert len(list((tmp_path / "turn").glob("policy-*"))) == 2
 
     # side by side (Ray tasks, parallel arms): the same two policies, bit for bit, and the same rows
-    side_proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small, "--set", "runtime.parallel_arms=true"],
-                        tmp_path, cache=tmp_path / "side")
+    side_proc = run_cli(
+        ["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small, "--set", "runtime.parallel_arms=true"],
+        tmp_path,
+        cache=tmp_path / "side",
+    )
     assert "training 2 SFT policies side by side" in side_proc.stderr, side_proc.stderr[-3000:]
     side = run_dir_of(side_proc)
     weights = sorted((tmp_path / "side").glob("policy-*/model.safetensors"))
@@ -57,10 +79,16 @@ def test_per_seed_sft_one_policy_per_seed_side_by_side_as_in_turn_and_seed_0_is_
         assert w.read_bytes() == (tmp_path / "turn" / w.parent.name / w.name).read_bytes()
     cols = ["seed", "t", "response", "reward"]
     a, b = read_table(turn, "episodes"), read_table(side, "episodes")
-    assert a.sort_values(["seed", "t"])[cols].reset_index(drop=True).equals(b.sort_values(["seed", "t"])[cols].reset_index(drop=True))
+    assert (
+        a.sort_values(["seed", "t"])[cols]
+        .reset_index(drop=True)
+        .equals(b.sort_values(["seed", "t"])[cols].reset_index(drop=True))
+    )
 
     # without per_seed every seed starts from seed 0's policy, found in the cache
-    shared_proc = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small[:-2]], tmp_path, cache=tmp_path / "turn")
+    shared_proc = run_cli(
+        ["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *small[:-2]], tmp_path, cache=tmp_path / "turn"
+    )
     shared = run_dir_of(shared_proc)
     assert "Training the SFT policy" not in shared_proc.stderr
     assert json.loads((shared / "manifest.json").read_text())["sft"]["key"] == sft["0"]["key"]
@@ -81,8 +109,16 @@ def test_the_gap_and_the_withheld_share_by_hand():
     for seed, gold1 in ((0, [1, 0, 1, 0]), (1, [1, 1, 1, 1])):
         for t in range(8):
             phase1 = t < 4
-            rows.append({"arm": "a", "seed": seed, "t": t, "reward": 1.0 if phase1 else 0.0, "judge_error": None,
-                         "gold_reward": float(gold1[t]) if phase1 else 0.0})
+            rows.append(
+                {
+                    "arm": "a",
+                    "seed": seed,
+                    "t": t,
+                    "reward": 1.0 if phase1 else 0.0,
+                    "judge_error": None,
+                    "gold_reward": float(gold1[t]) if phase1 else 0.0,
+                }
+            )
     out = goodhart.gap_overview(pd.DataFrame(rows), [4], 8).set_index("phase")
     assert out.loc["1", "gap"] == pytest.approx(0.25)  # seeds: 0.5 and 0
     assert out.loc["1", "withheld"] == pytest.approx(0.25)
@@ -90,4 +126,6 @@ def test_the_gap_and_the_withheld_share_by_hand():
     assert out.loc["all", "gap"] == pytest.approx(0.125) and out.loc["all", "withheld"] == pytest.approx(0.25)
     assert out.loc["1", "gap_lo"] <= 0.25 <= out.loc["1", "gap_hi"]
     rise = goodhart.gap_rise(pd.DataFrame(rows), window=4).iloc[0]
-    assert rise["gap_start"] == pytest.approx(0.25) and rise["gap_end"] == 0.0 and rise["gap_rise"] == pytest.approx(-0.25)
+    assert (
+        rise["gap_start"] == pytest.approx(0.25) and rise["gap_end"] == 0.0 and rise["gap_rise"] == pytest.approx(-0.25)
+    )

@@ -31,18 +31,32 @@ SCENARIO = str(ROOT / "tests/data/golden.yaml")
 POLICY = GOLDEN / "policy"
 FROM_POLICY = ["--set", f"policy.checkpoint={POLICY}"]  # the shipped starting policy
 COLUMNS = {
-    "episodes": ["arm", "seed", "t", "prompt_id", "target_style", "judged_style", "reward", "policy_version", "response"],
+    "episodes": [
+        "arm",
+        "seed",
+        "t",
+        "prompt_id",
+        "target_style",
+        "judged_style",
+        "reward",
+        "policy_version",
+        "response",
+    ],
     "updates": ["arm", "seed", "update", "t", "policy_loss", "reward_mean"],
     "evals": ["arm", "seed", "t", "style", "share"],
 }
-KEYS = {"episodes": ["arm", "seed", "t", "response"], "updates": ["arm", "seed", "update"], "evals": ["arm", "seed", "t", "style"]}
+KEYS = {
+    "episodes": ["arm", "seed", "t", "response"],
+    "updates": ["arm", "seed", "update"],
+    "evals": ["arm", "seed", "t", "style"],
+}
 
 
 def regenerate_policy(tmp_path: Path) -> None:
     """Train the golden scenario's SFT policy, as a run does, in a fresh cache and ship it as POLICY."""
-    from testbed.scenario.schema import load_scenario
     from testbed.models.sft import load_or_train_policy
     from testbed.runtimes.starting import sft_evaluator
+    from testbed.scenario.schema import load_scenario
 
     os.environ["TESTBED_CACHE"] = str(tmp_path / "regen-cache")
     scenario = load_scenario(SCENARIO)
@@ -68,7 +82,9 @@ def test_tiny_run_writes_the_reference_rows(tmp_path, monkeypatch, shared_cache)
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     code = main([SCENARIO, *FROM_POLICY, "--out", str(tmp_path), "--run-name", "golden", "--no-report"])
     assert code == 0
-    assert not (tmp_path / "golden" / "summary.md").exists() and not (tmp_path / "golden" / "figures").exists()  # --no-report
+    assert (
+        not (tmp_path / "golden" / "summary.md").exists() and not (tmp_path / "golden" / "figures").exists()
+    )  # --no-report
     for table in COLUMNS:
         got = read_rows(tmp_path / "golden", table)
         if regen:

@@ -18,7 +18,9 @@ def plan_of(capsys, checkpoint: Path) -> tuple[dict, str]:
     return json.loads(out.out), out.out + out.err
 
 
-def test_the_gpu_recipe_plans_a_hub_checkpoint_the_llm_judge_and_the_ray_runtime(shared_cache, capsys, monkeypatch, tmp_path):
+def test_the_gpu_recipe_plans_a_hub_checkpoint_the_llm_judge_and_the_ray_runtime(
+    shared_cache, capsys, monkeypatch, tmp_path
+):
     from testbed.models.tiny_hub import tiny_hub_checkpoint
 
     stand_in = tiny_hub_checkpoint(shared_cache)

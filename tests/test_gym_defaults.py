@@ -30,8 +30,14 @@ def test_the_defaults_are_the_headline_experiment():
     env = gymnasium.make(STYLE_SHIFT_ENV_ID).unwrapped
     assert type(env.judge).__module__ == "judges.rubric"
     assert env.schedule.switch_points() == [2400, 4200]
-    assert [env.schedule.target(t).style for t in (0, 2399, 2400, 4199, 4200, 10_000)] == \
-        ["cute", "cute", "chuunibyou", "chuunibyou", "classical", "classical"]
+    assert [env.schedule.target(t).style for t in (0, 2399, 2400, 4199, 4200, 10_000)] == [
+        "cute",
+        "cute",
+        "chuunibyou",
+        "chuunibyou",
+        "classical",
+        "classical",
+    ]
     assert env.schedule.target(4200).candidates == ("classical", "cute", "chuunibyou")
     assert [s.prompt_id for s in env.prompt_specs] == [s.prompt_id for s in prompts("train")]
 

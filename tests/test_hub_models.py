@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 import torch
 
-from testbed.scenario.schema import load_scenario
 from testbed.cli.export import main as export_main
-from testbed.runtimes.starting import scenario_policy
+from testbed.cli.run import main as run_main
 from testbed.models.hub import load_checkpoint
 from testbed.models.policy import token_logprobs
-from testbed.cli.run import main as run_main
+from testbed.runtimes.starting import scenario_policy
+from testbed.scenario.schema import load_scenario
 from testbed.store import read_table
 from testbed.world import prompts, render_prompt
 
@@ -57,18 +57,26 @@ def second_family(shared_cache):
 
 def test_exported_checkpoint_gives_the_in_memory_policys_ids_and_logprobs(exported):
     directory, model, tok = exported
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"} <= \
-        {p.name for p in directory.iterdir()}
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    } <= {p.name for p in directory.iterdir()}
     hub_model, hub_tok, report = load_checkpoint(directory)
     assert type(hub_tok).__name__ == "HubTokenizer" and report["family"] == "qwen3_moe" and report["chat_template"]
-    texts = [render_prompt(spec, cands) for spec in prompts("train")[:40]
-             for cands in (["cute"], ["academic", "cute", "chuunibyou"], ["classical", "cute", "chuunibyou", "plain"])]
+    texts = [
+        render_prompt(spec, cands)
+        for spec in prompts("train")[:40]
+        for cands in (["cute"], ["academic", "cute", "chuunibyou"], ["classical", "cute", "chuunibyou", "plain"])
+    ]
     assert all(hub_tok.prompt_ids(t) == tok.prompt_ids(t) for t in texts)  # the chat template: <bos> prompt <sep>
     assert hub_tok.observation_ids("cute , please .") == tok.observation_ids("cute , please .")
     assert hub_tok.stop_ids == (tok.eos_id,) and hub_tok.pad_id == tok.pad_id
 
-    from testbed.scenario.schema import SamplingConfig
     from testbed.engines.hf_engine import HFEngine
+    from testbed.scenario.schema import SamplingConfig
 
     torch.manual_seed(0)
     trajs = HFEngine(model, tok, SamplingConfig(max_new_tokens=24)).generate(texts[:24])
@@ -89,7 +97,22 @@ def test_a_run_on_the_exported_checkpoint_writes_the_built_policys_rows(exported
     directory, _, _ = exported
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     assert run_main([TINY, "--out", str(tmp_path), "--run-name", "built", "--no-report", *SHORT]) == 0
-    assert run_main([TINY, "--out", str(tmp_path), "--run-name", "hub", "--no-report", *SHORT, "--set", f"policy.checkpoint={directory}"]) == 0
+    assert (
+        run_main(
+            [
+                TINY,
+                "--out",
+                str(tmp_path),
+                "--run-name",
+                "hub",
+                "--no-report",
+                *SHORT,
+                "--set",
+                f"policy.checkpoint={directory}",
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "hub" / "manifest.json").read_text())["sft"]["family"] == "qwen3_moe"
     for table, keys in (("episodes", ["t"]), ("updates", ["update"]), ("evals", ["t", "style"])):
         built = read_table(tmp_path / "built", table).sort_values(keys).reset_index(drop=True)
@@ -101,14 +124,39 @@ def test_a_run_on_the_exported_checkpoint_writes_the_built_policys_rows(exported
     assert episodes["reward"].sum() > 0 and episodes["response"].str.len().min() > 0
 
 
-def test_second_family_with_its_bpe_tokenizer_runs_sao_and_grpo(second_family, tmp_path, monkeypatch, shared_cache, capsys):
+def test_second_family_with_its_bpe_tokenizer_runs_sao_and_grpo(
+    second_family, tmp_path, monkeypatch, shared_cache, capsys
+):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-    arms = ("[{name: sao, type: sao, args: {episodes_per_update: 8, value_pretrain_samples: 16, value_pretrain_epochs: 2, "
-            "value_warmup_updates: 1, critic_lr: 0.01, policy_lr: 0.001}}, "
-            "{name: grpo, type: grpo, args: {group_size: 2, episodes_per_update: 8, lr: 0.001}}]")
-    code = run_main([TINY, "--out", str(tmp_path), "--run-name", "qwen2", "--no-report", "--set", "seeds=[0]", "--set", "budget.episodes=32",
-                     "--set", "eval.every=32", "--set", "eval.prompts=8", "--set", f"policy.checkpoint={second_family}",
-                     "--set", "judge={type: 'tests.test_hub_models:ShortIsStyled'}", "--set", f"arms={arms}"])
+    arms = (
+        "[{name: sao, type: sao, args: {episodes_per_update: 8, value_pretrain_samples: 16, value_pretrain_epochs: 2, "
+        "value_warmup_updates: 1, critic_lr: 0.01, policy_lr: 0.001}}, "
+        "{name: grpo, type: grpo, args: {group_size: 2, episodes_per_update: 8, lr: 0.001}}]"
+    )
+    code = run_main(
+        [
+            TINY,
+            "--out",
+            str(tmp_path),
+            "--run-name",
+            "qwen2",
+            "--no-report",
+            "--set",
+            "seeds=[0]",
+            "--set",
+            "budget.episodes=32",
+            "--set",
+            "eval.every=32",
+            "--set",
+            "eval.prompts=8",
+            "--set",
+            f"policy.checkpoint={second_family}",
+            "--set",
+            "judge={type: 'tests.test_hub_models:ShortIsStyled'}",
+            "--set",
+            f"arms={arms}",
+        ]
+    )
     assert code == 0
     run_dir = tmp_path / "qwen2"
     episodes = read_table(run_dir, "episodes")
@@ -168,11 +216,18 @@ def test_prompts_put_the_candidate_styles_in_the_system_message(second_family):
     from testbed.models.hub_tokenizer import chat_messages
 
     prompt = render_prompt(prompts("train")[0], ["cute", "classical"])
-    assert chat_messages(prompt) == [{"role": "system", "content": "styles: cute, classical."},
-                                     {"role": "user", "content": prompts("train")[0].request}]
+    assert chat_messages(prompt) == [
+        {"role": "system", "content": "styles: cute, classical."},
+        {"role": "user", "content": prompts("train")[0].request},
+    ]
     assert chat_messages("no list here.") == [{"role": "user", "content": "no list here."}]
     tok = load_checkpoint(second_family)[1]
     rendered = tok.hf.decode(tok.prompt_ids(prompt))
-    assert rendered.startswith("<|im_start|>system\nstyles: cute, classical.<|im_end|>") and rendered.endswith("assistant\n")
+    assert rendered.startswith("<|im_start|>system\nstyles: cute, classical.<|im_end|>") and rendered.endswith(
+        "assistant\n"
+    )
     # between two drafts: the draft's <|im_end|> is already there, then a user turn and the next assistant prompt
-    assert tok.hf.decode(tok.observation_ids("more, please.")) == "\n<|im_start|>user\nmore, please.<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        tok.hf.decode(tok.observation_ids("more, please."))
+        == "\n<|im_start|>user\nmore, please.<|im_end|>\n<|im_start|>assistant\n"
+    )

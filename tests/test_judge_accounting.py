@@ -11,8 +11,16 @@ from testbed.cli.run import main
 from testbed.store import read_table
 
 ROOT = Path(__file__).resolve().parent.parent
-ARGS = ["--set", "judge={type: llm, args: {model: openai/testbed-rubric, local_server: {judge: rubric}, concurrency: 8}}",
-        "--set", "seeds=[0]", "--set", "budget.episodes=64", "--set", "eval.every=32"]
+ARGS = [
+    "--set",
+    "judge={type: llm, args: {model: openai/testbed-rubric, local_server: {judge: rubric}, concurrency: 8}}",
+    "--set",
+    "seeds=[0]",
+    "--set",
+    "budget.episodes=64",
+    "--set",
+    "eval.every=32",
+]
 
 
 def run(tmp_path: Path, name: str) -> Path:

@@ -12,8 +12,10 @@ from testbed.judging.adapter import as_judge
 from testbed.protocols import Judge
 from testbed.types import JudgeRequest, Verdict
 
-REQS = [JudgeRequest("write about coffee.", "the coffee is nice.", "cute", ("cute", "academic"), "coffee"),
-        JudgeRequest("write about tea.", "thou art tea.", "classical", ("classical",), "tea")]
+REQS = [
+    JudgeRequest("write about coffee.", "the coffee is nice.", "cute", ("cute", "academic"), "coffee"),
+    JudgeRequest("write about tea.", "thou art tea.", "classical", ("classical",), "tea"),
+]
 
 
 def run(judge) -> list[Verdict]:
@@ -54,16 +56,19 @@ async def async_fn(req):
     return Verdict(quality=1, style_match=0, style="plain")
 
 
-@pytest.mark.parametrize("judge, expect", [
-    (SyncBatch(), [(1, 1, "cute"), (1, 1, "classical")]),
-    (SyncScore(), [(1, 1, "cute"), (1, 0, "cute")]),
-    (AsyncScore(), [(0, 1, "cute"), (0, 1, "classical")]),
-    (sync_fn, [(1, 1, "academic"), (1, 1, "academic")]),
-    (async_fn, [(1, 0, "plain"), (1, 0, "plain")]),
-    (lambda req: (1, "classical"), [(1, 0, "classical"), (1, 1, "classical")]),
-    (LengthAwareJudge(strict_topic=False), [(1, 0, "plain"), (1, 0, "plain")]),
-    (make_keyword_judge("coffee"), [(1, 0, "plain"), (0, 0, "plain")]),
-])
+@pytest.mark.parametrize(
+    "judge, expect",
+    [
+        (SyncBatch(), [(1, 1, "cute"), (1, 1, "classical")]),
+        (SyncScore(), [(1, 1, "cute"), (1, 0, "cute")]),
+        (AsyncScore(), [(0, 1, "cute"), (0, 1, "classical")]),
+        (sync_fn, [(1, 1, "academic"), (1, 1, "academic")]),
+        (async_fn, [(1, 0, "plain"), (1, 0, "plain")]),
+        (lambda req: (1, "classical"), [(1, 0, "classical"), (1, 1, "classical")]),
+        (LengthAwareJudge(strict_topic=False), [(1, 0, "plain"), (1, 0, "plain")]),
+        (make_keyword_judge("coffee"), [(1, 0, "plain"), (0, 0, "plain")]),
+    ],
+)
 def test_accepted_shapes(judge, expect):
     verdicts = run(judge)
     assert [(v.quality, v.style_match, v.style) for v in verdicts] == expect
@@ -90,18 +95,30 @@ def test_outages_become_failed_verdicts():
     assert run(lambda req: {"error": "judge refused"})[0].error == "judge refused"
 
 
-@pytest.mark.parametrize("bad, match", [
-    (None, "None"), (RubricJudge, "pass an instance"), (42, "not a judge"), (object(), "not a judge"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (None, "None"),
+        (RubricJudge, "pass an instance"),
+        (42, "not a judge"),
+        (object(), "not a judge"),
+    ],
+)
 def test_rejected_objects(bad, match):
     with pytest.raises(TypeError, match=match):
         as_judge(bad)
 
 
-@pytest.mark.parametrize("result, match", [
-    ("good", "returned str"), ({"quality": 1}, "without 'quality' and 'style'"), ((2, "cute"), "quality=2"),
-    ({"quality": "1", "style": "cute"}, "quality='1'"), ((1, 5), "style=5"),
-])
+@pytest.mark.parametrize(
+    "result, match",
+    [
+        ("good", "returned str"),
+        ({"quality": 1}, "without 'quality' and 'style'"),
+        ((2, "cute"), "quality=2"),
+        ({"quality": "1", "style": "cute"}, "quality='1'"),
+        ((1, 5), "style=5"),
+    ],
+)
 def test_wrong_return_types_raise(result, match):
     with pytest.raises(TypeError, match=match):
         run(lambda req: result)
@@ -118,7 +135,7 @@ class StatusError(Exception):
 def test_outage_or_bug_by_exception_class_and_status():
     from testbed.judging.adapter import is_outage
 
-    assert is_outage(TimeoutError()) and is_outage(ConnectionResetError()) and is_outage(asyncio.TimeoutError())
+    assert is_outage(TimeoutError()) and is_outage(ConnectionResetError()) and is_outage(TimeoutError())
     assert is_outage(StatusError(503)) and is_outage(StatusError(429))
     assert not is_outage(StatusError(400)) and not is_outage(KeyError("x")) and not is_outage(ValueError())
 
@@ -180,8 +197,10 @@ def test_a_factory_named_with_args_is_called_with_them_and_returns_the_judge():
     from testbed.registry import is_factory
     from testbed.scenario.plugins import JudgeConfig
 
-    judge = judge_from_config(JudgeConfig.model_validate(
-        {"type": "examples.custom_judge:make_keyword_judge", "args": {"bonus_word": "tea"}}), "judge")
+    judge = judge_from_config(
+        JudgeConfig.model_validate({"type": "examples.custom_judge:make_keyword_judge", "args": {"bonus_word": "tea"}}),
+        "judge",
+    )
     verdicts = asyncio.run(judge.judge(REQS))
     assert [v.quality for v in verdicts] == [0, 1]  # the factory's argument took effect
     assert not is_factory(sync_fn, {}) and is_factory(make_keyword_judge, {}) and is_factory(SyncScore, {})

@@ -39,7 +39,7 @@ def run(errors: list[BaseException], policy: RetryPolicy) -> tuple[object, list[
 
 
 def test_retryable_failures_are_retried_then_succeed():
-    errors = [asyncio.TimeoutError(), StatusError(429), StatusError(503), ConnectionRefusedError()]
+    errors = [TimeoutError(), StatusError(429), StatusError(503), ConnectionRefusedError()]
     result, waits, calls = run(errors, RetryPolicy(max_retries=4, backoff_base_s=0.001, backoff_max_s=0.004))
     assert result == "ok" and calls == 5 and len(waits) == 4
     assert all(0 <= w <= 0.004 for w in waits)
@@ -72,7 +72,7 @@ def test_jitter_is_seeded_and_grows_with_the_attempt():
 
 
 def test_classify():
-    assert classify(asyncio.TimeoutError()).status == 408
+    assert classify(TimeoutError()).status == 408
     err = classify(StatusError(429, "3"))
     assert isinstance(err, AttemptError) and (err.status, err.retry_after, err.retryable) == (429, 3.0, True)
     assert not classify(ValueError("x")).retryable

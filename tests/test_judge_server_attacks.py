@@ -31,7 +31,9 @@ def server(tmp_path_factory):
     token = "tok-" + secrets.token_hex(8)
     os.environ[TOKEN_ENV] = token
     log = (tmp_path_factory.mktemp("attack") / "stderr.txt").open("w+")
-    srv = LocalJudgeServer({"token_env": TOKEN_ENV, "read_timeout_s": READ_TIMEOUT_S, "max_body_bytes": MAX_BODY}, stderr=log)
+    srv = LocalJudgeServer(
+        {"token_env": TOKEN_ENV, "read_timeout_s": READ_TIMEOUT_S, "max_body_bytes": MAX_BODY}, stderr=log
+    )
     yield srv, token, log
     srv.stop()
     log.close()
@@ -51,8 +53,9 @@ def read_reply(s: socket.socket) -> tuple[int, dict]:
         reply += chunk
     headers, _, rest = reply.partition(b"\r\n\r\n")
     status = int(headers.split(b" ", 2)[1])
-    length = next((int(h.split(b":", 1)[1]) for h in headers.split(b"\r\n")
-                   if h.lower().startswith(b"content-length:")), 0)
+    length = next(
+        (int(h.split(b":", 1)[1]) for h in headers.split(b"\r\n") if h.lower().startswith(b"content-length:")), 0
+    )
     while len(rest) < length:
         chunk = s.recv(65536)
         if not chunk:
@@ -75,8 +78,13 @@ def exchange(srv: LocalJudgeServer, head: bytes, body: bytes = b"", wait_s: floa
 
 def post(token: str | None, length: int | str, extra: bytes = b"") -> bytes:
     auth = f"Authorization: Bearer {token}\r\n".encode() if token else b""
-    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + auth
-            + f"Content-Length: {length}\r\n".encode() + extra + b"\r\n")
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + auth
+        + f"Content-Length: {length}\r\n".encode()
+        + extra
+        + b"\r\n"
+    )
 
 
 def a_request() -> JudgeRequest:
@@ -107,8 +115,10 @@ def test_huge_content_length_is_refused_at_once(server):
 def test_a_chunked_body_over_the_limit_is_cut_off(server):
     """No Content-Length to check up front: the server counts what it reads."""
     srv, token, _ = server
-    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-            + f"Authorization: Bearer {token}\r\n\r\n".encode())
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        + f"Authorization: Bearer {token}\r\n\r\n".encode()
+    )
     chunk = b"x" * 300_000
     body = (f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n") * 4 + b"0\r\n\r\n"
     status, data, _ = exchange(srv, head, body)
@@ -141,18 +151,27 @@ def test_non_integer_content_length_gets_400(server, length):
     assert status == 400
 
 
-@pytest.mark.parametrize("body, text", [
-    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
-    (b'{"messages": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_001, "nested too deeply"),
-    (b"\xff\xfe not utf-8", "not JSON"),
-    (b"[1, 2]", "must be a JSON object"),
-    (b'{"messages": "hi"}', "non-empty list"),
-    (b'{"messages": [7]}', "messages[0] must be an object"),
-    (body_of([{"role": "user", "content": [{"type": "text", "text": 5}]}]), "messages[0].content[0].text must be a string"),
-    (body_of([{"role": "user", "content": [{"type": "text", "text": None}]}]), "messages[0].content[0].text must be a string"),
-    (body_of([{"role": "user", "content": ["just a string part"]}]), "messages[0].content[0] must be an object"),
-    (body_of([{"role": "user", "content": {"text": "x"}}]), "content must be a string or a list"),
-])
+@pytest.mark.parametrize(
+    "body, text",
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"messages": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_001, "nested too deeply"),
+        (b"\xff\xfe not utf-8", "not JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b'{"messages": "hi"}', "non-empty list"),
+        (b'{"messages": [7]}', "messages[0] must be an object"),
+        (
+            body_of([{"role": "user", "content": [{"type": "text", "text": 5}]}]),
+            "messages[0].content[0].text must be a string",
+        ),
+        (
+            body_of([{"role": "user", "content": [{"type": "text", "text": None}]}]),
+            "messages[0].content[0].text must be a string",
+        ),
+        (body_of([{"role": "user", "content": ["just a string part"]}]), "messages[0].content[0] must be an object"),
+        (body_of([{"role": "user", "content": {"text": "x"}}]), "content must be a string or a list"),
+    ],
+)
 def test_malformed_bodies_get_400_naming_the_problem(server, body, text):
     srv, token, _ = server
     status, data, _ = exchange(srv, post(token, len(body)), body)

@@ -4,17 +4,19 @@
 import pytest
 import torch
 
-from testbed.scenario.schema import PolicyConfig
 from testbed.models import lean_forward
 from testbed.models.critic import Critic
 from testbed.models.policy import build_policy, hidden_states
 from testbed.models.tokenizer import WordTokenizer
+from testbed.scenario.schema import PolicyConfig
 
 
 @pytest.fixture(scope="module")
 def model_and_batch():
     tok = WordTokenizer.build()
-    model = build_policy(PolicyConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, expert_size=16), tok)
+    model = build_policy(
+        PolicyConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, expert_size=16), tok
+    )
     with torch.no_grad():  # larger weights than the init, so that routing and attention are far from uniform
         for p in model.parameters():
             p.normal_(0.0, 0.3)
@@ -68,8 +70,10 @@ def test_the_critic_and_the_policy_take_the_lean_path_and_others_fall_back(model
     critic = Critic.from_policy(model)
     assert lean_forward.supports(critic.backbone)
     # A model of another shape (attention biases) is not the lean forward's: the backbone's own forward runs.
-    other = build_policy(PolicyConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4, expert_size=16),
-                         WordTokenizer.build())
+    other = build_policy(
+        PolicyConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4, expert_size=16),
+        WordTokenizer.build(),
+    )
     other.config.attention_bias = True
     assert not lean_forward.supports(other.model)
     with torch.no_grad():

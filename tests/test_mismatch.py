@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from testbed.scenario.schema import PolicyConfig, SamplingConfig, load_scenario
-from testbed.models.policy import build_policy
-from testbed.models.tokenizer import WordTokenizer
 from testbed.engines.hf_engine import HFEngine
 from testbed.engines.mismatch import DIS_BAND, MismatchProbe, logprob_gaps, mismatch_metrics
 from testbed.engines.vllm_engine import checkpoint_tensors, stacked_experts
+from testbed.models.policy import build_policy
+from testbed.models.tokenizer import WordTokenizer
+from testbed.scenario.schema import PolicyConfig, SamplingConfig, load_scenario
 from testbed.store import read_table
 from testbed.world import prompts, render_prompt
 
@@ -43,7 +43,9 @@ def test_expert_sets_compare_as_sets():
     lp = torch.zeros(1, 3)
     mask = torch.tensor([[True, True, True]])
     trainer = torch.tensor([[[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[0, 1], [2, 3]]]])  # [B, T, layers, k]
-    engine = torch.tensor([[[[1, 0], [3, 2]], [[4, 5], [6, 0]], [[0, 1], [2, 3]]]])  # token 0 reordered, token 1 differs
+    engine = torch.tensor(
+        [[[[1, 0], [3, 2]], [[4, 5], [6, 0]], [[0, 1], [2, 3]]]]
+    )  # token 0 reordered, token 1 differs
     m = mismatch_metrics(lp, lp, mask, DIS_BAND, trainer, engine)
     assert m["mismatch_expert_diff"] == pytest.approx(1 / 3)
     assert m["mismatch_abs_max"] == 0 and m["mismatch_kl_k3"] == 0
@@ -51,7 +53,9 @@ def test_expert_sets_compare_as_sets():
 
 def test_no_tokens_gives_nan_not_zero():
     m = mismatch_metrics(torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1, 2, dtype=torch.bool))
-    assert m["mismatch_tokens"] == 0 and math.isnan(m["mismatch_abs_mean"]) and math.isnan(m["mismatch_dis_out_of_band"])
+    assert (
+        m["mismatch_tokens"] == 0 and math.isnan(m["mismatch_abs_mean"]) and math.isnan(m["mismatch_dis_out_of_band"])
+    )
 
 
 def small_policy(hidden=32, heads=2):
@@ -81,8 +85,8 @@ def test_probe_on_hf_samples_is_float_rounding_and_skips_stale_episodes():
     n1 = len(trajs[1].response_tokens)
     assert len(gaps) == m["mismatch_tokens"]
     first = len(trajs[0].response_tokens)
-    assert torch.allclose(gaps[first:first + n1], torch.ones(n1, dtype=torch.float64), atol=1e-4)
-    assert gaps[:first].max() < 1e-4 and gaps[first + n1:].max() < 1e-4
+    assert torch.allclose(gaps[first : first + n1], torch.ones(n1, dtype=torch.float64), atol=1e-4)
+    assert gaps[:first].max() < 1e-4 and gaps[first + n1 :].max() < 1e-4
 
 
 def test_vllm_weight_layout_matches_the_trainers_experts():
@@ -125,13 +129,34 @@ def test_vllm_engine_without_vllm_says_how_to_get_it():
 
 
 def test_mismatch_columns_in_a_tiny_run(tmp_path, shared_cache):
-    env = {"TESTBED_CACHE": str(shared_cache), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    args = ["tests/data/tiny.yaml", "--out", str(tmp_path), "--run-name", "m", "--set", "seeds=[0]",
-            "--set", "budget.episodes=48", "--set", "eval.every=48", "--set", "eval.prompts=4",
-            "--set", "engine.mismatch=true"]
-    proc = subprocess.run([sys.executable, "-m", "testbed.run", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    env = {
+        "TESTBED_CACHE": str(shared_cache),
+        "PATH": "/usr/bin:/bin",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+    }
+    args = [
+        "tests/data/tiny.yaml",
+        "--out",
+        str(tmp_path),
+        "--run-name",
+        "m",
+        "--set",
+        "seeds=[0]",
+        "--set",
+        "budget.episodes=48",
+        "--set",
+        "eval.every=48",
+        "--set",
+        "eval.prompts=4",
+        "--set",
+        "engine.mismatch=true",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "testbed.run", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     updates = read_table(tmp_path / "m", "updates")
     assert len(updates) == 3

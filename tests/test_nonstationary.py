@@ -26,16 +26,21 @@ def two_segment_run() -> pd.DataFrame:
     arm b seed 0: 40 x 0.5             | 40 x 1.0
     arm b seed 1: 40 x 0.25            | 30 x 0.5, 10 x 1.0
     """
-    def run(arm, seed, *pieces):
-        return episodes(np.concatenate([np.full(n, r) for n, r in pieces]), arm=arm, seed=seed, switch_points=(40,),
-                        targets=TARGETS)
 
-    return pd.concat([
-        run("a", 0, (40, 1.0), (20, 0.0), (20, 0.5)),
-        run("a", 1, (30, 0.5), (10, 0.75), (20, 0.0), (20, 0.5)),
-        run("b", 0, (40, 0.5), (40, 1.0)),
-        run("b", 1, (40, 0.25), (30, 0.5), (10, 1.0)),
-    ], ignore_index=True)
+    def run(arm, seed, *pieces):
+        return episodes(
+            np.concatenate([np.full(n, r) for n, r in pieces]), arm=arm, seed=seed, switch_points=(40,), targets=TARGETS
+        )
+
+    return pd.concat(
+        [
+            run("a", 0, (40, 1.0), (20, 0.0), (20, 0.5)),
+            run("a", 1, (30, 0.5), (10, 0.75), (20, 0.0), (20, 0.5)),
+            run("b", 0, (40, 0.5), (40, 1.0)),
+            run("b", 1, (40, 0.25), (30, 0.5), (10, 1.0)),
+        ],
+        ignore_index=True,
+    )
 
 
 def by_key(table: pd.DataFrame, *keys) -> dict:
@@ -61,9 +66,16 @@ def test_segment_area_plateau_and_dynamic_regret_by_hand():
             assert (seg[arm, s, 0]["best_plateau"], seg[arm, s, 0]["best_arm"]) == (0.875, "a")
             assert (seg[arm, s, 1]["best_plateau"], seg[arm, s, 1]["best_arm"]) == (1.0, "b")
     # regret = sum over the 40 episodes of (best - reward); dynamic regret = regret / 40
-    expected = {("a", 0, 0): 40 * 0.875 - 40, ("a", 1, 0): 40 * 0.875 - 22.5, ("b", 0, 0): 40 * 0.875 - 20,
-                ("b", 1, 0): 40 * 0.875 - 10, ("a", 0, 1): 40 - 10, ("a", 1, 1): 40 - 10, ("b", 0, 1): 0.0,
-                ("b", 1, 1): 40 - 25}
+    expected = {
+        ("a", 0, 0): 40 * 0.875 - 40,
+        ("a", 1, 0): 40 * 0.875 - 22.5,
+        ("b", 0, 0): 40 * 0.875 - 20,
+        ("b", 1, 0): 40 * 0.875 - 10,
+        ("a", 0, 1): 40 - 10,
+        ("a", 1, 1): 40 - 10,
+        ("b", 0, 1): 0.0,
+        ("b", 1, 1): 40 - 25,
+    }
     for key, regret in expected.items():
         assert seg[key]["regret"] == regret, key
         assert seg[key]["dynamic_regret"] == regret / 40, key
@@ -97,9 +109,16 @@ def test_regret_is_against_the_reference_policy_when_there_is_one():
     seg = by_key(ns.segment_metrics(two_segment_run(), [40], 80, window=10, reference=ref), "arm", "seed", "segment")
     assert {r["regret_against"] for r in seg.values()} == {"reference"}
     # regret = sum over the 40 episodes of (reference - reward) = 40 x reference - reward sum
-    expected = {("a", 0, 0): 40 * 0.8 - 40, ("a", 1, 0): 40 * 0.6 - 22.5, ("b", 0, 0): 40 * 0.8 - 20,
-                ("b", 1, 0): 40 * 0.6 - 10, ("a", 0, 1): 40 * 0.9 - 10, ("a", 1, 1): 40 * 0.7 - 10,
-                ("b", 0, 1): 40 * 0.9 - 40, ("b", 1, 1): 40 * 0.7 - 25}
+    expected = {
+        ("a", 0, 0): 40 * 0.8 - 40,
+        ("a", 1, 0): 40 * 0.6 - 22.5,
+        ("b", 0, 0): 40 * 0.8 - 20,
+        ("b", 1, 0): 40 * 0.6 - 10,
+        ("a", 0, 1): 40 * 0.9 - 10,
+        ("a", 1, 1): 40 * 0.7 - 10,
+        ("b", 0, 1): 40 * 0.9 - 40,
+        ("b", 1, 1): 40 * 0.7 - 25,
+    }
     for key, regret in expected.items():
         assert seg[key]["regret"] == pytest.approx(regret), key
         assert seg[key]["dynamic_regret"] == pytest.approx(seg[key]["reference_reward"] - seg[key]["auc"]), key
@@ -166,13 +185,21 @@ def test_fall_time_is_zero_when_already_under_and_nan_when_never():
 def test_old_fall_per_arm_seed_and_switch_from_held_out_shares():
     targets = ("cute", "chuunibyou", "classical")
     ep = episodes(np.ones(300), switch_points=(100, 200), targets=targets)
-    ev = pd.concat([
-        evals_table([(0, "cute", {"cute": 0.8, "chuunibyou": 0.2}), (100, "chuunibyou", {"cute": 0.6, "chuunibyou": 0.4}),
-                     (150, "chuunibyou", {"cute": 0.0, "chuunibyou": 1.0}),
-                     (200, "classical", {"chuunibyou": 0.9, "classical": 0.1}),
-                     (250, "classical", {"chuunibyou": 0.5, "classical": 0.5})], seed=0),
-        evals_table([(0, "cute", {"cute": 0.05, "chuunibyou": 0.95})], seed=1),
-    ])
+    ev = pd.concat(
+        [
+            evals_table(
+                [
+                    (0, "cute", {"cute": 0.8, "chuunibyou": 0.2}),
+                    (100, "chuunibyou", {"cute": 0.6, "chuunibyou": 0.4}),
+                    (150, "chuunibyou", {"cute": 0.0, "chuunibyou": 1.0}),
+                    (200, "classical", {"chuunibyou": 0.9, "classical": 0.1}),
+                    (250, "classical", {"chuunibyou": 0.5, "classical": 0.5}),
+                ],
+                seed=0,
+            ),
+            evals_table([(0, "cute", {"cute": 0.05, "chuunibyou": 0.95})], seed=1),
+        ]
+    )
     falls = by_key(ns.old_fall(ev, [100, 200], 300, ep, old_level=0.1), "seed", "switch")
     first = falls[0, 1]
     assert (first["from_style"], first["to_style"], first["old_share_at_switch"]) == ("cute", "chuunibyou", 0.6)
@@ -189,14 +216,19 @@ def test_old_fall_per_arm_seed_and_switch_from_held_out_shares():
 
 def switch_table(values: dict[str, list[list[float]]], metric: str = "episodes_to_bar") -> pd.DataFrame:
     """values[arm][seed][switch - 1]."""
-    return pd.DataFrame([{"arm": arm, "seed": s, "switch": k + 1, metric: v}
-                         for arm, seeds in values.items() for s, row in enumerate(seeds) for k, v in enumerate(row)])
+    return pd.DataFrame(
+        [
+            {"arm": arm, "seed": s, "switch": k + 1, metric: v}
+            for arm, seeds in values.items()
+            for s, row in enumerate(seeds)
+            for k, v in enumerate(row)
+        ]
+    )
 
 
 def test_probability_of_improvement_is_one_when_every_seed_is_better():
     table = switch_table({"fast": [[60, 70], [65, 90]], "slow": [[200, 300], [250, 100]]})
-    pi = by_key(ns.probability_of_improvement(table, ["episodes_to_bar"], "switch", reps=200), "arm_x", "arm_y",
-                "task")
+    pi = by_key(ns.probability_of_improvement(table, ["episodes_to_bar"], "switch", reps=200), "arm_x", "arm_y", "task")
     assert len(pi) == 2 * 3  # two ordered pairs; switch 1, switch 2, pooled
     for task in (1, "all"):
         row = pi["fast", "slow", task]
@@ -220,8 +252,9 @@ def test_probability_of_improvement_is_half_for_identical_arms_and_counts_pairs(
 
 
 def test_probability_of_improvement_counts_higher_as_better_for_the_reward_area():
-    table = pd.DataFrame({"arm": ["hi", "hi", "lo", "lo"], "seed": [0, 1, 0, 1], "segment": 0,
-                          "auc": [0.9, 0.8, 0.2, 0.3]})
+    table = pd.DataFrame(
+        {"arm": ["hi", "hi", "lo", "lo"], "seed": [0, 1, 0, 1], "segment": 0, "auc": [0.9, 0.8, 0.2, 0.3]}
+    )
     pi = by_key(ns.probability_of_improvement(table, ["auc"], "segment", reps=200), "arm_x", "arm_y")
     assert pi["hi", "lo"]["better"] == "higher" and pi["hi", "lo"]["p_improvement"] == 1.0
 
@@ -243,8 +276,9 @@ def test_the_bootstraps_twins_agree_with_rliables_statistics():
 def test_intervals_contain_the_mean_and_have_no_nan_from_two_seeds():
     rng = np.random.default_rng(3)
     for seeds in (2, 3, 5):
-        table = switch_table({"a": rng.uniform(50, 300, size=(seeds, 2)).tolist(),
-                              "b": rng.uniform(50, 300, size=(seeds, 2)).tolist()})
+        table = switch_table(
+            {"a": rng.uniform(50, 300, size=(seeds, 2)).tolist(), "b": rng.uniform(50, 300, size=(seeds, 2)).tolist()}
+        )
         iv = ns.interval_estimates(table, ["episodes_to_bar"], "switch", reps=300)
         assert len(iv) == 2 * 3 and list(iv["n"]) == [seeds] * 6
         cols = ["mean", "mean_lo", "mean_hi", "iqm", "iqm_lo", "iqm_hi"]
@@ -269,8 +303,9 @@ def test_one_seed_has_a_point_and_no_interval():
 
 
 def test_iqm_is_the_mean_of_the_middle_half():
-    iv = ns.interval_estimates(switch_table({"a": [[0.0], [1.0], [2.0], [100.0]]}), ["episodes_to_bar"], "switch",
-                               reps=100)
+    iv = ns.interval_estimates(
+        switch_table({"a": [[0.0], [1.0], [2.0], [100.0]]}), ["episodes_to_bar"], "switch", reps=100
+    )
     assert iv["mean"].iloc[0] == 25.75 and iv["iqm"].iloc[0] == 1.5  # 0 and 100 trimmed
 
 
@@ -282,16 +317,18 @@ def test_seeds_without_a_value_are_dropped_per_task_and_pooling_keeps_complete_t
     assert iv["b", 3]["n"] == 1 and iv["a", 3]["n"] == 2
     # only switch 1 has a value for every seed of every arm
     assert iv["a", "all"]["tasks"] == "1" and iv["a", "all"]["mean"] == 105 and iv["b", "all"]["mean"] == 125
-    pi = by_key(ns.probability_of_improvement(table, ["episodes_to_bar"], "switch", reps=200), "arm_x", "arm_y",
-                "task")
+    pi = by_key(ns.probability_of_improvement(table, ["episodes_to_bar"], "switch", reps=200), "arm_x", "arm_y", "task")
     assert pi["a", "b", "all"]["tasks"] == "1" and pi["a", "b", "all"]["p_improvement"] == 1.0
     assert pi["a", "b", 2]["n_x"] == 1 and pi["a", "b", 2]["p_improvement"] == 1.0  # 200 < 220 and < 230
 
 
 def test_no_complete_task_gives_an_empty_pool():
     nan = float("nan")
-    iv = by_key(ns.interval_estimates(switch_table({"a": [[nan, 1.0], [2.0, nan]]}), ["episodes_to_bar"], "switch",
-                                      reps=100), "arm", "task")
+    iv = by_key(
+        ns.interval_estimates(switch_table({"a": [[nan, 1.0], [2.0, nan]]}), ["episodes_to_bar"], "switch", reps=100),
+        "arm",
+        "task",
+    )
     assert iv["a", "all"]["tasks"] == "" and iv["a", "all"]["n"] == 0 and math.isnan(iv["a", "all"]["mean"])
 
 
@@ -303,12 +340,15 @@ def test_estimates_are_reproducible_and_leave_numpys_generator_alone():
     pi_first = ns.probability_of_improvement(table, ["episodes_to_bar"], "switch", reps=300)
     assert (np.random.get_state()[1] == before).all()
     pd.testing.assert_frame_equal(first, ns.interval_estimates(table, ["episodes_to_bar"], "switch", reps=300))
-    pd.testing.assert_frame_equal(pi_first, ns.probability_of_improvement(table, ["episodes_to_bar"], "switch",
-                                                                           reps=300))
+    pd.testing.assert_frame_equal(
+        pi_first, ns.probability_of_improvement(table, ["episodes_to_bar"], "switch", reps=300)
+    )
     # the seed is the one used (many seeds: the interval's ends are not just the extreme values)
     wide = switch_table({"a": np.random.default_rng(0).uniform(0, 100, size=(12, 1)).tolist()})
-    ends = [ns.interval_estimates(wide, ["episodes_to_bar"], "switch", reps=300, seed=s)[["mean_lo", "mean_hi"]]
-            for s in (0, 0, 1)]
+    ends = [
+        ns.interval_estimates(wide, ["episodes_to_bar"], "switch", reps=300, seed=s)[["mean_lo", "mean_hi"]]
+        for s in (0, 0, 1)
+    ]
     assert ends[0].equals(ends[1]) and not ends[0].equals(ends[2])
 
 
@@ -326,10 +366,21 @@ def test_two_or_three_seeds_raise_no_warnings():
 
 def test_report_writes_the_nonstationary_tables_and_figures(tmp_path):
     ep = two_segment_run()
-    ev = pd.concat([evals_table([(0, "cute", {"cute": 0.9, "chuunibyou": 0.1}),
-                                 (40, "chuunibyou", {"cute": 0.9, "chuunibyou": 0.1}),
-                                 (60, "chuunibyou", {"cute": 0.1, "chuunibyou": 0.9})], arm=arm, seed=s)
-                    for arm in "ab" for s in (0, 1)])
+    ev = pd.concat(
+        [
+            evals_table(
+                [
+                    (0, "cute", {"cute": 0.9, "chuunibyou": 0.1}),
+                    (40, "chuunibyou", {"cute": 0.9, "chuunibyou": 0.1}),
+                    (60, "chuunibyou", {"cute": 0.1, "chuunibyou": 0.9}),
+                ],
+                arm=arm,
+                seed=s,
+            )
+            for arm in "ab"
+            for s in (0, 1)
+        ]
+    )
     run = write_run(tmp_path, "two_arms", ep, {"switch_points": [40], "budget": 80, "seeds": [0, 1]}, evals=ev)
     report([run])
     seg = pd.read_csv(run / "segments_by_seed.csv")
@@ -346,8 +397,12 @@ def test_report_writes_the_nonstationary_tables_and_figures(tmp_path):
     pairs = pd.read_csv(run / "paired.csv")
     assert {(r.arm_x, r.arm_y) for r in pairs.itertuples()} == {("a", "b")} and set(pairs["pairing"]) == {"paired"}
     text = (run / "summary.md").read_text()
-    for heading in ("### Per segment", "### Pooled over switches and segments (rliable)",
-                    "### Probability of improvement (rliable)", "**dynamic regret**"):
+    for heading in (
+        "### Per segment",
+        "### Pooled over switches and segments (rliable)",
+        "### Probability of improvement (rliable)",
+        "**dynamic regret**",
+    ):
         assert heading in text
     assert "| b | 1: chuunibyou (t 40-80) | 2 |" in text
     for name in ("segments", "probability_of_improvement"):

@@ -28,9 +28,23 @@ def tiny_run(tmp_path_factory, shared_cache) -> Path:
     # session; TESTBED_TEST_CACHE points at an existing one instead, to rerun the notebooks quickly
     env = {**os.environ, "TESTBED_CACHE": os.environ.get("TESTBED_TEST_CACHE") or str(shared_cache)}
     proc = subprocess.run(
-        [sys.executable, "-m", "testbed.run", "tests/data/tiny.yaml", "--out", str(tmp / "runs"),
-         "--set", "budget.episodes=96", "--set", "seeds=[0,1]"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "testbed.run",
+            "tests/data/tiny.yaml",
+            "--out",
+            str(tmp / "runs"),
+            "--set",
+            "budget.episodes=96",
+            "--set",
+            "seeds=[0,1]",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = Path(proc.stdout.strip().splitlines()[-1])
@@ -48,7 +62,9 @@ def execute(name: str, env: dict[str, str | None]) -> nbformat.NotebookNode:
         else:
             os.environ[k] = v
     try:
-        NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ANALYSIS)}}).execute()
+        NotebookClient(
+            nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ANALYSIS)}}
+        ).execute()
     finally:
         for k, v in old.items():
             if v is None:
@@ -74,13 +90,16 @@ def test_notebooks_are_paired_scripts_stored_without_outputs():
         assert cells(stored) == cells(script), f"{name}.ipynb and {name}.py differ: run `jupytext --sync`"
         code = [c for c in stored.cells if c.cell_type == "code"]
         assert code and all(not c.outputs and c.execution_count is None for c in code)
-        assert "os.environ.get(\"TESTBED_RUN_DIR" in code[0].source
+        assert 'os.environ.get("TESTBED_RUN_DIR' in code[0].source
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, str]]:
     """Every file under folder: its modification time and contents' hash."""
-    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_realignment_notebook_runs(tiny_run):

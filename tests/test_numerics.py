@@ -38,8 +38,10 @@ def policy_opt(trainer):
 
 
 def clone_state(optimizer):
-    return {k: {n: v.clone() if torch.is_tensor(v) else v for n, v in s.items()}
-            for k, s in optimizer.state_dict()["state"].items()}
+    return {
+        k: {n: v.clone() if torch.is_tensor(v) else v for n, v in s.items()}
+        for k, s in optimizer.state_dict()["state"].items()
+    }
 
 
 def assert_same_state(before, optimizer):
@@ -138,8 +140,9 @@ def test_nan_reward_skips_the_update(kind):
     critic_state = clone_state(trainer.critic_opt) if kind == "sao" else None
     metrics = trainer.update(nan_reward(batch(kind, model, seed=1)))
     # SAO's critic regresses on the nan returns before the policy sees the nan advantages.
-    assert_skipped(trainer, model, metrics, "critic loss" if kind == "sao" else "policy loss",
-                   params, opt_state, version, total)
+    assert_skipped(
+        trainer, model, metrics, "critic loss" if kind == "sao" else "policy loss", params, opt_state, version, total
+    )
     if kind == "sao":
         assert metrics["skipped_steps"] == 2  # one critic step (the other K-1 not tried) and the policy step
         assert_same_params(critic, trainer.critic)

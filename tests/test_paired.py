@@ -33,8 +33,11 @@ def test_paired_t_interval_by_hand():
     assert (mean, lo, hi) == (pytest.approx(2.75), pytest.approx(2.75 - half), pytest.approx(2.75 + half))
     row = paired.compare(series(x), series(y), "auc_after", "a", "b")
     assert row["pairing"] == "paired" and row["n"] == 4
-    assert (row["diff"], row["diff_lo"], row["diff_hi"]) == (pytest.approx(2.75), pytest.approx(2.75 - half),
-                                                             pytest.approx(2.75 + half))
+    assert (row["diff"], row["diff_lo"], row["diff_hi"]) == (
+        pytest.approx(2.75),
+        pytest.approx(2.75 - half),
+        pytest.approx(2.75 + half),
+    )
     assert row["sd_diff"] == pytest.approx(sd) and row["se_diff"] == pytest.approx(sd / 2)
     # 2.75 - 2.72 > 0: resolved, and for a reward-like metric higher is better
     assert row["resolved"] and row["verdict"] == "a better"
@@ -58,7 +61,7 @@ def test_the_paired_bootstrap_resamples_seeds_jointly_where_the_unpaired_one_can
     assert u["boot_lo"] < 0 < u["boot_hi"] and u["diff_lo"] < 0 < u["diff_hi"] and not u["resolved"]
     # Welch by hand
     vx, vy = np.var(x, ddof=1) / 5, np.var(y, ddof=1) / 5
-    df = (vx + vy) ** 2 / (vx ** 2 / 4 + vy ** 2 / 4)
+    df = (vx + vy) ** 2 / (vx**2 / 4 + vy**2 / 4)
     half = stats.t.ppf(0.975, df) * math.sqrt(vx + vy)
     assert (u["diff_lo"], u["diff_hi"]) == (pytest.approx(9.8 - half), pytest.approx(9.8 + half))
     # P(x better): x is slower on every seed (paired 0); unpaired it wins the pairs where its seed is lower
@@ -73,7 +76,9 @@ def test_the_paired_bootstrap_interval_against_numpy_by_hand():
     d = (x[idx] - y[idx]).mean(axis=1)
     assert (out["boot_lo"], out["boot_hi"]) == tuple(pytest.approx(v) for v in np.percentile(d, [2.5, 97.5]))
     score = ((x[idx] > y[idx]) + 0.5 * (x[idx] == y[idx])).mean(axis=1)
-    assert (out["p_better_lo"], out["p_better_hi"]) == tuple(pytest.approx(v) for v in np.percentile(score, [2.5, 97.5]))
+    assert (out["p_better_lo"], out["p_better_hi"]) == tuple(
+        pytest.approx(v) for v in np.percentile(score, [2.5, 97.5])
+    )
 
 
 def test_probability_of_improvement_counts_seeds_and_half_ties():
@@ -152,8 +157,9 @@ def test_a_planted_difference_of_twice_the_resolvable_one_is_detected(n):
     sd = 40.0
     pilot = paired.compare(series(rng.normal(0.0, sd, size=n)), series(np.zeros(n)), "auc_after")
     # the reported resolvable difference is the formula at the pilot's sd
-    assert pilot["mde"] == pytest.approx((stats.t.ppf(0.975, n - 1) + stats.t.ppf(0.8, n - 1)) * pilot["sd_diff"]
-                                         / math.sqrt(n))
+    assert pilot["mde"] == pytest.approx(
+        (stats.t.ppf(0.975, n - 1) + stats.t.ppf(0.8, n - 1)) * pilot["sd_diff"] / math.sqrt(n)
+    )
     resolvable = (stats.t.ppf(0.975, n - 1) + stats.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)  # at the true sd
     right, _ = detection_rate(2 * resolvable, n, sd, 400, rng)
     assert right >= 0.80
@@ -171,11 +177,19 @@ def test_a_planted_difference_of_twice_the_resolvable_one_is_detected(n):
 
 def per_seed_table() -> pd.DataFrame:
     """Three arms, four seeds, two switches; episodes_to_bar by hand."""
-    values = {"sao": [[100, 300], [120, 320], [140, 340], [160, 360]],
-              "rm": [[110, 290], [135, 310], [150, 330], [175, 350]],
-              "grpo": [[400, 400], [400, 400], [400, 400], [400, 400]]}
-    return pd.DataFrame([{"run": "r", "arm": arm, "seed": s, "switch": k + 1, "episodes_to_bar": float(v)}
-                         for arm, seeds in values.items() for s, row in enumerate(seeds) for k, v in enumerate(row)])
+    values = {
+        "sao": [[100, 300], [120, 320], [140, 340], [160, 360]],
+        "rm": [[110, 290], [135, 310], [150, 330], [175, 350]],
+        "grpo": [[400, 400], [400, 400], [400, 400], [400, 400]],
+    }
+    return pd.DataFrame(
+        [
+            {"run": "r", "arm": arm, "seed": s, "switch": k + 1, "episodes_to_bar": float(v)}
+            for arm, seeds in values.items()
+            for s, row in enumerate(seeds)
+            for k, v in enumerate(row)
+        ]
+    )
 
 
 def test_paired_table_compares_every_pair_in_the_given_order_per_task_and_pooled():
@@ -204,9 +218,12 @@ def test_arms_of_different_runs_or_without_shared_seeds_are_compared_unpaired():
 
 
 def test_the_pooled_segment_row_leaves_segment_0_out():
-    rows = [{"arm": arm, "seed": s, "segment": k, "dynamic_regret": v}
-            for arm, vals in {"a": [0.9, 0.1, 0.2], "b": [0.1, 0.3, 0.4]}.items()
-            for s in range(3) for k, v in enumerate(vals)]
+    rows = [
+        {"arm": arm, "seed": s, "segment": k, "dynamic_regret": v}
+        for arm, vals in {"a": [0.9, 0.1, 0.2], "b": [0.1, 0.3, 0.4]}.items()
+        for s in range(3)
+        for k, v in enumerate(vals)
+    ]
     table = paired.paired_table(pd.DataFrame(rows), ["dynamic_regret"], "segment", n_boot=200)
     pooled = table[table["task"] == "all"].iloc[0]
     assert pooled["tasks"] == "1 2" and pooled["diff"] == pytest.approx(-0.2)  # with segment 0: (0.8 - 0.2 - 0.2) / 3
@@ -215,8 +232,18 @@ def test_the_pooled_segment_row_leaves_segment_0_out():
 def test_a_one_seed_verdict_line_says_there_is_no_interval():
     from analysis.verdicts import verdict_line
 
-    row = pd.Series({"metric": "episodes_to_bar", "unit": "switch", "task": 1, "arm_x": "sao", "arm_y": "rm",
-                     **paired.compare(series([100.0]), series([250.0]), "episodes_to_bar", "sao", "rm")})
+    row = pd.Series(
+        {
+            "metric": "episodes_to_bar",
+            "unit": "switch",
+            "task": 1,
+            "arm_x": "sao",
+            "arm_y": "rm",
+            **paired.compare(series([100.0]), series([250.0]), "episodes_to_bar", "sao", "rm"),
+        }
+    )
     line = verdict_line(row, ("cute", "chuunibyou"))
-    assert line == ("Switch 1 (cute → chuunibyou): sao − rm: −150 episodes to the bar with one seed: no interval, nothing "
-                    "resolved (run more seeds).")
+    assert line == (
+        "Switch 1 (cute → chuunibyou): sao − rm: −150 episodes to the bar with one seed: no interval, nothing "
+        "resolved (run more seeds)."
+    )

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from judges.cache import VerdictCache, default_cache_path
-from testbed.models.sft import cache_root
-from testbed.scenario.schema import PolicyConfig
 from testbed.models import sft
+from testbed.models.sft import cache_root
 from testbed.paths import cache_dir, source_fingerprint
+from testbed.scenario.schema import PolicyConfig
 
 
 @pytest.mark.parametrize("value", [None, ""])

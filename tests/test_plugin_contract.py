@@ -23,7 +23,7 @@ PACKAGE = "contractpkg"  # written into a temporary directory, never part of the
 
 SOURCES = {
     # a factory with args and a Config: it returns the judge (the Judge protocol: async judge)
-    "judge.py": '''
+    "judge.py": """
         from pydantic import BaseModel, ConfigDict, Field
         from testbed.registry import configured
         from testbed.types import Verdict
@@ -46,9 +46,9 @@ SOURCES = {
         @configured(Config)
         def make_judge(max_words=30, log=""):
             return _Judge(max_words, log)
-    ''',
+    """,
     # a class with a Config; positions in fractions of the budget, turned into clocks with it
-    "schedule.py": '''
+    "schedule.py": """
         from pydantic import BaseModel, ConfigDict, Field
         from testbed.types import Target
 
@@ -68,9 +68,9 @@ SOURCES = {
 
             def switch_points(self):
                 return [self.at]
-    ''',
+    """,
     # a class with a Config, keyword args; updates nothing but its version
-    "trainer.py": '''
+    "trainer.py": """
         from pydantic import BaseModel, ConfigDict, Field
 
         class Idle:
@@ -96,9 +96,9 @@ SOURCES = {
             def load_state_dict(self, state):
                 self.policy.load_state_dict(state["policy"])
                 self.version = state["version"]
-    ''',
+    """,
     # a factory without a Config: its keyword parameters are its args
-    "engine.py": '''
+    "engine.py": """
         from testbed.engines.hf_engine import HFEngine
 
         def make_engine(policy, tokenizer, sampling, max_batch=64, log=""):
@@ -112,9 +112,9 @@ SOURCES = {
 
             engine.generate = counted
             return engine
-    ''',
+    """,
     # a factory whose env wraps a StyleShiftEnv without subclassing it (the Env protocol)
-    "env.py": '''
+    "env.py": """
         from pydantic import BaseModel, ConfigDict
         from testbed.envs.style_shift import StyleShiftEnv
         from testbed.registry import configured
@@ -144,7 +144,7 @@ SOURCES = {
         @configured(Config)
         def make_env(judge, schedule, prompt_specs, *, seed, log, **world):
             return Wrapped(StyleShiftEnv(judge, schedule, prompt_specs, seed=seed, **world), log)
-    ''',
+    """,
 }
 
 
@@ -173,7 +173,10 @@ def scenario_data(root: Path) -> dict:
         engine={"type": f"{PACKAGE}.engine:make_engine", "args": {"max_batch": 8, "log": log("engine")}},
         env={"type": f"{PACKAGE}.env:make_env", "args": {"log": log("env")}},
         arms=[{"name": "idle", "type": f"{PACKAGE}.trainer:Idle", "args": {"episodes_per_update": 16}}],
-        seeds=[0], budget={"episodes": 32}, eval={"every": 32, "prompts": 4, "reference_samples": 0})
+        seeds=[0],
+        budget={"episodes": 32},
+        eval={"every": 32, "prompts": 4, "reference_samples": 0},
+    )
     data["policy"]["checkpoint"] = str(ROOT / "tests/data/golden/policy")
     return data
 
@@ -196,16 +199,23 @@ def test_a_plugin_of_every_kind_runs_a_scenario(package, tmp_path):
     assert json.loads((run / "manifest.json").read_text())["status"] == "done"
 
 
-@pytest.mark.parametrize(("where", "bad", "says"), [
-    ("judge", {"max_words": 0}, "judge.args.max_words: Input should be greater than or equal to 1"),
-    ("judge", {"max_wrds": 3}, "judge.args.max_wrds: unknown key 'max_wrds' (did you mean 'max_words'?)"),
-    ("schedule", {"first": "cute", "second": "classical", "at": 2}, "schedule.args.at: Input should be less than 1"),
-    ("arms", {"episodes_per_update": "many"}, "arms.0.args.episodes_per_update: Input should be a valid integer"),
-    ("engine", {"max_btch": 8}, "engine.args.max_btch: not an argument of make_engine (it takes: max_batch, log)"),
-    ("engine", {"seed": 8}, "engine.args.seed: not an argument"),
-    ("env", {"lg": "x"}, "env.args.lg: unknown key 'lg'"),
-    ("env", {"seed": 1}, "env.args.seed: given by the loop to every env, not an arg"),  # beside a Config too
-])
+@pytest.mark.parametrize(
+    ("where", "bad", "says"),
+    [
+        ("judge", {"max_words": 0}, "judge.args.max_words: Input should be greater than or equal to 1"),
+        ("judge", {"max_wrds": 3}, "judge.args.max_wrds: unknown key 'max_wrds' (did you mean 'max_words'?)"),
+        (
+            "schedule",
+            {"first": "cute", "second": "classical", "at": 2},
+            "schedule.args.at: Input should be less than 1",
+        ),
+        ("arms", {"episodes_per_update": "many"}, "arms.0.args.episodes_per_update: Input should be a valid integer"),
+        ("engine", {"max_btch": 8}, "engine.args.max_btch: not an argument of make_engine (it takes: max_batch, log)"),
+        ("engine", {"seed": 8}, "engine.args.seed: not an argument"),
+        ("env", {"lg": "x"}, "env.args.lg: unknown key 'lg'"),
+        ("env", {"seed": 1}, "env.args.seed: given by the loop to every env, not an arg"),  # beside a Config too
+    ],
+)
 def test_bad_args_are_named_by_their_field_when_the_scenario_loads(package, where, bad, says):
     data = scenario_data(package)
     section = data[where][0] if where == "arms" else data[where]
@@ -215,10 +225,16 @@ def test_bad_args_are_named_by_their_field_when_the_scenario_loads(package, wher
     assert says in " ".join(str(info.value).split())
 
 
-@pytest.mark.parametrize(("kind", "inputs", "keywords"), [
-    ("judge", (), {}), ("schedule", (), {"budget": 10, "archetypes": ()}), ("trainer", ("policy",), {"pad_id": 0}),
-    ("engine", ("policy", "tok", "sampling"), {}), ("env", ("judge", "schedule", "specs"), {"seed": 0}),
-])
+@pytest.mark.parametrize(
+    ("kind", "inputs", "keywords"),
+    [
+        ("judge", (), {}),
+        ("schedule", (), {"budget": 10, "archetypes": ()}),
+        ("trainer", ("policy",), {"pad_id": 0}),
+        ("engine", ("policy", "tok", "sampling"), {}),
+        ("env", ("judge", "schedule", "specs"), {"seed": 0}),
+    ],
+)
 def test_a_factory_gets_its_args_the_same_way_for_every_kind(kind, inputs, keywords):
     def factory(*got, size: int, label: str = "x", **given):
         return got, size, label, given
@@ -246,7 +262,9 @@ def test_an_env_without_the_protocol_is_named(package):
 
     from testbed.runtimes.loop import make_env
 
-    (package / PACKAGE / "broken_env.py").write_text("def make(judge, schedule, prompt_specs, *, seed):\n    return object()\n")
+    (package / PACKAGE / "broken_env.py").write_text(
+        "def make(judge, schedule, prompt_specs, *, seed):\n    return object()\n"
+    )
     importlib.invalidate_caches()  # the package's directory was listed before this module was written
     data = scenario_data(package)
     data["env"] = {"type": f"{PACKAGE}.broken_env:make"}
@@ -257,27 +275,49 @@ def test_an_env_without_the_protocol_is_named(package):
 
 # ---- the spellings before type:/args: ---------------------------------------------------------
 
-GOOD = {"name": "t", "schedule": {"type": "piecewise", "args": {"phases": [{"style": "cute", "start": 0.0, "end": 1.0}]}},
-        "arms": [{"name": "rm", "type": "running_mean", "args": {"window": 16}}], "budget": {"episodes": 100}}
+GOOD = {
+    "name": "t",
+    "schedule": {"type": "piecewise", "args": {"phases": [{"style": "cute", "start": 0.0, "end": 1.0}]}},
+    "arms": [{"name": "rm", "type": "running_mean", "args": {"window": 16}}],
+    "budget": {"episodes": 100},
+}
 PHASES = GOOD["schedule"]["args"]["phases"]
 
 
-@pytest.mark.parametrize(("change", "says"), [
-    ({"judge": {"class": "mypkg.judge:J", "args": {"max_words": 3}}},
-     'judge.class: renamed: write `judge: {type: "mypkg.judge:J", args: {max_words: ...}}`'),
-    ({"judge": {"name": "rubric"}}, "judge.name: renamed: write `judge: {type: rubric, args: {...}}`"),
-    ({"gold_judge": {"name": "rubric", "share": 0.5}},
-     "gold_judge.name: renamed: write `gold_judge: {type: rubric, args: {...}, share: 0.5}`"),
-    ({"schedule": {"kind": "piecewise", "phases": PHASES}},
-     "schedule.kind: renamed: write `schedule: {type: piecewise, args: {phases: ...}}`"),
-    ({"schedule": {"type": "gradual", "phases": PHASES, "window": 0.1}},
-     "schedule.phases: moved into args: write `schedule: {type: gradual, args: {phases: ..., window: ...}}`"),
-    ({"arms": [{"name": "rm", "trainer": "running_mean", "args": {"window": 16}}]},
-     "arms.0.trainer: renamed: write `{name: rm, type: running_mean, args: {window: ...}}`"),
-    ({"engine": {"name": "hf", "mismatch": True}}, "engine.name: renamed: write `engine: {type: hf, args: {...}, mismatch: True}`"),
-    ({"env": {"name": "revision", "args": {"max_turns": 2}}},
-     "env.name: renamed: write `env: {type: revision, args: {max_turns: ...}}`"),
-])
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (
+            {"judge": {"class": "mypkg.judge:J", "args": {"max_words": 3}}},
+            'judge.class: renamed: write `judge: {type: "mypkg.judge:J", args: {max_words: ...}}`',
+        ),
+        ({"judge": {"name": "rubric"}}, "judge.name: renamed: write `judge: {type: rubric, args: {...}}`"),
+        (
+            {"gold_judge": {"name": "rubric", "share": 0.5}},
+            "gold_judge.name: renamed: write `gold_judge: {type: rubric, args: {...}, share: 0.5}`",
+        ),
+        (
+            {"schedule": {"kind": "piecewise", "phases": PHASES}},
+            "schedule.kind: renamed: write `schedule: {type: piecewise, args: {phases: ...}}`",
+        ),
+        (
+            {"schedule": {"type": "gradual", "phases": PHASES, "window": 0.1}},
+            "schedule.phases: moved into args: write `schedule: {type: gradual, args: {phases: ..., window: ...}}`",
+        ),
+        (
+            {"arms": [{"name": "rm", "trainer": "running_mean", "args": {"window": 16}}]},
+            "arms.0.trainer: renamed: write `{name: rm, type: running_mean, args: {window: ...}}`",
+        ),
+        (
+            {"engine": {"name": "hf", "mismatch": True}},
+            "engine.name: renamed: write `engine: {type: hf, args: {...}, mismatch: True}`",
+        ),
+        (
+            {"env": {"name": "revision", "args": {"max_turns": 2}}},
+            "env.name: renamed: write `env: {type: revision, args: {max_turns: ...}}`",
+        ),
+    ],
+)
 def test_an_old_spelling_is_refused_with_the_new_one(change, says):
     with pytest.raises(ScenarioError) as info:
         parse_scenario({**GOOD, **change}, "old.yaml")
@@ -287,8 +327,11 @@ def test_an_old_spelling_is_refused_with_the_new_one(change, says):
 def test_an_old_override_is_refused_with_the_new_spelling(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(GOOD))
-    with pytest.raises(ScenarioError, match=r"schedule.phases: moved into args: write `schedule: \{type: piecewise, "
-                                            r"args: \{phases: \.\.\.\}\}`"):
+    with pytest.raises(
+        ScenarioError,
+        match=r"schedule.phases: moved into args: write `schedule: \{type: piecewise, "
+        r"args: \{phases: \.\.\.\}\}`",
+    ):
         load_scenario(path, ["schedule.phases.0.end=1.0"])
     assert load_scenario(path, ["schedule.args.phases.0.end=1.0"]).schedule.args["phases"][0]["end"] == 1.0
 
@@ -298,10 +341,19 @@ def test_an_old_override_is_refused_with_the_new_spelling(tmp_path):
 
 def test_episodes_only_when_told_and_checked_against_the_budget():
     phases = [{"style": "cute", "start": 0, "end": 30}, {"style": "academic", "start": 30, "end": 100}]
-    scenario = parse_scenario({**GOOD, "schedule": {"type": "piecewise", "args": {"unit": "episodes", "phases": phases}}})
+    scenario = parse_scenario(
+        {**GOOD, "schedule": {"type": "piecewise", "args": {"unit": "episodes", "phases": phases}}}
+    )
     assert scenario.schedule_object().switch_points() == [30]
     with pytest.raises(ScenarioError, match="phases.1.end: 120 episodes is outside the budget"):
-        parse_scenario({**GOOD, "schedule": {"type": "piecewise", "args": {
-            "unit": "episodes", "phases": [phases[0], {**phases[1], "end": 120}]}}})
+        parse_scenario(
+            {
+                **GOOD,
+                "schedule": {
+                    "type": "piecewise",
+                    "args": {"unit": "episodes", "phases": [phases[0], {**phases[1], "end": 120}]},
+                },
+            }
+        )
     with pytest.raises(ScenarioError, match=r"schedule.args.phases.0.end: Input should be less than or equal to 1"):
         parse_scenario({**GOOD, "schedule": {"type": "piecewise", "args": {"phases": phases}}})  # no unit: fractions

@@ -18,11 +18,20 @@ from testbed.scenario.schema import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "data" / "tiny.yaml"
-SAO = ("arms=[{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 24, value_pretrain_epochs: 2, "
-       "value_pretrain_batch: 8}}]")
+SAO = (
+    "arms=[{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 24, value_pretrain_epochs: 2, "
+    "value_pretrain_batch: 8}}]"
+)
 # a few steps of SFT per seed, checked on a few samples: the bars, not the policy, are under test
-QUICK_SFT = ["policy.sft.steps=12", "policy.sft.batch_size=8", "policy.sft.corpus_size=200",
-             "policy.sft.eval_samples=8", "policy.sft.per_seed=true", "seeds=[0, 1]", SAO]
+QUICK_SFT = [
+    "policy.sft.steps=12",
+    "policy.sft.batch_size=8",
+    "policy.sft.corpus_size=200",
+    "policy.sft.eval_samples=8",
+    "policy.sft.per_seed=true",
+    "seeds=[0, 1]",
+    SAO,
+]
 
 
 def scenario(*overrides: str):
@@ -54,14 +63,27 @@ def test_sft_and_a_warm_up_draw_a_bar_per_seed_in_this_process(tmp_path, monkeyp
         assert 0 < bars(progress)[("SFT", seed)].total <= 12
 
     def warm_up(progress) -> None:
-        warm_up_job(run, run.arms[0], 0, base_policy=starts[0].policy, tokenizer=starts[0].tokenizer, judge=build_judge(run),
-                    schedule=run.schedule_object(), policy_key=starts[0].key, log=lambda message: None, progress=progress)
+        warm_up_job(
+            run,
+            run.arms[0],
+            0,
+            base_policy=starts[0].policy,
+            tokenizer=starts[0].tokenizer,
+            judge=build_judge(run),
+            schedule=run.schedule_object(),
+            policy_key=starts[0].key,
+            log=lambda message: None,
+            progress=progress,
+        )
 
     warm_up(progress)
     assert_finished(bars(progress)[("sao samples", 0)], 24, "quality ")
     assert_finished(bars(progress)[("sao warm-up", 0)], 6, "epoch 2  value loss ")  # 3 batches x 2 epochs
     text = shown(progress)
-    assert all(part in text for part in ("sao warm-up seed 0", "step     6/6", "epoch 2  value loss", "sample    24/24", "quality"))
+    assert all(
+        part in text
+        for part in ("sao warm-up seed 0", "step     6/6", "epoch 2  value loss", "sample    24/24", "quality")
+    )
 
     again = make_progress()  # all cached now: nothing runs, no bar
     starting_policies(run, log=lambda message: None, progress=again)
@@ -82,8 +104,23 @@ def test_side_by_side_tasks_bring_their_bars_to_the_drivers_display(tmp_path, mo
         starts = starting_policies(run, log=lambda message: None, progress=progress)  # SFT: one task per seed
         board = ProgressBoard.remote()
         policy = (starts[1].policy.config, starts[1].policy.state_dict())
-        gather([warm_up_task.remote(resolved_dict(run), "sao", 1, policy, starts[1].tokenizer, starts[1].key,
-                                    worker_settings(run), board)], board, progress, {})
+        gather(
+            [
+                warm_up_task.remote(
+                    resolved_dict(run),
+                    "sao",
+                    1,
+                    policy,
+                    starts[1].tokenizer,
+                    starts[1].key,
+                    worker_settings(run),
+                    board,
+                )
+            ],
+            board,
+            progress,
+            {},
+        )
     finally:
         ray.shutdown()
     for seed in (0, 1):

@@ -21,24 +21,24 @@ import random
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from hypothesis import HealthCheck, assume, example, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from torch.testing import assert_close  # noqa: E402
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
+from torch.testing import assert_close
 
-from judges.rubric import MAX_CHARS, RubricJudge  # noqa: E402
-from judges.template import VerdictParseError, parse_verdict  # noqa: E402
-from testbed.envs.schedules import (  # noqa: E402
+from judges.rubric import MAX_CHARS, RubricJudge
+from judges.template import VerdictParseError, parse_verdict
+from testbed.envs.schedules import (
     GradualSchedule,
     PeriodicSchedule,
     Phase,
     PiecewiseSchedule,
     RandomSchedule,
 )
-from testbed.types import JudgeRequest, Target, Verdict  # noqa: E402
-from testbed.world import EMOTICONS, STYLES, TOPICS, generate, vocabulary  # noqa: E402
-from trainers.advantages import (  # noqa: E402
+from testbed.types import JudgeRequest, Target, Verdict
+from testbed.world import EMOTICONS, STYLES, TOPICS, generate, vocabulary
+from trainers.advantages import (
     SlidingWindowBaseline,
     broadcast_to_tokens,
     gae_step_level,
@@ -50,8 +50,9 @@ from trainers.advantages import (  # noqa: E402
 
 
 def prop(n: int = 100) -> settings:
-    return settings(max_examples=n, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    return settings(
+        max_examples=n, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    )
 
 
 # ==============================================================================================
@@ -189,7 +190,7 @@ def test_gradual_mixes_only_inside_windows(phases, window, seed):
             continue
         (k,) = inside
         old, new = phases[k], phases[k + 1]
-        lo, hi = bounds[k]
+        lo, _hi = bounds[k]
         assert got[t].style in (old.style, new.style)
         assert got[t].candidates == tuple(dict.fromkeys(old.candidates + new.candidates))
         assert got[t].style in got[t].candidates
@@ -207,8 +208,11 @@ def test_gradual_mixes_only_inside_windows(phases, window, seed):
 @given(seed=st.integers(0, 2**32))
 def test_gradual_share_of_the_new_style_rises_across_a_wide_window(seed):
     # the linear ramp: the first half of a window draws the new style clearly less than the second
-    s = GradualSchedule([Phase("cute", 0, 600, ("cute", "academic")),
-                         Phase("academic", 600, 1200, ("cute", "academic"))], window=400, seed=seed)
+    s = GradualSchedule(
+        [Phase("cute", 0, 600, ("cute", "academic")), Phase("academic", 600, 1200, ("cute", "academic"))],
+        window=400,
+        seed=seed,
+    )
     styles = [s.target(t).style for t in range(400, 800)]
     first, second = styles[:200].count("academic"), styles[200:].count("academic")
     assert first < 100 < second
@@ -240,9 +244,13 @@ def test_periodic_cycle_blocks_and_switch_points(styles, period, t, until):
 
 
 @prop(150)
-@given(styles=st.lists(st.sampled_from(POOL), min_size=2, max_size=6).filter(lambda s: len(set(s)) >= 2),
-       mean_extra=st.integers(0, 30), min_phase=st.integers(1, 12), horizon=st.integers(1, 400),
-       seed=st.integers(0, 2**32))
+@given(
+    styles=st.lists(st.sampled_from(POOL), min_size=2, max_size=6).filter(lambda s: len(set(s)) >= 2),
+    mean_extra=st.integers(0, 30),
+    min_phase=st.integers(1, 12),
+    horizon=st.integers(1, 400),
+    seed=st.integers(0, 2**32),
+)
 def test_random_phases_respect_min_phase_and_cover_the_horizon(styles, mean_extra, min_phase, horizon, seed):
     args = dict(mean_phase=min_phase + mean_extra, min_phase=min_phase, horizon=horizon, seed=seed)
     s = RandomSchedule(styles, **args)
@@ -307,7 +315,8 @@ def batches(draw, max_b: int = 4, max_t: int = 12):
     T = draw(st.integers(1, max_t))
     mask = torch.tensor(draw(st.lists(st.lists(st.booleans(), min_size=T, max_size=T), min_size=B, max_size=B)))
     grid = lambda: torch.tensor(  # noqa: E731
-        draw(st.lists(st.lists(finite, min_size=T, max_size=T), min_size=B, max_size=B)), dtype=D)
+        draw(st.lists(st.lists(finite, min_size=T, max_size=T), min_size=B, max_size=B)), dtype=D
+    )
     rewards, values = grid(), grid()
     junk = draw(st.sampled_from(JUNK))
     rewards[~mask] = junk
@@ -417,8 +426,13 @@ def test_gae_token_level_skips_observations_of_any_length(batch, gamma, lam, dat
 
 
 @prop(150)
-@given(batch=batches(), gamma=lam_st, lams=st.lists(lam_st, min_size=4, max_size=4), per_row=st.booleans(),
-       mode=st.sampled_from(["average", "last"]))
+@given(
+    batch=batches(),
+    gamma=lam_st,
+    lams=st.lists(lam_st, min_size=4, max_size=4),
+    per_row=st.booleans(),
+    mode=st.sampled_from(["average", "last"]),
+)
 def test_gae_step_level_matches_the_docstring_formula(batch, gamma, lams, per_row, mode):
     mask, rewards, values = batch
     B = mask.shape[0]
@@ -432,18 +446,33 @@ def test_gae_step_level_matches_the_docstring_formula(batch, gamma, lams, per_ro
 
 
 @prop(100)
-@given(batch=batches(), gamma=lam_st, lam=lam_st, mode=st.sampled_from(["average", "last"]),
-       pre=st.integers(0, 4), post=st.integers(0, 4))
+@given(
+    batch=batches(),
+    gamma=lam_st,
+    lam=lam_st,
+    mode=st.sampled_from(["average", "last"]),
+    pre=st.integers(0, 4),
+    post=st.integers(0, 4),
+)
 def test_gae_step_level_is_invariant_to_prompt_and_padding_width(batch, gamma, lam, mode, pre, post):
     mask, rewards, values = batch
     B, T = mask.shape
-    pad = lambda x, fill: torch.cat([torch.full((B, pre), fill, dtype=x.dtype), x,  # noqa: E731
-                                     torch.full((B, post), fill, dtype=x.dtype)], dim=1)
+
+    def pad(x, fill):
+        return torch.cat(
+            [
+                torch.full((B, pre), fill, dtype=x.dtype),
+                x,
+                torch.full((B, post), fill, dtype=x.dtype),
+            ],
+            dim=1,
+        )
+
     a1, g1 = gae_step_level(rewards, values, mask, gamma, lam, mode=mode)
     a2, g2 = gae_step_level(pad(rewards, math.nan), pad(values, math.inf), pad(mask, False), gamma, lam, mode=mode)
-    assert_close(a2[:, pre:pre + T], a1)
-    assert_close(g2[:, pre:pre + T], g1)
-    assert (a2[:, :pre] == 0).all() and (a2[:, pre + T:] == 0).all()
+    assert_close(a2[:, pre : pre + T], a1)
+    assert_close(g2[:, pre : pre + T], g1)
+    assert (a2[:, :pre] == 0).all() and (a2[:, pre + T :] == 0).all()
 
 
 @st.composite
@@ -457,8 +486,13 @@ def single_token_turn_masks(draw, max_b: int = 4, max_t: int = 12):
 
 
 @prop(100)
-@given(mask=single_token_turn_masks(), gamma=lam_st, lam=lam_st, seed=st.integers(0, 2**16),
-       mode=st.sampled_from(["average", "last"]))
+@given(
+    mask=single_token_turn_masks(),
+    gamma=lam_st,
+    lam=lam_st,
+    seed=st.integers(0, 2**16),
+    mode=st.sampled_from(["average", "last"]),
+)
 def test_step_level_equals_token_level_when_every_turn_is_one_token(mask, gamma, lam, seed, mode):
     g = torch.Generator().manual_seed(seed)
     rewards, values = torch.randn(mask.shape, dtype=D, generator=g), torch.randn(mask.shape, dtype=D, generator=g)
@@ -469,8 +503,13 @@ def test_step_level_equals_token_level_when_every_turn_is_one_token(mask, gamma,
 
 
 @prop(100)
-@given(batch=batches(), gamma=lam_st, lam_pol=lam_st, lam_crit=lam_st,
-       mode=st.sampled_from(["token", "step_average", "step_last"]))
+@given(
+    batch=batches(),
+    gamma=lam_st,
+    lam_pol=lam_st,
+    lam_crit=lam_st,
+    mode=st.sampled_from(["token", "step_average", "step_last"]),
+)
 def test_decoupled_lambda_is_two_plain_estimators(batch, gamma, lam_pol, lam_crit, mode):
     mask, rewards, values = batch
     adv, ret = policy_and_critic_advantages(rewards, values, mask, gamma, lam_pol, lam_crit, mode=mode)
@@ -545,9 +584,13 @@ def test_group_advantages_match_reference_and_centre_each_group(data, kind):
 
 
 @prop(200)
-@given(value=st.floats(-1e6, 1e6, allow_nan=False, width=32), size=st.integers(1, 12),
-       others=grouped_rewards(), kind=st.sampled_from(["grpo", "rloo"]),
-       dtype=st.sampled_from([torch.float32, torch.float64]))
+@given(
+    value=st.floats(-1e6, 1e6, allow_nan=False, width=32),
+    size=st.integers(1, 12),
+    others=grouped_rewards(),
+    kind=st.sampled_from(["grpo", "rloo"]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
 @example(value=123.456, size=5, others=([0.0, 1.0], [1, 1]), kind="grpo", dtype=torch.float32)
 @example(value=0.1, size=7, others=([0.0], [1]), kind="grpo", dtype=torch.float32)
 def test_group_with_identical_rewards_gets_zero_advantages(value, size, others, kind, dtype):
@@ -561,8 +604,11 @@ def test_group_with_identical_rewards_gets_zero_advantages(value, size, others, 
 
 
 @prop(150)
-@given(data=grouped_rewards(), shifts=st.lists(st.floats(-100, 100), min_size=4, max_size=4),
-       kind=st.sampled_from(["grpo", "rloo"]))
+@given(
+    data=grouped_rewards(),
+    shifts=st.lists(st.floats(-100, 100), min_size=4, max_size=4),
+    kind=st.sampled_from(["grpo", "rloo"]),
+)
 def test_group_advantages_invariant_to_a_constant_per_group(data, shifts, kind):
     rewards, ids = data
     labels = sorted(set(ids))
@@ -578,15 +624,20 @@ def test_group_advantages_invariant_to_a_constant_per_group(data, shifts, kind):
 
 
 @prop(100)
-@given(data=grouped_rewards(), kind=st.sampled_from(["grpo", "rloo"]), seed=st.integers(0, 2**16),
-       offset=st.integers(-50, 50))
+@given(
+    data=grouped_rewards(),
+    kind=st.sampled_from(["grpo", "rloo"]),
+    seed=st.integers(0, 2**16),
+    offset=st.integers(-50, 50),
+)
 def test_group_advantages_permutation_and_relabel_equivariant(data, kind, seed, offset):
     rewards, ids = data
     perm = list(range(len(rewards)))
     random.Random(seed).shuffle(perm)
     a = group_advantages(torch.tensor(rewards, dtype=D), ids, kind=kind)
-    b = group_advantages(torch.tensor([rewards[i] for i in perm], dtype=D), [3 * ids[i] + offset for i in perm],
-                         kind=kind)
+    b = group_advantages(
+        torch.tensor([rewards[i] for i in perm], dtype=D), [3 * ids[i] + offset for i in perm], kind=kind
+    )
     assert_close(b, a[perm])
 
 
@@ -610,15 +661,18 @@ class RefWindow:
         for r, p in zip(rewards, ids):
             h = self.hist.setdefault(str(p) if self.per_prompt else "", [])
             h.append(r)
-            last = h[-self.size:]
+            last = h[-self.size :]
             out.append(r - sum(last) / len(last))
         return out
 
 
 @prop(150)
-@given(size=st.integers(1, 8), per_prompt=st.booleans(),
-       batches_=st.lists(st.lists(st.tuples(finite, st.sampled_from("abc")), max_size=10), min_size=1, max_size=5),
-       split=st.integers(0, 5))
+@given(
+    size=st.integers(1, 8),
+    per_prompt=st.booleans(),
+    batches_=st.lists(st.lists(st.tuples(finite, st.sampled_from("abc")), max_size=10), min_size=1, max_size=5),
+    split=st.integers(0, 5),
+)
 def test_sliding_window_baseline_matches_reference(size, per_prompt, batches_, split):
     base, ref = SlidingWindowBaseline(size=size, per_prompt=per_prompt), RefWindow(size, per_prompt)
     for i, batch in enumerate(batches_):
@@ -639,11 +693,21 @@ def test_sliding_window_baseline_matches_reference(size, per_prompt, batches_, s
 any_char = st.characters(blacklist_categories=())  # everything, lone surrogates and controls included
 any_text = st.text(any_char, max_size=300)
 QUALITY_KEYS = ["quality", "Quality", "QUALITY", " quality ", "style", "Style", "STYLE", "reason", "Reason"]
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8),
-                      st.sampled_from(["cute", "Cute style", "1", "yes", "pass", "0", ""]))
-json_values = st.recursive(json_leaf, lambda c: st.lists(c, max_size=3)
-                           | st.dictionaries(st.sampled_from(QUALITY_KEYS) | st.text(max_size=5), c, max_size=3),
-                           max_leaves=8)
+json_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=8),
+    st.sampled_from(["cute", "Cute style", "1", "yes", "pass", "0", ""]),
+)
+json_values = st.recursive(
+    json_leaf,
+    lambda c: (
+        st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(QUALITY_KEYS) | st.text(max_size=5), c, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 
 @st.composite
@@ -663,15 +727,46 @@ def json_fragment(draw) -> str:
         digits = draw(st.integers(4200, 5000))
         return draw(st.sampled_from(['{"quality": %s, "style": "cute"}', "{%s: 1}", "{0x%s: 1}"])) % ("1" * digits)
     if kind == 4:  # Python literals that evaluate but are not JSON (or not hashable)
-        return draw(st.sampled_from([
-            "{[1]: 2}", "{{}: 1}", "{'quality': 1, 'style': 'cute', 'reason': b'x'}",
-            "{'quality': 1, 'style': 'cute', 'reason': 1j}", "{'quality': 1, 'style': 'cute', 'reason': (1, {2})}",
-            "{'quality': 1j, 'style': b'cute'}", "{(1, 2): 'x', 'style': None}", "{'style': ...}",
-            "{'quality': float('nan')}", "{'quality': 1e999, 'style': 'cute'}", "{-1: 2}", "{'\x00': 1}",
-        ]))
+        return draw(
+            st.sampled_from(
+                [
+                    "{[1]: 2}",
+                    "{{}: 1}",
+                    "{'quality': 1, 'style': 'cute', 'reason': b'x'}",
+                    "{'quality': 1, 'style': 'cute', 'reason': 1j}",
+                    "{'quality': 1, 'style': 'cute', 'reason': (1, {2})}",
+                    "{'quality': 1j, 'style': b'cute'}",
+                    "{(1, 2): 'x', 'style': None}",
+                    "{'style': ...}",
+                    "{'quality': float('nan')}",
+                    "{'quality': 1e999, 'style': 'cute'}",
+                    "{-1: 2}",
+                    "{'\x00': 1}",
+                ]
+            )
+        )
     if kind == 5:
-        return draw(st.sampled_from(["```json\n", "\n```", "```", "}", "{", '"', "'", "\\", ":", ",", "NaN",
-                                     "Infinity", "-Infinity", "\x00", "\ud800"]))
+        return draw(
+            st.sampled_from(
+                [
+                    "```json\n",
+                    "\n```",
+                    "```",
+                    "}",
+                    "{",
+                    '"',
+                    "'",
+                    "\\",
+                    ":",
+                    ",",
+                    "NaN",
+                    "Infinity",
+                    "-Infinity",
+                    "\x00",
+                    "\ud800",
+                ]
+            )
+        )
     return draw(any_text)
 
 
@@ -705,22 +800,46 @@ def test_llm_judge_reply_parser_never_raises_anything_else(reply):
     check_reply_outcome(result)
 
 
-@pytest.mark.parametrize("reply", [
-    '{"a":' * 5000,
-    '{"quality": ' + "9" * 5000 + ', "style": "cute"}',
-    "{[1]: 2}",
-    "{'quality': 1, 'style': 'cute', 'reason': b'x'}",
-], ids=["deep-nesting", "huge-int", "unhashable-key", "non-json-reason"])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"a":' * 5000,
+        '{"quality": ' + "9" * 5000 + ', "style": "cute"}',
+        "{[1]: 2}",
+        "{'quality': 1, 'style': 'cute', 'reason': b'x'}",
+    ],
+    ids=["deep-nesting", "huge-int", "unhashable-key", "non-json-reason"],
+)
 def test_parse_verdict_itself_raises_only_verdict_parse_error(reply):
     with pytest.raises(VerdictParseError, match="unreadable reply"):
         parse_verdict(reply)
 
 
-QUALITY_FORMS = [(0, 0), (1, 1), (True, 1), (False, 0), (0.0, 0), (1.0, 1), ("1", 1), ("0", 0), ("yes", 1),
-                 ("no", 0), ("Pass", 1), ("FAIL", 0), ("passed", 1), ("failed", 0), ("good", 1), ("bad", 0),
-                 ("ok", 1), ("true", 1), ("false", 0), (" Yes. ", 1)]
+QUALITY_FORMS = [
+    (0, 0),
+    (1, 1),
+    (True, 1),
+    (False, 0),
+    (0.0, 0),
+    (1.0, 1),
+    ("1", 1),
+    ("0", 0),
+    ("yes", 1),
+    ("no", 0),
+    ("Pass", 1),
+    ("FAIL", 0),
+    ("passed", 1),
+    ("failed", 0),
+    ("good", 1),
+    ("bad", 0),
+    ("ok", 1),
+    ("true", 1),
+    ("false", 0),
+    (" Yes. ", 1),
+]
 style_names = st.from_regex(r"[a-z][a-z0-9_-]{0,14}( [a-z][a-z0-9-]{0,10})?", fullmatch=True).filter(
-    lambda s: not s.endswith(" style") and len(s) <= 40)
+    lambda s: not s.endswith(" style") and len(s) <= 40
+)
 no_braces = st.text(st.characters(blacklist_categories=(), blacklist_characters="{}"), max_size=200)
 
 
@@ -729,15 +848,26 @@ def _case(draw, word: str) -> str:
 
 
 @prop(200)
-@given(prefix=no_braces, suffix=no_braces, quality=st.sampled_from(QUALITY_FORMS), style=style_names,
-       reason=st.text(any_char, max_size=80), data=st.data())
+@given(
+    prefix=no_braces,
+    suffix=no_braces,
+    quality=st.sampled_from(QUALITY_FORMS),
+    style=style_names,
+    reason=st.text(any_char, max_size=80),
+    data=st.data(),
+)
 def test_embedded_json_verdict_is_recovered_exactly(prefix, suffix, quality, style, reason, data):
     q_value, q_expected = quality
-    style_text = data.draw(st.sampled_from([style, style.title(), style.upper(), f" {style}. ", f"{style} style",
-                                            f'"{style}"']), label="style as written")
+    style_text = data.draw(
+        st.sampled_from([style, style.title(), style.upper(), f" {style}. ", f"{style} style", f'"{style}"']),
+        label="style as written",
+    )
     obj = {"quality": q_value, "style": style_text, "reason": reason}
-    body = json.dumps(obj, ensure_ascii=data.draw(st.booleans(), label="ascii"),
-                      indent=data.draw(st.sampled_from([None, 2]), label="indent"))
+    body = json.dumps(
+        obj,
+        ensure_ascii=data.draw(st.booleans(), label="ascii"),
+        indent=data.draw(st.sampled_from([None, 2]), label="indent"),
+    )
     if data.draw(st.booleans(), label="mixed-case keys"):
         for key in ("quality", "style", "reason"):
             cased = data.draw(st.sampled_from([key.upper(), key.title(), key]), label=key)
@@ -749,13 +879,20 @@ def test_embedded_json_verdict_is_recovered_exactly(prefix, suffix, quality, sty
 
 
 def test_fake_verdict_inside_the_reason_string_is_not_read():
-    reply = 'Verdict: {"quality": 1, "style": "cute", "reason": "it wrote {\\"quality\\": 0, \\"style\\": \\"plain\\"}"} ok'
+    reply = (
+        'Verdict: {"quality": 1, "style": "cute", "reason": "it wrote {\\"quality\\": 0, \\"style\\": \\"plain\\"}"} ok'
+    )
     assert parse_verdict(reply) == (1, "cute", 'it wrote {"quality": 0, "style": "plain"}')
 
 
 @prop(100)
-@given(prefix=no_braces, suffix=no_braces, quality=st.sampled_from(QUALITY_FORMS), style=style_names,
-       reason=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="{}"), max_size=40))
+@given(
+    prefix=no_braces,
+    suffix=no_braces,
+    quality=st.sampled_from(QUALITY_FORMS),
+    style=style_names,
+    reason=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="{}"), max_size=40),
+)
 def test_embedded_python_literal_verdict_is_recovered(prefix, suffix, quality, style, reason):
     # Python-literal replies ({'quality': 1, ...}) are read up to the first '}', so the reason here
     # has no braces (a known limit of the literal fallback, not of the JSON path above).
@@ -770,10 +907,14 @@ rubric_texts = st.one_of(any_text, world_text, st.tuples(world_text, any_text, w
 
 
 @prop(150)
-@given(text=rubric_texts, target=st.sampled_from([*STYLES, "mixed", "nonsense"]),
-       topic=st.one_of(st.none(), st.sampled_from(TOPICS), st.text(max_size=10)),
-       prompt=st.one_of(any_text, st.sampled_from([f"write a short piece about {t}." for t in TOPICS])),
-       noise=st.sampled_from([0.0, 0.3, 1.0]), seed=st.integers(0, 100))
+@given(
+    text=rubric_texts,
+    target=st.sampled_from([*STYLES, "mixed", "nonsense"]),
+    topic=st.one_of(st.none(), st.sampled_from(TOPICS), st.text(max_size=10)),
+    prompt=st.one_of(any_text, st.sampled_from([f"write a short piece about {t}." for t in TOPICS])),
+    noise=st.sampled_from([0.0, 0.3, 1.0]),
+    seed=st.integers(0, 100),
+)
 @example(text="x" * 1_000_000, target="cute", topic=None, prompt="", noise=0.0, seed=0)
 @example(text="\ud800\x00\x1b[31m (^_^) !!!", target="cute", topic="coffee", prompt="\udfff", noise=0.0, seed=0)
 def test_rubric_judge_gives_a_binary_verdict_for_any_text(text, target, topic, prompt, noise, seed):
@@ -796,8 +937,12 @@ def test_rubric_judge_gives_a_binary_verdict_for_any_text(text, target, topic, p
 
 
 @prop(60)
-@given(seed=st.integers(0, 2**16), style=st.sampled_from(STYLES), topic=st.sampled_from(TOPICS),
-       junk=st.text(any_char, min_size=1, max_size=20))
+@given(
+    seed=st.integers(0, 2**16),
+    style=st.sampled_from(STYLES),
+    topic=st.sampled_from(TOPICS),
+    junk=st.text(any_char, min_size=1, max_size=20),
+)
 def test_rubric_judge_world_pieces_with_junk_appended(seed, style, topic, junk):
     """A generated piece, and the same piece with arbitrary junk appended, get clean binary verdicts."""
     text = generate(style, topic, random.Random(seed))

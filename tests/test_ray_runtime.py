@@ -20,11 +20,35 @@ from testbed.store import read_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = str(ROOT / "tests" / "data" / "tiny.yaml")
-ARMS = ("arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16}}, "
-        "{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 64, value_warmup_updates: 1}}]")
-BASE = ["--set", "seeds=[0]", "--set", "budget.episodes=96", "--set", ARMS, "--set", "runtime.torch_threads=1",
-        "--set", "eval.every=48", "--no-report"]  # rows are compared, not reports
-ROWS = ["arm", "seed", "t", "prompt_id", "target_style", "judged_style", "reward", "policy_version", "staleness", "response"]
+ARMS = (
+    "arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16}}, "
+    "{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 64, value_warmup_updates: 1}}]"
+)
+BASE = [
+    "--set",
+    "seeds=[0]",
+    "--set",
+    "budget.episodes=96",
+    "--set",
+    ARMS,
+    "--set",
+    "runtime.torch_threads=1",
+    "--set",
+    "eval.every=48",
+    "--no-report",
+]  # rows are compared, not reports
+ROWS = [
+    "arm",
+    "seed",
+    "t",
+    "prompt_id",
+    "target_style",
+    "judged_style",
+    "reward",
+    "policy_version",
+    "staleness",
+    "response",
+]
 
 
 @pytest.fixture
@@ -59,16 +83,21 @@ def test_one_actor_on_policy_writes_the_synchronous_rows(tmp_path, local_ray, mo
     code_ray, ray_dir = run(tmp_path, "ray", "--runtime", "ray", "--set", "runtime.max_staleness=0")
     assert code_sync == code_ray == 0
     pd.testing.assert_frame_equal(judged(ray_dir)[ROWS], judged(sync_dir)[ROWS])
-    updates = [read_table(d, "updates").sort_values(["arm", "update"]).reset_index(drop=True) for d in (sync_dir, ray_dir)]
+    updates = [
+        read_table(d, "updates").sort_values(["arm", "update"]).reset_index(drop=True) for d in (sync_dir, ray_dir)
+    ]
     pd.testing.assert_series_equal(updates[0]["policy_loss"], updates[1]["policy_loss"], rtol=1e-6)
-    evals = [read_table(d, "evals").sort_values(["arm", "t", "style"]).reset_index(drop=True) for d in (sync_dir, ray_dir)]
+    evals = [
+        read_table(d, "evals").sort_values(["arm", "t", "style"]).reset_index(drop=True) for d in (sync_dir, ray_dir)
+    ]
     pd.testing.assert_series_equal(evals[0]["share"], evals[1]["share"])
 
 
 def test_async_run_with_two_actors_trains_on_stale_rollouts(tmp_path, local_ray, monkeypatch, shared_cache):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-    code, run_dir = run(tmp_path, "async", "--runtime", "ray", "--set", "runtime.rollout_workers=2",
-                        "--set", "runtime.max_staleness=2")
+    code, run_dir = run(
+        tmp_path, "async", "--runtime", "ray", "--set", "runtime.rollout_workers=2", "--set", "runtime.max_staleness=2"
+    )
     assert code == 0
     episodes = assert_clock_contiguous(run_dir)
     assert {"generation_target", "generation_t", "staleness"} <= set(episodes.columns)
@@ -78,10 +107,15 @@ def test_async_run_with_two_actors_trains_on_stale_rollouts(tmp_path, local_ray,
     import json
 
     runtime = json.loads((run_dir / "manifest.json").read_text())["arms"]["sao"]["0"]["runtime"]
-    assert runtime["rollout_workers"] == 2 and sum(runtime["staleness_histogram"].values()) == len(updates[updates.arm == "sao"]) * 16
+    assert (
+        runtime["rollout_workers"] == 2
+        and sum(runtime["staleness_histogram"].values()) == len(updates[updates.arm == "sao"]) * 16
+    )
     # Each episode's row carries the staleness it was trained at (not the lag when judged).
     trained = episodes[(episodes.arm == "sao") & episodes.trained.astype(bool)]
-    assert {str(k): v for k, v in trained["staleness"].astype(int).value_counts().items()} == runtime["staleness_histogram"]
+    assert {str(k): v for k, v in trained["staleness"].astype(int).value_counts().items()} == runtime[
+        "staleness_histogram"
+    ]
     untrained = episodes[~episodes.trained.astype(bool)]  # dropped as too stale (staleness known) or left over
     assert untrained["staleness"].notna().sum() == len(read_table(run_dir, "dropped"))
 
@@ -103,8 +137,16 @@ def test_a_killed_rollout_actor_is_restarted_and_nothing_is_lost(tmp_path, local
 
     killer = threading.Thread(target=kill_first_rollout_actor, daemon=True)
     killer.start()
-    code, run_dir = run(tmp_path, "faults", "--runtime", "ray", "--set", "runtime.max_staleness=1",
-                        "--set", "arms.1.args.value_pretrain_samples=0")
+    code, run_dir = run(
+        tmp_path,
+        "faults",
+        "--runtime",
+        "ray",
+        "--set",
+        "runtime.max_staleness=1",
+        "--set",
+        "arms.1.args.value_pretrain_samples=0",
+    )
     killer.join(timeout=5)
     assert code == 0 and killed
     episodes = assert_clock_contiguous(run_dir)
@@ -119,7 +161,9 @@ def test_parallel_arms_write_the_rows_of_running_them_one_after_another(tmp_path
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     grpo = "arms.1={name: grpo, type: grpo, args: {group_size: 4, episodes_per_update: 16}}"
     code_seq, seq_dir = run(tmp_path, "sequential", "--set", grpo, "--set", "seeds=[0, 1]")
-    code_par, par_dir = run(tmp_path, "parallel", "--set", grpo, "--set", "seeds=[0, 1]", "--set", "runtime.parallel_arms=true")
+    code_par, par_dir = run(
+        tmp_path, "parallel", "--set", grpo, "--set", "seeds=[0, 1]", "--set", "runtime.parallel_arms=true"
+    )
     assert code_seq == code_par == 0
     key = ["arm", "seed", "t"]
     seq, par = (judged(d).sort_values(key).reset_index(drop=True)[ROWS] for d in (seq_dir, par_dir))
@@ -129,13 +173,16 @@ def test_parallel_arms_write_the_rows_of_running_them_one_after_another(tmp_path
         assert len(read_table(par_dir, table)) == len(read_table(seq_dir, table))
 
 
-def test_with_parallel_arms_an_asynchronous_arm_runs_after_the_synchronous_ones(tmp_path, local_ray, monkeypatch,
-                                                                                shared_cache):
+def test_with_parallel_arms_an_asynchronous_arm_runs_after_the_synchronous_ones(
+    tmp_path, local_ray, monkeypatch, shared_cache
+):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-    arms = ("arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16}}, "
-            "{name: rm16, type: running_mean, args: {window: 16, episodes_per_update: 16}}, "
-            "{name: rm_async, type: running_mean, args: {window: 32, episodes_per_update: 16}, "
-            "runtime: {kind: ray, rollout_workers: 2, max_staleness: 1}}]")
+    arms = (
+        "arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16}}, "
+        "{name: rm16, type: running_mean, args: {window: 16, episodes_per_update: 16}}, "
+        "{name: rm_async, type: running_mean, args: {window: 32, episodes_per_update: 16}, "
+        "runtime: {kind: ray, rollout_workers: 2, max_staleness: 1}}]"
+    )
     code, run_dir = run(tmp_path, "mixed", "--set", arms, "--set", "runtime.parallel_arms=true")
     assert code == 0  # the async arm's actors find cores: it does not wait behind a task holding them
     episodes = assert_clock_contiguous_per_seed(run_dir)
@@ -150,7 +197,9 @@ def assert_clock_contiguous_per_seed(run_dir: Path, budget: int = 96) -> pd.Data
     return episodes
 
 
-def test_parallel_arms_pretrain_each_critic_once_as_one_after_another_does(tmp_path, local_ray, monkeypatch, shared_cache):
+def test_parallel_arms_pretrain_each_critic_once_as_one_after_another_does(
+    tmp_path, local_ray, monkeypatch, shared_cache
+):
     # Two cold critic caches (the SFT policy copied in): one after another, seed 0 pretrains the
     # critic and seed 1 loads it; side by side must do the same, not pretrain one per seed.
     import shutil
@@ -163,12 +212,16 @@ def test_parallel_arms_pretrain_each_critic_once_as_one_after_another_does(tmp_p
             if not policy.name.count(".tmp"):
                 shutil.copytree(policy, cache / policy.name)
         caches.append(cache)
-    sao = ("arms=[{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 48, value_pretrain_epochs: 1, "
-           "value_warmup_updates: 1}}]")
+    sao = (
+        "arms=[{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 48, value_pretrain_epochs: 1, "
+        "value_warmup_updates: 1}}]"
+    )
     monkeypatch.setenv("TESTBED_CACHE", str(caches[0]))
     code_seq, seq_dir = run(tmp_path, "sao_seq", "--set", sao, "--set", "seeds=[0, 1]")
     monkeypatch.setenv("TESTBED_CACHE", str(caches[1]))
-    code_par, par_dir = run(tmp_path, "sao_par", "--set", sao, "--set", "seeds=[0, 1]", "--set", "runtime.parallel_arms=true")
+    code_par, par_dir = run(
+        tmp_path, "sao_par", "--set", sao, "--set", "seeds=[0, 1]", "--set", "runtime.parallel_arms=true"
+    )
     assert code_seq == code_par == 0
     assert len(list(caches[1].glob("critic-*.pt"))) == 1
     key = ["arm", "seed", "t"]
@@ -177,8 +230,8 @@ def test_parallel_arms_pretrain_each_critic_once_as_one_after_another_does(tmp_p
 
 
 def test_parallel_tasks_progress_reaches_the_drivers_bars(local_ray):
-    from testbed.runtimes.ray.parallel import ProgressBoard, RemoteProgress, draw
     from testbed.runtimes.loop import make_progress
+    from testbed.runtimes.ray.parallel import ProgressBoard, RemoteProgress, draw
 
     @ray.remote
     def task(board) -> None:  # what an arm x seed task does with its bar
@@ -216,8 +269,16 @@ def test_a_lost_learner_stops_with_a_checkpoint_and_resume_finishes(tmp_path, lo
 
     killer = threading.Thread(target=kill_learner_after_some_updates, daemon=True)
     killer.start()
-    code, run_dir = run(tmp_path, "learner", "--runtime", "ray", "--set", "reliability.checkpoint_every=2",
-                        "--set", "arms.1.args.value_pretrain_samples=0")
+    code, run_dir = run(
+        tmp_path,
+        "learner",
+        "--runtime",
+        "ray",
+        "--set",
+        "reliability.checkpoint_every=2",
+        "--set",
+        "arms.1.args.value_pretrain_samples=0",
+    )
     killer.join(timeout=5)
     assert killed and code == 3
     import json

@@ -22,10 +22,22 @@ from tests.test_end_to_end import ROOT, run_cli
 
 # Two arms (one with a critic); a checkpoint every 4 updates, an episodes part every round (16
 # episodes) in between, so durable rows after the last checkpoint exist most of the time.
-BASE = ["tests/data/tiny.yaml", "--set", "seeds=[0]", "--set", "budget.episodes=160",
-        "--set", "arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16}}, "
-                 "{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 64, value_warmup_updates: 1}}]",
-        "--set", "reliability.checkpoint_every=4", "--set", "output.flush_rows=16", "--set", "output.flush_seconds=600"]
+BASE = [
+    "tests/data/tiny.yaml",
+    "--set",
+    "seeds=[0]",
+    "--set",
+    "budget.episodes=160",
+    "--set",
+    "arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16}}, "
+    "{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 64, value_warmup_updates: 1}}]",
+    "--set",
+    "reliability.checkpoint_every=4",
+    "--set",
+    "output.flush_rows=16",
+    "--set",
+    "output.flush_seconds=600",
+]
 ARMS = ("rm", "sao")
 
 
@@ -55,8 +67,13 @@ def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(tmp_p
     expected = check_complete(next((tmp_path / "ref").iterdir()))
 
     run_dir = tmp_path / "runs" / "killed"
-    env = {"TESTBED_CACHE": str(shared_cache), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
+    env = {
+        "TESTBED_CACHE": str(shared_cache),
+        "PATH": "/usr/bin:/bin",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": str(ROOT),
+    }
     rng = random.Random(7)
 
     def newest(pattern: str) -> float:
@@ -70,8 +87,13 @@ def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(tmp_p
     # must roll back), after a random number of rounds; kill 4 at a random time, wherever it falls.
     args, kills = [*BASE, "--out", str(tmp_path / "runs"), "--run-name", "killed"], 0
     for attempt in range(4):
-        proc = subprocess.Popen([sys.executable, "-m", "testbed.run", *args], cwd=ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "testbed.run", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         while not (run_dir / "scenario.yaml").exists() and proc.poll() is None:
             time.sleep(0.02)
         if attempt in (1, 2):
@@ -103,9 +125,9 @@ def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(tmp_p
 
     # Every checkpoint left behind loads into a fresh trainer of its arm.
     from testbed import registry
-    from testbed.scenario.schema import load_scenario
     from testbed.models.policy import build_policy
     from testbed.models.tokenizer import WordTokenizer
+    from testbed.scenario.schema import load_scenario
 
     scenario = load_scenario(run_dir / "scenario.yaml")
     files = sorted((run_dir / "checkpoints").glob("*/*.pt"))
@@ -135,22 +157,40 @@ class FlakyJudge:
 
         out = []
         for verdict in await self.inner.judge(requests):
-            down = self.down_from <= self.calls and (self.calls < self.down_to or
-                                                     (self.down_file is not None and Path(self.down_file).exists()))
+            down = self.down_from <= self.calls and (
+                self.calls < self.down_to or (self.down_file is not None and Path(self.down_file).exists())
+            )
             self.calls += 1
             out.append(Verdict.failed("503 service unavailable") if down else verdict)
         return out
 
 
 # no reference evaluation: FlakyJudge counts this process's calls, and the outage must fall in training
-ONE_ARM = ["tests/data/tiny.yaml", "--set", "seeds=[0]", "--set", "budget.episodes=160", "--set", "eval.reference_samples=0",
-           "--set", "arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16}}]"]
+ONE_ARM = [
+    "tests/data/tiny.yaml",
+    "--set",
+    "seeds=[0]",
+    "--set",
+    "budget.episodes=160",
+    "--set",
+    "eval.reference_samples=0",
+    "--set",
+    "arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16}}]",
+]
 
 
 def test_a_judge_outage_is_a_reported_gap_not_zeros(tmp_path, shared_cache):
-    proc = run_cli([*ONE_ARM, "--out", str(tmp_path / "runs"),
-                    "--set", "judge={type: 'tests.test_resume:FlakyJudge', args: {down_from: 60, down_to: 110}}"],
-                   tmp_path, cache=shared_cache)
+    proc = run_cli(
+        [
+            *ONE_ARM,
+            "--out",
+            str(tmp_path / "runs"),
+            "--set",
+            "judge={type: 'tests.test_resume:FlakyJudge', args: {down_from: 60, down_to: 110}}",
+        ],
+        tmp_path,
+        cache=shared_cache,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1])
     episodes = read_table(run_dir, "episodes")
@@ -168,9 +208,21 @@ def test_judge_failure_budget_stops_with_a_checkpoint_and_resume_finishes(tmp_pa
     flag = tmp_path / "judge-is-down"
     flag.touch()
     run_dir = tmp_path / "runs" / "outage"
-    proc = run_cli([*ONE_ARM, "--out", str(tmp_path / "runs"), "--run-name", "outage",
-                    "--set", f"judge={{type: 'tests.test_resume:FlakyJudge', args: {{down_from: 100, down_file: '{flag}'}}}}",
-                    "--set", "reliability.judge_failure_budget=32"], tmp_path, cache=shared_cache)
+    proc = run_cli(
+        [
+            *ONE_ARM,
+            "--out",
+            str(tmp_path / "runs"),
+            "--run-name",
+            "outage",
+            "--set",
+            f"judge={{type: 'tests.test_resume:FlakyJudge', args: {{down_from: 100, down_file: '{flag}'}}}}",
+            "--set",
+            "reliability.judge_failure_budget=32",
+        ],
+        tmp_path,
+        cache=shared_cache,
+    )
     assert proc.returncode == 3, proc.stderr[-3000:]
     said = " ".join(proc.stderr.split())
     in_a_row = int(re.search(r"the judge failed (\d+) calls in a row", said).group(1))
@@ -208,8 +260,19 @@ class NaNGradientsTrainer:
 
 
 def test_nan_updates_are_skipped_then_stop_the_run_naming_arm_update_and_quantity(tmp_path, shared_cache):
-    proc = run_cli([*ONE_ARM, "--out", str(tmp_path / "runs"), "--set", "arms.0.type=tests.test_resume:NaNGradientsTrainer",
-                    "--set", "reliability.max_nonfinite_updates=3"], tmp_path, cache=shared_cache)
+    proc = run_cli(
+        [
+            *ONE_ARM,
+            "--out",
+            str(tmp_path / "runs"),
+            "--set",
+            "arms.0.type=tests.test_resume:NaNGradientsTrainer",
+            "--set",
+            "reliability.max_nonfinite_updates=3",
+        ],
+        tmp_path,
+        cache=shared_cache,
+    )
     assert proc.returncode == 3, proc.stderr[-3000:]
     said = " ".join(proc.stderr.split())
     assert "arm rm seed 0 update 6: policy grad norm was NaN/inf in 3 updates in a row" in said, said
@@ -223,7 +286,9 @@ def test_nan_updates_are_skipped_then_stop_the_run_naming_arm_update_and_quantit
 
 def test_an_update_that_breaks_the_policy_stops_the_run_before_sampling_from_it(tmp_path, shared_cache):
     # An absurd learning rate: the first step is finite but the weights it leaves give NaN logits.
-    proc = run_cli([*ONE_ARM, "--out", str(tmp_path / "runs"), "--set", "arms.0.args.lr=1.0e+30"], tmp_path, cache=shared_cache)
+    proc = run_cli(
+        [*ONE_ARM, "--out", str(tmp_path / "runs"), "--set", "arms.0.args.lr=1.0e+30"], tmp_path, cache=shared_cache
+    )
     assert proc.returncode == 3, proc.stderr[-3000:]
     said = " ".join(proc.stderr.split())
     assert re.search(r"arm rm seed 0 update \d+: the policy \(version \d+\) gives NaN/inf logits", said), said

@@ -16,15 +16,15 @@ from gymnasium.utils.env_checker import check_env
 
 import testbed.envs  # noqa: F401  (registers the env ids)
 from judges.rubric import RubricJudge
-from testbed.scenario.schema import PolicyConfig, SamplingConfig
+from testbed.cli.run import main
+from testbed.engines.hf_engine import HFEngine
 from testbed.envs import REVISION_ENV_ID, default_schedule
 from testbed.envs.revision import BOILERPLATE, RevisionConfig, RevisionEnv, editor_note, editor_words
 from testbed.models.policy import build_policy, token_logprobs_and_routing
 from testbed.models.sft import encode_examples
 from testbed.models.tokenizer import WordTokenizer
 from testbed.runtimes.ray.cluster import start_local
-from testbed.engines.hf_engine import HFEngine
-from testbed.cli.run import main
+from testbed.scenario.schema import PolicyConfig, SamplingConfig
 from testbed.store import read_table
 from testbed.types import Segment, Trajectory, Verdict
 from testbed.world import STYLES, generate, prompts
@@ -43,7 +43,7 @@ def test_gymnasium_checker_and_a_multi_turn_episode():
     env = gymnasium.make(REVISION_ENV_ID, max_turns=3).unwrapped
     prompt, info = env.reset(seed=4)
     assert "styles:" in prompt and env.clock == 0
-    note, reward, terminated, truncated, info = env.step("not a piece at all")
+    note, reward, terminated, _truncated, info = env.step("not a piece at all")
     assert note.startswith("editor:") and reward == 0.0 and not terminated and info["turn"] == 1
     assert env.clock == 0 and env.editor_calls == 1  # the editor's read does not move the clock
     env.step("still not a piece")
@@ -79,7 +79,9 @@ def test_notes_never_name_the_target_without_hints(feedback):
 
 def test_engine_continues_a_trajectory_with_exact_behaviour_logprobs():
     torch.manual_seed(0)
-    cfg = PolicyConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, num_experts=4, top_k=2, expert_size=32)
+    cfg = PolicyConfig(
+        hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, num_experts=4, top_k=2, expert_size=32
+    )
     policy = build_policy(cfg, TOK, seed=0).eval()
     engine = HFEngine(policy, TOK, SamplingConfig(max_new_tokens=12))
     trajs = engine.generate(["write a short piece about tea. styles: cute, classical."] * 3)
@@ -93,17 +95,26 @@ def test_engine_continues_a_trajectory_with_exact_behaviour_logprobs():
         assert traj.segments[1].tokens == TOK.observation_ids(note) and traj.segments[1].logprobs is None
         assert traj.response_text == TOK.decode(traj.segments[-1].tokens)
         tokens, mask, behaviour = traj.token_layout()
-        logprobs, _, _ = token_logprobs_and_routing(policy, tokens[None], torch.ones_like(tokens)[None], 1.0,
-                                                    where=mask[None])
+        logprobs, _, _ = token_logprobs_and_routing(
+            policy, tokens[None], torch.ones_like(tokens)[None], 1.0, where=mask[None]
+        )
         # The sampler saw the whole trajectory as context: its log-probs are the model's own.
         torch.testing.assert_close(logprobs[0][mask], behaviour[mask].float(), atol=2e-4, rtol=1e-4)
 
 
 def multi_turn(rewards=(0.0, 1.0), turn_rewards=False) -> Trajectory:
-    segs = [Segment("action", [5, 6, 7], [-1.0, -1.0, -1.0]), Segment("observation", [8, 9]),
-            Segment("action", [10, 11], [-0.5, -0.5])]
-    return Trajectory(prompt_tokens=[1, 2], segments=segs, verdict=Verdict(int(rewards[-1]), 1, "cute"),
-                      turn_verdicts=[Verdict(int(rewards[0]), 1, "cute")], turn_rewards=turn_rewards)
+    segs = [
+        Segment("action", [5, 6, 7], [-1.0, -1.0, -1.0]),
+        Segment("observation", [8, 9]),
+        Segment("action", [10, 11], [-0.5, -0.5]),
+    ]
+    return Trajectory(
+        prompt_tokens=[1, 2],
+        segments=segs,
+        verdict=Verdict(int(rewards[-1]), 1, "cute"),
+        turn_verdicts=[Verdict(int(rewards[0]), 1, "cute")],
+        turn_rewards=turn_rewards,
+    )
 
 
 def test_collate_puts_rewards_on_each_drafts_last_token_only_with_turn_rewards():
@@ -130,13 +141,19 @@ def test_observation_tokens_get_no_advantage_and_no_loss(mode):
 
 
 def test_sft_examples_teach_revising_and_never_teach_damaged_drafts():
-    examples = RevisionEnv.sft_examples(300, ["academic", "cute", "chuunibyou", "classical"], 0, RevisionConfig(max_turns=3))
+    examples = RevisionEnv.sft_examples(
+        300, ["academic", "cute", "chuunibyou", "classical"], 0, RevisionConfig(max_turns=3)
+    )
     revised = [segs for _, segs in examples if len(segs) > 1]
     assert 0.3 < len(revised) / len(examples) < 0.95
     assert all(len([s for s in segs if s[0] == "action"]) <= 3 for _, segs in examples)
-    assert all(segs[i][0] == "observation" and segs[i][1].startswith("editor:") for segs in revised for i in range(1, len(segs), 2))
+    assert all(
+        segs[i][0] == "observation" and segs[i][1].startswith("editor:")
+        for segs in revised
+        for i in range(1, len(segs), 2)
+    )
     assert any(not train for _, segs in examples for kind, _, train in segs if kind == "action")  # damaged drafts exist
-    ids, mask, labels = encode_examples(examples[:50], TOK)
+    _ids, mask, labels = encode_examples(examples[:50], TOK)
     for row, (prompt, segs) in enumerate(examples[:50]):
         at = len(TOK.prompt_ids(prompt))
         for kind, text, train in segs:
@@ -148,10 +165,26 @@ def test_sft_examples_teach_revising_and_never_teach_damaged_drafts():
 
 
 def run_tiny(tmp_path: Path, name: str, *extra: str) -> Path:
-    arms = "arms=[{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 32, value_pretrain_epochs: 1, " \
-           "value_warmup_updates: 1}}, {name: naive, type: sao, args: {episodes_per_update: 16, gae: naive, " \
-           "value_pretrain_samples: 0}}]"
-    code = main([TINY, "--out", str(tmp_path), "--run-name", name, "--set", arms, "--set", "runtime.torch_threads=1", "--no-report", *extra])
+    arms = (
+        "arms=[{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 32, value_pretrain_epochs: 1, "
+        "value_warmup_updates: 1}}, {name: naive, type: sao, args: {episodes_per_update: 16, gae: naive, "
+        "value_pretrain_samples: 0}}]"
+    )
+    code = main(
+        [
+            TINY,
+            "--out",
+            str(tmp_path),
+            "--run-name",
+            name,
+            "--set",
+            arms,
+            "--set",
+            "runtime.torch_threads=1",
+            "--no-report",
+            *extra,
+        ]
+    )
     assert code == 0
     return tmp_path / name
 
@@ -190,17 +223,22 @@ def test_env_settings_are_validated_and_arms_may_override_only_what_keeps_the_sf
 
     from testbed.scenario.schema import ScenarioError, parse_scenario
 
-    data = yaml.safe_load(open(TINY))
+    data = yaml.safe_load(Path(TINY).read_text())
     data["arms"][0]["env"] = {"feedback": "boilerplate"}
     scenario = parse_scenario(data, "tiny")
     assert scenario.env_for(scenario.arms[0]).settings().feedback == "boilerplate"
     assert scenario.env_for(scenario.arms[1]).settings().feedback == "informative"
-    for bad, says in [({"arms": {"env": {"max_turns": 3}}}, "would change what the shared SFT policy learns"),
-                      ({"arms": {"env": {"feedbak": 1}}}, "arms.0.env.feedbak: unknown key"),
-                      ({"env": {"type": "revision", "args": {"feedback": "loud"}}}, "env.args.feedback"),
-                      ({"env": {"type": "style_shift", "args": {"max_turns": 2}}}, "env.args.max_turns: not an argument of StyleShiftEnv"),
-                      ({"env": {"type": "nowhere"}}, "unknown env 'nowhere'")]:
-        broken = yaml.safe_load(open(TINY))
+    for bad, says in [
+        ({"arms": {"env": {"max_turns": 3}}}, "would change what the shared SFT policy learns"),
+        ({"arms": {"env": {"feedbak": 1}}}, "arms.0.env.feedbak: unknown key"),
+        ({"env": {"type": "revision", "args": {"feedback": "loud"}}}, "env.args.feedback"),
+        (
+            {"env": {"type": "style_shift", "args": {"max_turns": 2}}},
+            "env.args.max_turns: not an argument of StyleShiftEnv",
+        ),
+        ({"env": {"type": "nowhere"}}, "unknown env 'nowhere'"),
+    ]:
+        broken = yaml.safe_load(Path(TINY).read_text())
         if "arms" in bad:
             broken["arms"][0]["env"] = bad["arms"]["env"]
         else:

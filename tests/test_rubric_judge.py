@@ -11,7 +11,7 @@ import pytest
 from judges.rubric import RubricJudge
 from testbed.protocols import Judge
 from testbed.types import JudgeRequest, Verdict
-from testbed.world import CORRUPTIONS, STYLES, TOPICS, corrupt, generate, prompts, render_prompt
+from testbed.world import CORRUPTIONS, STYLES, corrupt, generate, prompts, render_prompt
 
 PER_STYLE = 200
 
@@ -59,8 +59,11 @@ def test_quality_passes_well_formed_pieces(corpus) -> None:
 def test_quality_fails_corrupted_pieces(corpus, kind: str) -> None:
     judge, rng = RubricJudge(), random.Random(kind)
     vs = [
-        judge.score(JudgeRequest(r.prompt, corrupt(r.response, kind, rng, style=s, topic=r.topic), s,
-                                 r.candidate_styles, r.topic))
+        judge.score(
+            JudgeRequest(
+                r.prompt, corrupt(r.response, kind, rng, style=s, topic=r.topic), s, r.candidate_styles, r.topic
+            )
+        )
         for s, r in corpus
     ]
     fail = sum(1 - v.quality for v in vs) / len(vs)
@@ -139,8 +142,17 @@ def test_label_noise_flips_the_expected_fraction(corpus) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", " ", "x" * 1_000_000, "caf\u00e9 \u2615 na\u00efve \u65e5\u672c\u8a9e.", "\x00\x01\x02 \x1b[31m \x7f\x1f.",
-     "(^_^) <3 ~ (>_<)", "!!!???...", "(^_^" * 1000, "\ud800 lone surrogate."],
+    [
+        "",
+        " ",
+        "x" * 1_000_000,
+        "caf\u00e9 \u2615 na\u00efve \u65e5\u672c\u8a9e.",
+        "\x00\x01\x02 \x1b[31m \x7f\x1f.",
+        "(^_^) <3 ~ (>_<)",
+        "!!!???...",
+        "(^_^" * 1000,
+        "\ud800 lone surrogate.",
+    ],
 )
 def test_weird_inputs_get_a_verdict(text: str) -> None:
     t0 = time.perf_counter()

@@ -86,8 +86,10 @@ def test_ctrl_c_during_sft_prints_the_resume_hint(tmp_path, capsys, monkeypatch)
 
 
 def test_help_does_not_import_the_training_stack():
-    code = ("import sys\nfrom testbed.cli.run import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'pandas', 'pyarrow') if m in sys.modules))")
+    code = (
+        "import sys\nfrom testbed.cli.run import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'pandas', 'pyarrow') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout

@@ -38,13 +38,15 @@ def test_nan_rows_give_an_index_in_range():
 def test_engine_says_so_when_the_policy_gives_nan_logits():
     import pytest
 
-    from testbed.scenario.schema import PolicyConfig, SamplingConfig
+    from testbed.engines.hf_engine import HFEngine
     from testbed.models.policy import build_policy
     from testbed.models.tokenizer import WordTokenizer
-    from testbed.engines.hf_engine import HFEngine
+    from testbed.scenario.schema import PolicyConfig, SamplingConfig
 
     tok = WordTokenizer.build()
-    model = build_policy(PolicyConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, num_experts=2, expert_size=8), tok)
+    model = build_policy(
+        PolicyConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, num_experts=2, expert_size=8), tok
+    )
     with torch.no_grad():
         model.lm_head.weight[7, 0] = float("nan")
     for lean in (True, False):

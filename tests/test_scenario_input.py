@@ -17,10 +17,12 @@ GOOD = {
     "name": "t",
     "schedule": {
         "type": "piecewise",
-        "args": {"phases": [
-            {"style": "cute", "start": 0.0, "end": 0.5, "candidates": ["cute", "academic"]},
-            {"style": "academic", "start": 0.5, "end": 1.0},
-        ]},
+        "args": {
+            "phases": [
+                {"style": "cute", "start": 0.0, "end": 0.5, "candidates": ["cute", "academic"]},
+                {"style": "academic", "start": 0.5, "end": 1.0},
+            ]
+        },
     },
     "arms": [{"name": "rm", "type": "running_mean", "args": {"window": 16}}],
     "budget": {"episodes": 100},
@@ -76,17 +78,27 @@ def test_control_characters_in_an_override_are_refused(tmp_path, assignment):
     assert not any(ord(c) < 32 and c != "\n" for c in msg)  # echoed escaped, never raw
 
 
-@pytest.mark.parametrize("path", [
-    "arms.0.args.lr", "arms.0.args.max_grad_norm", "sampling.temperature", "output.flush_seconds",
-    "policy.sft.lr", "policy.sft.min_quality", "schedule.args.phases.0.end",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "arms.0.args.lr",
+        "arms.0.args.max_grad_norm",
+        "sampling.temperature",
+        "output.flush_seconds",
+        "policy.sft.lr",
+        "policy.sft.min_quality",
+        "schedule.args.phases.0.end",
+    ],
+)
 @pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
 def test_non_finite_floats_are_refused_everywhere(tmp_path, path, value):
     msg = error_for(write(tmp_path, GOOD), [f"{path}={value}"])
     assert path in msg
 
 
-@pytest.mark.parametrize("trainer,arg", [("sao", "policy_lr"), ("sao", "critic_lr"), ("grpo", "lr"), ("running_mean", "lr")])
+@pytest.mark.parametrize(
+    "trainer,arg", [("sao", "policy_lr"), ("sao", "critic_lr"), ("grpo", "lr"), ("running_mean", "lr")]
+)
 def test_every_trainer_refuses_an_infinite_learning_rate(tmp_path, trainer, arg):
     arms = f"arms=[{{name: a, type: {trainer}, args: {{{arg}: .inf}}}}]"
     msg = error_for(write(tmp_path, GOOD), [arms, "budget.episodes=1000"])

@@ -68,7 +68,10 @@ def test_piecewise_candidate_change_alone_is_not_a_switch():
         ([Phase("cute", 0, 10, C12), Phase("chuunibyou", 12, 20, C12)], r"phase 1 .*gap.*ends at 10.*starts at 12"),
         ([Phase("cute", 0, 10, C12), Phase("chuunibyou", 8, 20, C12)], r"phase 1 .*overlaps phase 0.*ends at 10"),
         ([Phase("cute", 0, 10, C12), Phase("chuunibyou", 10, 10, C12)], r"phase 1 .*start=10, end=10.* is empty"),
-        ([Phase("cute", 0, 10, C12), Phase("classical", 10, 20, C12)], r"phase 1 .*'classical' is not in its candidates"),
+        (
+            [Phase("cute", 0, 10, C12), Phase("classical", 10, 20, C12)],
+            r"phase 1 .*'classical' is not in its candidates",
+        ),
         ([Phase("cute", 5, 10, C12)], r"phase 0 .*first phase must start at 0"),
         ([Phase("cute", 0, 10, ())], r"phase 0 .*candidates is empty"),
     ],
@@ -91,7 +94,7 @@ def test_gradual_before_after_and_linear_inside_the_window():
     )
     assert s.windows() == [(800, 1200), (1800, 2200)]
     assert s.switch_points() == [1000, 2000]
-    assert all(s.target(t) == Target("cute", C12) for t in range(0, 800))
+    assert all(s.target(t) == Target("cute", C12) for t in range(800))
     assert all(s.target(t) == Target("chuunibyou", C12) for t in range(1200, 1800))
     assert all(s.target(t) == Target("classical", C3) for t in range(2200, 3500))
 
@@ -199,8 +202,15 @@ def test_random_needs_two_styles():
 class MySchedule:
     """A user's own schedule: switches from `first` to `second` at `at` (a fraction of the budget)."""
 
-    def __init__(self, first: str = "cute", second: str = "classical", at: float = 0.25, *, budget: int = 40,
-                 archetypes: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        first: str = "cute",
+        second: str = "classical",
+        at: float = 0.25,
+        *,
+        budget: int = 40,
+        archetypes: tuple[str, ...] = (),
+    ) -> None:
         self.first, self.second, self.at = first, second, round(at * budget)
 
     def target(self, t: int) -> Target:
@@ -238,7 +248,11 @@ def test_load_schedule_from_import_path():
         ("tests.test_schedules:STYLES", {}, "not a drift schedule"),
         ("tests.test_schedules:MySchedule", {"bogus": 1}, "schedule.args.bogus: not an argument of MySchedule"),
         ("tests.test_schedules:MySchedule", {"budget": 1}, "schedule.args.budget: given by the loop"),
-        ("tests.test_schedules:READY_MADE", {"at": 1}, "a ready-made schedule, not a class or factory: it takes no args"),
+        (
+            "tests.test_schedules:READY_MADE",
+            {"at": 1},
+            "a ready-made schedule, not a class or factory: it takes no args",
+        ),
     ],
 )
 def test_load_schedule_errors(path, args, pattern):
@@ -293,7 +307,15 @@ def test_check_schedule_accepts_the_builtins_and_a_good_plugin():
 def test_a_custom_schedule_with_a_foreign_style_stops_the_cli(tmp_path, capsys):
     from testbed.cli.run import main
 
-    code = main(["tests/data/tiny.yaml", "--out", str(tmp_path), "--set", "schedule={type: 'tests.test_schedules:GothicSchedule'}"])
+    code = main(
+        [
+            "tests/data/tiny.yaml",
+            "--out",
+            str(tmp_path),
+            "--set",
+            "schedule={type: 'tests.test_schedules:GothicSchedule'}",
+        ]
+    )
     assert code == 2
     assert "style 'gothic', which is not in world.styles" in " ".join(capsys.readouterr().err.split())
     assert not any(tmp_path.iterdir())  # nothing written, nothing trained

@@ -7,9 +7,9 @@ The band was measured on this code under both portable and native kernels (docs/
 "SFT's loss curve"), and is wide enough for either; a change to the model, the corpus or the
 optimiser that slows or breaks learning leaves it."""
 
-from testbed.scenario.schema import load_scenario
 from testbed.models.sft import LOSS_CURVE_EVERY, load_or_train_policy
 from testbed.runtimes.starting import sft_evaluator
+from testbed.scenario.schema import load_scenario
 from tests.test_golden import ROOT
 
 # mean loss over steps [i * LOSS_CURVE_EVERY, (i + 1) * LOSS_CURVE_EVERY): (step index, low, high)

@@ -22,13 +22,16 @@ from testbed.world import STYLES, TOPICS, corrupt, generate
 ALLOWED = set(STYLES) | {"mixed"}
 
 
-@pytest.mark.parametrize("reply, expect", [
-    ("style: cute\nquality: yes\nPiece: \"the bus", (1, "cute")),
-    ("style: Classical.\nquality: no", (0, "classical")),
-    ('{"quality": 1, "style": "academic", "reason": "ok"}', (1, "academic")),
-    ("style: it reads as chuunibyou to me\nquality: no", (0, "chuunibyou")),  # fallback: a name anywhere
-    ("I would say plain, and yes it is fine.", (1, "plain")),
-])
+@pytest.mark.parametrize(
+    "reply, expect",
+    [
+        ('style: cute\nquality: yes\nPiece: "the bus', (1, "cute")),
+        ("style: Classical.\nquality: no", (0, "classical")),
+        ('{"quality": 1, "style": "academic", "reason": "ok"}', (1, "academic")),
+        ("style: it reads as chuunibyou to me\nquality: no", (0, "chuunibyou")),  # fallback: a name anywhere
+        ("I would say plain, and yes it is fine.", (1, "plain")),
+    ],
+)
 def test_parse_reply(reply, expect):
     assert parse_reply(reply) == expect
 
@@ -41,7 +44,7 @@ def test_parse_reply_rejects(reply):
 
 def test_registered_and_prompt_versioned():
     assert registry.resolve("judge", "smollm") == "judges.smollm:SmolLMJudge"
-    system, user, reply = load_prompt("style_v1")
+    _system, user, reply = load_prompt("style_v1")
     assert "${piece}" in user and "${target_style}" not in user and reply == "style:"
     assert "[smollm]" in INSTALL_HINT
 

@@ -79,11 +79,28 @@ class EverySeventhFails:
 
 
 def test_sync_loop_drops_what_max_staleness_bounds_and_keeps_the_rest(tmp_path):
-    arms = ("arms=[{name: free, type: running_mean, args: {window: 32, episodes_per_update: 16}}, "
-            "{name: bound, type: running_mean, args: {window: 32, episodes_per_update: 16}, runtime: {max_staleness: 0}}]")
-    code = main([SCENARIO, "--set", f"policy.checkpoint={ROOT / 'tests/data/golden/policy'}", "--set", arms,
-                 "--set", "judge={type: 'tests.test_staleness:EverySeventhFails'}", "--set", "eval.reference_samples=0",
-                 "--out", str(tmp_path), "--run-name", "stale", "--no-report"])
+    arms = (
+        "arms=[{name: free, type: running_mean, args: {window: 32, episodes_per_update: 16}}, "
+        "{name: bound, type: running_mean, args: {window: 32, episodes_per_update: 16}, runtime: {max_staleness: 0}}]"
+    )
+    code = main(
+        [
+            SCENARIO,
+            "--set",
+            f"policy.checkpoint={ROOT / 'tests/data/golden/policy'}",
+            "--set",
+            arms,
+            "--set",
+            "judge={type: 'tests.test_staleness:EverySeventhFails'}",
+            "--set",
+            "eval.reference_samples=0",
+            "--out",
+            str(tmp_path),
+            "--run-name",
+            "stale",
+            "--no-report",
+        ]
+    )
     assert code == 0
     run_dir = tmp_path / "stale"
     rows = read_table(run_dir, "episodes")

@@ -9,18 +9,25 @@ import pandas as pd
 import pytest
 import yaml
 
-from testbed.scenario.loading import ScenarioError
 from testbed.cli.sweep import expand, load_sweep, parse_grid_flag, plan
+from testbed.scenario.loading import ScenarioError
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "data" / "tiny.yaml"
-ARMS = [{"name": "running_mean", "type": "running_mean", "args": {"window": 32, "episodes_per_update": 16}},
-        {"name": "grpo", "type": "grpo", "args": {"group_size": 4, "episodes_per_update": 16}}]
+ARMS = [
+    {"name": "running_mean", "type": "running_mean", "args": {"window": 32, "episodes_per_update": 16}},
+    {"name": "grpo", "type": "grpo", "args": {"group_size": 4, "episodes_per_update": 16}},
+]
 
 
 def sweep_file(tmp_path, grid, **extra):
-    data = {"scenario": str(TINY), "name": "tinysweep", "set": {"seeds": [0], "arms": ARMS, "budget": {"episodes": 96}},
-            "grid": grid, **extra}
+    data = {
+        "scenario": str(TINY),
+        "name": "tinysweep",
+        "set": {"seeds": [0], "arms": ARMS, "budget": {"episodes": 96}},
+        "grid": grid,
+        **extra,
+    }
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -35,12 +42,24 @@ def test_grid_flags_read_each_value_as_yaml():
 
 
 def test_the_grid_is_the_product_of_its_axes_first_axis_slowest(tmp_path):
-    path = sweep_file(tmp_path, {"arms.running_mean.args.window": [16, 32],
-                                 "batch": {"small": {"arms.running_mean.args.episodes_per_update": 16, "arms.grpo.args.episodes_per_update": 16},
-                                           "large": {"arms.running_mean.args.episodes_per_update": 32, "arms.grpo.args.episodes_per_update": 32}}})
+    path = sweep_file(
+        tmp_path,
+        {
+            "arms.running_mean.args.window": [16, 32],
+            "batch": {
+                "small": {"arms.running_mean.args.episodes_per_update": 16, "arms.grpo.args.episodes_per_update": 16},
+                "large": {"arms.running_mean.args.episodes_per_update": 32, "arms.grpo.args.episodes_per_update": 32},
+            },
+        },
+    )
     points = expand(load_sweep(path, [], [], None))
     assert [p.label for p in points] == ["p00", "p01", "p02", "p03"]
-    assert [tuple(p.values.values()) for p in points] == [("16", "small"), ("16", "large"), ("32", "small"), ("32", "large")]
+    assert [tuple(p.values.values()) for p in points] == [
+        ("16", "small"),
+        ("16", "large"),
+        ("32", "small"),
+        ("32", "large"),
+    ]
     p = points[3]
     rm = next(a for a in p.data["arms"] if a["name"] == "running_mean")
     grpo = next(a for a in p.data["arms"] if a["name"] == "grpo")
@@ -48,7 +67,10 @@ def test_the_grid_is_the_product_of_its_axes_first_axis_slowest(tmp_path):
     assert p.data["name"] == "tinysweep-p03" and "window=32" in p.data["description"]
     # the window changes only the running mean: GRPO runs once per batch size
     owners = plan(points)
-    assert owners["p02"] == {"running_mean": "p02", "grpo": "p00"} and owners["p03"] == {"running_mean": "p03", "grpo": "p01"}
+    assert owners["p02"] == {"running_mean": "p02", "grpo": "p00"} and owners["p03"] == {
+        "running_mean": "p03",
+        "grpo": "p01",
+    }
 
 
 def test_a_scenario_with_grid_flags_overrides_and_seeds(tmp_path):
@@ -60,8 +82,14 @@ def test_a_scenario_with_grid_flags_overrides_and_seeds(tmp_path):
 
 
 def test_settings_that_do_not_change_rows_share_work_and_those_that_do_do_not(tmp_path):
-    path = sweep_file(tmp_path, {"runtime.parallel_arms": [False, True], "runtime.torch_threads": [1, 2],
-                                 "reliability.checkpoint_every": [5, 20]})
+    path = sweep_file(
+        tmp_path,
+        {
+            "runtime.parallel_arms": [False, True],
+            "runtime.torch_threads": [1, 2],
+            "reliability.checkpoint_every": [5, 20],
+        },
+    )
     owners = plan(expand(load_sweep(path, [], [], None)))
     assert all(arms == {"running_mean": "p00", "grpo": "p00"} for arms in owners.values())  # 8 points, one run
     path = sweep_file(tmp_path, {"runtime.parallel_arms": [False, True], "sampling.temperature": [1.0, 0.7]})
@@ -69,12 +97,15 @@ def test_settings_that_do_not_change_rows_share_work_and_those_that_do_do_not(tm
     assert [o["grpo"] for o in owners.values()] == ["p00", "p01", "p00", "p01"]  # the temperature changes the rows
 
 
-@pytest.mark.parametrize("grid, message", [
-    ({"arms.nobody.args.window": [1, 2]}, "no arm named 'nobody'"),
-    ({"batch": [1, 2]}, "named axis"),
-    ({"budget.episodes": []}, "non-empty list"),
-    ({"arms.running_mean.args.window": [0, 16]}, r"point p00 .*window"),  # each point is validated as a scenario
-])
+@pytest.mark.parametrize(
+    "grid, message",
+    [
+        ({"arms.nobody.args.window": [1, 2]}, "no arm named 'nobody'"),
+        ({"batch": [1, 2]}, "named axis"),
+        ({"budget.episodes": []}, "non-empty list"),
+        ({"arms.running_mean.args.window": [0, 16]}, r"point p00 .*window"),  # each point is validated as a scenario
+    ],
+)
 def test_bad_grids_are_refused_naming_what_is_wrong(tmp_path, grid, message):
     with pytest.raises(ScenarioError, match=message):
         expand(load_sweep(sweep_file(tmp_path, grid), [], [], None))
@@ -90,10 +121,19 @@ def test_unknown_sweep_keys_and_a_missing_grid_are_refused(tmp_path):
 
 
 def run_sweep(args, tmp_path, cache):
-    env = {"TESTBED_CACHE": str(cache), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    return subprocess.run([sys.executable, "-m", "testbed.sweep", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    env = {
+        "TESTBED_CACHE": str(cache),
+        "PATH": "/usr/bin:/bin",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "testbed.sweep", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_a_tiny_sweep_runs_each_distinct_arm_once_and_reports_the_grid(tmp_path, shared_cache):
@@ -126,7 +166,9 @@ def test_a_tiny_sweep_runs_each_distinct_arm_once_and_reports_the_grid(tmp_path,
     # a later sweep takes the finished arms with the same settings from this one (--reuse)
     (tmp_path / "b").mkdir()
     later = sweep_file(tmp_path / "b", {"arms.running_mean.args.window": [32, 48]})
-    proc = run_sweep([str(later), "--out", str(tmp_path / "out"), "--name", "b", "--reuse", str(root)], tmp_path, shared_cache)
+    proc = run_sweep(
+        [str(later), "--out", str(tmp_path / "out"), "--name", "b", "--reuse", str(root)], tmp_path, shared_cache
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     index = json.loads((tmp_path / "out" / "b" / "sweep.json").read_text())
     earlier = {label: str((root / "runs" / label).resolve()) for label in ("p00", "p01")}

@@ -29,7 +29,10 @@ def test_batch_size_is_refused_with_episodes_per_update(trainer):
 
 def test_prompts_per_update_is_refused_with_the_episodes_it_meant():
     said = refusal("grpo", "{group_size: 4, prompts_per_update: 6}")
-    assert "arms.0.args: prompts_per_update: 6 is now episodes_per_update: 24 (prompts_per_update x group_size = 6 x 4)" in said
+    assert (
+        "arms.0.args: prompts_per_update: 6 is now episodes_per_update: 24 (prompts_per_update x group_size = 6 x 4)"
+        in said
+    )
 
 
 def test_prompts_per_update_alone_counts_the_default_group():
@@ -41,7 +44,9 @@ def test_grpo_episodes_must_be_whole_groups():
     said = refusal("grpo", "{group_size: 8, episodes_per_update: 20}")
     assert "arms.0.args: episodes_per_update (20) is not a multiple of group_size (8)" in said
     assert "use 16 or 24" in said
-    with pytest.raises(ValidationError, match=r"episodes_per_update \(3\) is not a multiple of group_size \(4\).*; use 4 \["):
+    with pytest.raises(
+        ValidationError, match=r"episodes_per_update \(3\) is not a multiple of group_size \(4\).*; use 4 \["
+    ):
         GRPOConfig.model_validate({"group_size": 4, "episodes_per_update": 3})
 
 

@@ -1,17 +1,16 @@
 """The trainers on real (tiny) MoE models and real trajectories: what each update must change,
 what it must leave alone, and the metrics it reports."""
 
-import random
 import warnings
 
 import pytest
 import torch
 
-from testbed.scenario.schema import PolicyConfig, SamplingConfig
+from testbed.engines.hf_engine import HFEngine
 from testbed.models.critic import ATTENTION, EXPERTS, ROUTER, Critic, module_family
 from testbed.models.policy import build_policy
 from testbed.models.tokenizer import WordTokenizer
-from testbed.engines.hf_engine import HFEngine
+from testbed.scenario.schema import PolicyConfig, SamplingConfig
 from testbed.types import Verdict
 from testbed.world import prompts, render_prompt
 from trainers.grpo import G1_WARNING, GRPOTrainer
@@ -54,7 +53,9 @@ def test_module_families():
 
 def test_frozen_attention_critic_keeps_attention_bit_identical():
     model = policy()
-    trainer = SAOTrainer(model, {"episodes_per_update": 8, "value_warmup_updates": 0, "critic_lr": 1e-2}, pad_id=TOK.pad_id)
+    trainer = SAOTrainer(
+        model, {"episodes_per_update": 8, "value_warmup_updates": 0, "critic_lr": 1e-2}, pad_id=TOK.pad_id
+    )
     before = snapshot(trainer.critic)
     for step in range(3):
         trainer.update(rollouts(model, 8, seed=step))
@@ -71,7 +72,9 @@ def test_frozen_attention_critic_keeps_attention_bit_identical():
 
 def test_critic_trainable_all_moves_attention_too():
     model = policy()
-    trainer = SAOTrainer(model, {"episodes_per_update": 8, "critic_trainable": "all", "value_warmup_updates": 0}, pad_id=TOK.pad_id)
+    trainer = SAOTrainer(
+        model, {"episodes_per_update": 8, "critic_trainable": "all", "value_warmup_updates": 0}, pad_id=TOK.pad_id
+    )
     before = snapshot(trainer.critic)
     trainer.update(rollouts(model, 8))
     after = snapshot(trainer.critic)
@@ -95,9 +98,20 @@ def test_sao_update_metrics_and_warmup():
     assert all(torch.equal(policy_before[n], p) for n, p in model.named_parameters())  # policy frozen in warm-up
     metrics = trainer.update(rollouts(model, 8, seed=1))
     assert trainer.version == 1
-    for key in ("policy_loss", "critic_loss", "value_explained_variance", "entropy", "approx_kl", "dis_masked_frac",
-                "policy_grad_norm_attention", "policy_grad_norm_experts", "policy_grad_norm_router",
-                "critic_grad_norm_experts", "critic_grad_norm_router", "policy_expert_load_cv"):
+    for key in (
+        "policy_loss",
+        "critic_loss",
+        "value_explained_variance",
+        "entropy",
+        "approx_kl",
+        "dis_masked_frac",
+        "policy_grad_norm_attention",
+        "policy_grad_norm_experts",
+        "policy_grad_norm_router",
+        "critic_grad_norm_experts",
+        "critic_grad_norm_router",
+        "policy_expert_load_cv",
+    ):
         assert key in metrics, key
     assert "critic_grad_norm_attention" not in metrics  # frozen: no gradient at all
     assert metrics["dis_masked_frac"] == 0.0  # on-policy: every ratio is 1, inside the band
@@ -106,8 +120,11 @@ def test_sao_update_metrics_and_warmup():
 def test_k_value_updates_per_policy_update():
     model = policy()
     calls = []
-    trainer = SAOTrainer(model, {"episodes_per_update": 8, "value_updates_per_policy_update": 3, "value_warmup_updates": 0},
-                         pad_id=TOK.pad_id)
+    trainer = SAOTrainer(
+        model,
+        {"episodes_per_update": 8, "value_updates_per_policy_update": 3, "value_warmup_updates": 0},
+        pad_id=TOK.pad_id,
+    )
     original = trainer._critic_step
     trainer._critic_step = lambda *a, **k: calls.append(1) or original(*a, **k)
     trainer.update(rollouts(model, 8))
@@ -116,7 +133,9 @@ def test_k_value_updates_per_policy_update():
 
 def test_value_pretraining_improves_explained_variance():
     model = policy()
-    trainer = SAOTrainer(model, {"value_pretrain_epochs": 8, "value_pretrain_batch": 16, "critic_lr": 3e-3}, pad_id=TOK.pad_id)
+    trainer = SAOTrainer(
+        model, {"value_pretrain_epochs": 8, "value_pretrain_batch": 16, "critic_lr": 3e-3}, pad_id=TOK.pad_id
+    )
     # a learnable signal: reward 1 exactly when the response is short
     samples = rollouts(model, 64, seed=3)
     median = sorted(len(t.response_tokens) for t in samples)[32]
@@ -132,7 +151,9 @@ def test_value_pretraining_reports_each_critic_step():
     """Steps 1..epochs x batches, each with its epoch and the epoch's mean value loss so far."""
     trainer = SAOTrainer(policy(), {"value_pretrain_epochs": 2, "value_pretrain_batch": 8}, pad_id=TOK.pad_id)
     seen = []
-    report = trainer.warmup(rollouts(policy(), 20), on_step=lambda step, total, **values: seen.append((step, total, values)))
+    report = trainer.warmup(
+        rollouts(policy(), 20), on_step=lambda step, total, **values: seen.append((step, total, values))
+    )
     assert [(step, total) for step, total, _ in seen] == [(s, 6) for s in range(1, 7)]  # 3 batches (8, 8, 4) x 2 epochs
     assert [values["epoch"] for _, _, values in seen] == [1, 1, 1, 2, 2, 2]
     assert [seen[2][2]["value_loss"], seen[5][2]["value_loss"]] == [point["value_loss"] for point in report["curve"]]
@@ -177,8 +198,13 @@ def kl_now(model, reference, trajs):
 
     data = collate(trajs, TOK.pad_id)
     with torch.no_grad():
-        return float(kl_to_reference(token_logprobs(model, data.tokens, data.attention_mask)[0],
-                                     token_logprobs(reference, data.tokens, data.attention_mask)[0], data.action_mask))
+        return float(
+            kl_to_reference(
+                token_logprobs(model, data.tokens, data.attention_mask)[0],
+                token_logprobs(reference, data.tokens, data.attention_mask)[0],
+                data.action_mask,
+            )
+        )
 
 
 @pytest.mark.parametrize("kind", ["running_mean", "grpo", "sao"])
@@ -187,11 +213,20 @@ def test_kl_anchor_pulls_the_policy_back_towards_where_it_started(kind):
 
     model = policy()
     start = copy.deepcopy(model)
-    config = {"running_mean": {"episodes_per_update": 8, "kl_coef": 1.0, "lr": 1e-3},
-              "grpo": {"group_size": 2, "episodes_per_update": 8, "kl_coef": 1.0, "lr": 1e-3},
-              "sao": {"episodes_per_update": 8, "kl_coef": 1.0, "policy_lr": 1e-3, "value_warmup_updates": 0,
-                      "value_pretrain_samples": 0}}[kind]
-    trainer = {"running_mean": RunningMeanTrainer, "grpo": GRPOTrainer, "sao": SAOTrainer}[kind](model, config, pad_id=TOK.pad_id)
+    config = {
+        "running_mean": {"episodes_per_update": 8, "kl_coef": 1.0, "lr": 1e-3},
+        "grpo": {"group_size": 2, "episodes_per_update": 8, "kl_coef": 1.0, "lr": 1e-3},
+        "sao": {
+            "episodes_per_update": 8,
+            "kl_coef": 1.0,
+            "policy_lr": 1e-3,
+            "value_warmup_updates": 0,
+            "value_pretrain_samples": 0,
+        },
+    }[kind]
+    trainer = {"running_mean": RunningMeanTrainer, "grpo": GRPOTrainer, "sao": SAOTrainer}[kind](
+        model, config, pad_id=TOK.pad_id
+    )
     with torch.no_grad():  # drift away from the reference
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -217,8 +252,17 @@ def test_sao_advantages_from_sets_which_critic_scores_the_batch(order):
     """'fitted' scores the batch with the critic after its K steps, 'pre_update' with the critic
     before it saw the batch; both log |A| from each and the shrinkage between them."""
     model = policy()
-    trainer = SAOTrainer(model, {"episodes_per_update": 8, "value_warmup_updates": 0, "critic_lr": 1e-2,
-                                 "value_updates_per_policy_update": 4, "advantages_from": order}, pad_id=TOK.pad_id)
+    trainer = SAOTrainer(
+        model,
+        {
+            "episodes_per_update": 8,
+            "value_warmup_updates": 0,
+            "critic_lr": 1e-2,
+            "value_updates_per_policy_update": 4,
+            "advantages_from": order,
+        },
+        pad_id=TOK.pad_id,
+    )
     m = trainer.update(rollouts(model, 8, rewards=[1, 0, 0, 1, 1, 0, 1, 0]))
     chosen = m["advantage_abs_fitted"] if order == "fitted" else m["advantage_abs_pre"]
     assert m["advantage_abs_mean"] == pytest.approx(chosen, rel=1e-5)
@@ -238,6 +282,8 @@ def test_advantage_shrinkage_by_hand():
     assert m["advantage_abs_pre"] == pytest.approx((1 + 1 + 2 + 2 + 2) / 5)
     assert m["advantage_shrink"] == pytest.approx(0.5)
     # row means 0 and 2 against rewards 0 and 1: perfectly correlated
-    assert m["advantage_return_corr_pre"] == pytest.approx(1.0) and m["advantage_return_corr_fitted"] == pytest.approx(1.0)
+    assert m["advantage_return_corr_pre"] == pytest.approx(1.0) and m["advantage_return_corr_fitted"] == pytest.approx(
+        1.0
+    )
     flat = advantage_shrinkage(before, fitted, mask, torch.tensor([1.0, 1.0]))
     assert flat["advantage_return_corr_pre"] != flat["advantage_return_corr_pre"]  # nan: no spread in the rewards

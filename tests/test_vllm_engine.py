@@ -11,13 +11,13 @@ import torch
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make vllm` builds .venv-vllm (docs/vllm.md)")
 
-from testbed.scenario.schema import PolicyConfig, SamplingConfig  # noqa: E402
-from testbed.models.policy import build_policy  # noqa: E402
-from testbed.models.tokenizer import WordTokenizer  # noqa: E402
-from testbed.engines.mismatch import logprob_gaps  # noqa: E402
-from testbed.engines.vllm_engine import VLLMEngine  # noqa: E402
-from testbed.store import read_table  # noqa: E402
-from testbed.world import prompts, render_prompt  # noqa: E402
+from testbed.engines.mismatch import logprob_gaps
+from testbed.engines.vllm_engine import VLLMEngine
+from testbed.models.policy import build_policy
+from testbed.models.tokenizer import WordTokenizer
+from testbed.scenario.schema import PolicyConfig, SamplingConfig
+from testbed.store import read_table
+from testbed.world import prompts, render_prompt
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,14 +97,37 @@ def test_a_sync_moves_the_engine_to_the_new_weights(setup):
 
 
 def test_tiny_scenario_end_to_end_on_vllm(tmp_path, shared_cache):
-    env = {"TESTBED_CACHE": str(shared_cache), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-           "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
-    args = ["tests/data/tiny.yaml", "--out", str(tmp_path), "--run-name", "v", "--set", "seeds=[0]",
-            "--set", "budget.episodes=64", "--set", "eval.every=32", "--set", "eval.prompts=4",
-            "--set", "policy.hidden_size=64", "--set", "engine.type=vllm"]
-    proc = subprocess.run([sys.executable, "-m", "testbed.run", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    env = {
+        "TESTBED_CACHE": str(shared_cache),
+        "PATH": "/usr/bin:/bin",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    }
+    args = [
+        "tests/data/tiny.yaml",
+        "--out",
+        str(tmp_path),
+        "--run-name",
+        "v",
+        "--set",
+        "seeds=[0]",
+        "--set",
+        "budget.episodes=64",
+        "--set",
+        "eval.every=32",
+        "--set",
+        "eval.prompts=4",
+        "--set",
+        "policy.hidden_size=64",
+        "--set",
+        "engine.type=vllm",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "testbed.run", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     updates = read_table(tmp_path / "v", "updates")
     assert len(updates) == 4

@@ -79,7 +79,7 @@ def test_round_trip_generated_and_prompts(corpus) -> None:
 
 
 def test_pieces_are_well_formed(corpus) -> None:
-    for style, topic, text in corpus:
+    for _style, topic, text in corpus:
         toks = split_words(text)
         assert 15 <= count_words(toks) <= 40, text
         assert set(text) <= _ALLOWED_CHARS, text  # printable ASCII, lowercase, no ' or -

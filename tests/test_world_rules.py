@@ -6,14 +6,14 @@ import random
 import pytest
 
 from judges.rubric import RubricJudge
-from testbed.scenario.schema import ScenarioError, parse_scenario
 from testbed.envs.defaults import default_schedule
 from testbed.envs.style_shift import StyleShiftEnv
+from testbed.scenario.schema import ScenarioError, parse_scenario
 from testbed.types import JudgeRequest
 from testbed.world import TOPICS, generate, prompts, render_prompt, split_words
 from testbed.world.language import count_words
-from testbed.world.topics import topic_keywords
 from testbed.world.rules import HardTopics, NoisyTopics, WorldRules, WorldRulesJudge, chosen, wrap
+from testbed.world.topics import topic_keywords
 
 
 def verdicts(judge, requests):
@@ -22,8 +22,13 @@ def verdicts(judge, requests):
 
 def request(topic: str, response: str, style: str = "cute") -> JudgeRequest:
     spec = next(s for s in prompts("train") if s.topic == topic)
-    return JudgeRequest(render_prompt(spec, ["academic", "cute", "chuunibyou"]), response, style,
-                        ("academic", "cute", "chuunibyou"), topic)
+    return JudgeRequest(
+        render_prompt(spec, ["academic", "cute", "chuunibyou"]),
+        response,
+        style,
+        ("academic", "cute", "chuunibyou"),
+        topic,
+    )
 
 
 def pieces(n: int, seed: int = 0):
@@ -61,9 +66,13 @@ def test_hard_topics_demand_more_topic_nouns_and_only_there():
             assert a.quality == 0 and "hard_topic" in a.reasons and "world=hard:hard_topic" in a.raw
             failed_by_rule += b.quality
     assert failed_by_rule > 50  # the demand bites: most passing pieces on hard topics have one noun
+
     # the expected reward now depends on the topic: lower on the hard half
-    rate = lambda vs, rs, inside: sum(v.quality for v, r in zip(vs, rs) if (r.topic in hard) == inside) / max(  # noqa: E731
-        1, sum((r.topic in hard) == inside for r in rs))
+    def rate(vs, rs, inside):
+        return sum(v.quality for v, r in zip(vs, rs) if (r.topic in hard) == inside) / max(
+            1, sum((r.topic in hard) == inside for r in rs)
+        )
+
     assert rate(after, reqs, True) < 0.5 * rate(after, reqs, False)
 
 
@@ -102,13 +111,16 @@ def test_failed_verdicts_pass_through_and_stats_reach_the_wrapped_judge():
 
         async def judge(self, requests):
             from testbed.types import Verdict
+
             return [Verdict.failed("down") for _ in requests]
 
         def stats(self):
             return {"calls": 7}
 
-    ruled = WorldRulesJudge(Down(), WorldRules(hard_topics=HardTopics(share=1.0, min_topic_words=3),
-                                               noisy_topics=NoisyTopics(share=1.0, rate=0.5)))
+    ruled = WorldRulesJudge(
+        Down(),
+        WorldRules(hard_topics=HardTopics(share=1.0, min_topic_words=3), noisy_topics=NoisyTopics(share=1.0, rate=0.5)),
+    )
     out = verdicts(ruled, [request(t, x) for t, x in pieces(20)])
     assert all(v.error == "down" and v.quality == 0 for v in out)
     assert ruled.stats() == {"calls": 7}
@@ -140,17 +152,26 @@ def test_prompt_forms_that_do_not_follow_the_schedule_keep_the_first_candidate_l
 
 
 def scenario_data(**world):
-    return {"name": "w", "schedule": {"type": "piecewise", "args": {"phases": [{"style": "cute", "start": 0.0, "end": 1.0,
-                                                                                "candidates": ["cute", "academic"]}]}},
-            "arms": [{"name": "rm", "type": "running_mean"}], "budget": {"episodes": 64}, "world": world}
+    return {
+        "name": "w",
+        "schedule": {
+            "type": "piecewise",
+            "args": {"phases": [{"style": "cute", "start": 0.0, "end": 1.0, "candidates": ["cute", "academic"]}]},
+        },
+        "arms": [{"name": "rm", "type": "running_mean"}],
+        "budget": {"episodes": 64},
+        "world": world,
+    }
 
 
 def test_world_settings_are_validated_with_the_field_named():
     assert parse_scenario(scenario_data(hard_topics={"share": 0.5, "min_topic_words": 2})).world.rules().active
-    for bad, field in [({"hard_topics": {"share": 1.5}}, "world.hard_topics.share"),
-                       ({"noisy_topics": {"share": 0.5, "rate": 0.9}}, "world.noisy_topics.rate"),
-                       ({"noisy_topics": {"shares": 0.5}}, "world.noisy_topics.shares"),
-                       ({"candidate_change_share": -0.1}, "world.candidate_change_share")]:
+    for bad, field in [
+        ({"hard_topics": {"share": 1.5}}, "world.hard_topics.share"),
+        ({"noisy_topics": {"share": 0.5, "rate": 0.9}}, "world.noisy_topics.rate"),
+        ({"noisy_topics": {"shares": 0.5}}, "world.noisy_topics.shares"),
+        ({"candidate_change_share": -0.1}, "world.candidate_change_share"),
+    ]:
         with pytest.raises(ScenarioError, match=field.replace(".", r"\.")):
             parse_scenario(scenario_data(**bad))
 
@@ -160,8 +181,8 @@ def test_the_rubric_can_be_made_lenient_and_refuses_unknown_checks():
     strict = RubricJudge()
     stuffed = "the cute little bunny sparkle sparkle sparkle uwu uwu fluffy fluffy hehe hehe !"
     req = request(TOPICS[0], stuffed)
-    s, l = strict.score(req), lenient.score(req)
-    assert s.reward == 0 and l.reward == 1.0, (s.raw, l.raw)
+    s, lax = strict.score(req), lenient.score(req)
+    assert s.reward == 0 and lax.reward == 1.0, (s.raw, lax.raw)
     for text_topic, text in pieces(300, seed=4):  # lenient never rewards less than strict
         r = request(text_topic, text)
         assert lenient.score(r).reward >= strict.score(r).reward

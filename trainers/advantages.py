@@ -198,7 +198,7 @@ def gae_step_level(
     if mode not in ("average", "last"):
         raise ValueError(f"mode must be 'average' or 'last', got {mode!r}")
     mask = action_mask.bool()
-    B, T = mask.shape
+    B, _T = mask.shape
     dtype = _work_dtype(values)
     device = values.device
     r = torch.where(mask, rewards.detach().to(dtype), 0.0)
@@ -263,9 +263,11 @@ def policy_and_critic_advantages(
     Returns (policy_advantages [B, T], critic_returns [B, T]).
     """
     if mode == "token":
+
         def gae(lam):
             return gae_token_level(rewards, values, action_mask, gamma, lam)
     elif mode == "naive":
+
         def gae(lam):
             return gae_naive(rewards, values, action_mask, gamma, lam)
     elif mode in ("step_average", "step_last"):
@@ -315,7 +317,8 @@ def group_advantages(
     # std + eps would blow up into an advantage of about +-1).
     n = R.shape[0]
     first = torch.full((n_groups,), n, dtype=torch.long, device=R.device).scatter_reduce_(
-        0, inverse, torch.arange(n, device=R.device), reduce="amin")
+        0, inverse, torch.arange(n, device=R.device), reduce="amin"
+    )
     shifted = R - R[first][inverse]
     total = torch.zeros(n_groups, dtype=R.dtype, device=R.device).index_add_(0, inverse, shifted)
     G = size[inverse]

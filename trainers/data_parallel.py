@@ -27,8 +27,15 @@ import torch.distributed as dist
 
 from testbed.runtimes.ray.shard import current_shard_weight, shard_weight
 
-__all__ = ["active_weight", "agree_finite", "all_reduce_sum", "full_batch", "reduce_gradients", "shard_weight",
-           "world_size"]
+__all__ = [
+    "active_weight",
+    "agree_finite",
+    "all_reduce_sum",
+    "full_batch",
+    "reduce_gradients",
+    "shard_weight",
+    "world_size",
+]
 
 
 def world_size() -> int:

@@ -24,7 +24,9 @@ def grad_norms_by_family(model: nn.Module, prefix: str, patterns=None) -> dict[s
 
 
 @torch.no_grad()
-def expert_load(router_logits: tuple[torch.Tensor, ...] | None, token_mask: torch.Tensor, top_k: int, prefix: str) -> dict[str, float]:
+def expert_load(
+    router_logits: tuple[torch.Tensor, ...] | None, token_mask: torch.Tensor, top_k: int, prefix: str
+) -> dict[str, float]:
     """Share of routed (token, slot) pairs each expert receives over the masked tokens, summarised
     as the coefficient of variation across experts (0 = perfectly balanced) and the busiest
     expert's share relative to a uniform share (1 = balanced)."""
@@ -65,7 +67,11 @@ def first_value_metrics(values: torch.Tensor, action_mask: torch.Tensor, rewards
         return {"first_value_mean": float("nan"), "first_value_std": float("nan"), "first_value_ev": float("nan")}
     var_r = r.var(unbiased=False)
     ev = float(1.0 - (r - v0).var(unbiased=False) / var_r) if var_r > 0 else float("nan")
-    return {"first_value_mean": float(v0.mean()), "first_value_std": float(v0.std(unbiased=False)), "first_value_ev": ev}
+    return {
+        "first_value_mean": float(v0.mean()),
+        "first_value_std": float(v0.std(unbiased=False)),
+        "first_value_ev": ev,
+    }
 
 
 def _corr(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -76,8 +82,9 @@ def _corr(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def advantage_shrinkage(before: torch.Tensor, fitted: torch.Tensor, action_mask: torch.Tensor,
-                        rewards: torch.Tensor) -> dict[str, float]:
+def advantage_shrinkage(
+    before: torch.Tensor, fitted: torch.Tensor, action_mask: torch.Tensor, rewards: torch.Tensor
+) -> dict[str, float]:
     """How much fitting the critic to a batch's returns shrank the advantages it then scores:
     token-mean |A| from the critic before and after its K steps, their ratio (1 = untouched), and
     per critic the correlation over the batch between an episode's mean advantage and its own

@@ -46,8 +46,13 @@ class GRPOConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # an inf lr would NaN the policy
 
     group_size: int = Field(8, ge=1, description="G rollouts per prompt, each judged (and counted)")
-    episodes_per_update: int = Field(32, ge=1, description=(
-        "judged episodes per update: whole groups, so a multiple of group_size (prompts per update x group_size)"))
+    episodes_per_update: int = Field(
+        32,
+        ge=1,
+        description=(
+            "judged episodes per update: whole groups, so a multiple of group_size (prompts per update x group_size)"
+        ),
+    )
     lr: float = Field(2e-4, gt=0)
     advantage: Literal["grpo", "rloo"] = "grpo"
     clip_low: float = Field(0.2, gt=0, lt=1)
@@ -56,29 +61,45 @@ class GRPOConfig(BaseModel):
     max_grad_norm: float = Field(1.0, gt=0)
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
     kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in the paper")
-    router_aux_loss_coef: float = Field(0.0, ge=0, description="MoE load-balancing loss (Switch/Mixtral) weight; 0 = off")
+    router_aux_loss_coef: float = Field(
+        0.0, ge=0, description="MoE load-balancing loss (Switch/Mixtral) weight; 0 = off"
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _old_spellings(cls, args: Any) -> Any:
         default = cls.model_fields["group_size"].default
-        return refuse_renamed(args, {"prompts_per_update": lambda prompts, given: episodes_hint(prompts, given.get("group_size", default))})
+        return refuse_renamed(
+            args,
+            {"prompts_per_update": lambda prompts, given: episodes_hint(prompts, given.get("group_size", default))},
+        )
 
     @model_validator(mode="after")
     def _whole_groups(self) -> GRPOConfig:
         epu, group = self.episodes_per_update, self.group_size
         if epu % group:
             below, above = epu // group * group, (epu // group + 1) * group
-            raise ValueError(f"episodes_per_update ({epu}) is not a multiple of group_size ({group}): an update takes whole "
-                             f"groups of {group} samples of a prompt; use {f'{below} or ' if below else ''}{above}")
+            raise ValueError(
+                f"episodes_per_update ({epu}) is not a multiple of group_size ({group}): an update takes whole "
+                f"groups of {group} samples of a prompt; use {f'{below} or ' if below else ''}{above}"
+            )
         return self
 
 
 class GRPOTrainer:
     Config = GRPOConfig
 
-    def __init__(self, policy: torch.nn.Module, config: dict[str, Any] | None = None, /, *, pad_id: int,
-                 temperature: float = 1.0, seed: int = 0, **args: Any):
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        config: dict[str, Any] | None = None,
+        /,
+        *,
+        pad_id: int,
+        temperature: float = 1.0,
+        seed: int = 0,
+        **args: Any,
+    ):
         # the loop passes the arm's args as keywords (registry.build); a dict is the same, for direct use
         self.cfg = GRPOConfig.model_validate({**(config or {}), **args})
         self.policy = policy
@@ -103,20 +124,34 @@ class GRPOTrainer:
         ref_logprobs = self.reference.logprobs(data) if self.reference is not None else None
         for _ in range(self.cfg.epochs):
             self.policy.train()
-            logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask,
-                                                                   self.temperature, where=data.action_mask)
-            loss, stats = ppo_clip_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask,
-                                        self.cfg.clip_low, self.cfg.clip_high)
+            logprobs, entropy, router = token_logprobs_and_routing(
+                self.policy, data.tokens, data.attention_mask, self.temperature, where=data.action_mask
+            )
+            loss, stats = ppo_clip_loss(
+                logprobs, data.behaviour_logprobs, advantages, data.action_mask, self.cfg.clip_low, self.cfg.clip_high
+            )
             if self.reference is not None:
                 penalty, stats["kl_ref"] = self.reference.penalty(logprobs, ref_logprobs, data)
                 loss = loss + penalty
-            loss = with_router_aux(loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask, self.policy.config)
+            loss = with_router_aux(
+                loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask, self.policy.config
+            )
             norms = {"policy_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
-            _, nonfinite = guarded_step(loss, self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm, "policy",
-                                        inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_")))
-            metrics = {"policy_loss": float(loss.detach()), "entropy": float(token_mean(entropy.detach(), data.action_mask)),
-                       **{k: float(v) for k, v in stats.items()}, **norms,
-                       **expert_load(router, data.action_mask, self.top_k, "policy_")}
+            _, nonfinite = guarded_step(
+                loss,
+                self.policy.parameters(),
+                self.optimizer,
+                self.cfg.max_grad_norm,
+                "policy",
+                inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_")),  # noqa: B023  (called inside this iteration)
+            )
+            metrics = {
+                "policy_loss": float(loss.detach()),
+                "entropy": float(token_mean(entropy.detach(), data.action_mask)),
+                **{k: float(v) for k, v in stats.items()},
+                **norms,
+                **expert_load(router, data.action_mask, self.top_k, "policy_"),
+            }
             if nonfinite is not None:
                 # Same batch, same parameters: the remaining epochs would fail the same way.
                 self.skipped_steps_total += 1
@@ -132,15 +167,19 @@ class GRPOTrainer:
             "skipped_steps": int(nonfinite is not None),
             "reward_mean": float(data.episode_rewards.mean()),
             "advantage_abs_mean": float(per_episode.abs().mean()),
-            "zero_advantage_groups": float(sum(
-                1 for g in groups if all(zero[i] for i, t in enumerate(batch) if t.group_id == g)
-            ) / len(groups)),
+            "zero_advantage_groups": float(
+                sum(1 for g in groups if all(zero[i] for i, t in enumerate(batch) if t.group_id == g)) / len(groups)
+            ),
             "response_tokens_mean": float(data.action_lengths.float().mean()),
         }
 
     def state_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version,
-                "skipped_steps_total": self.skipped_steps_total}
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "version": self.version,
+            "skipped_steps_total": self.skipped_steps_total,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.policy.load_state_dict(state["policy"])

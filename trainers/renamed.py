@@ -23,8 +23,10 @@ def renamed_to(new: str) -> Hint:
 
 def moved_to_runtime(value: Any, args: dict[str, Any]) -> str:
     """The hint for SAO's old `staleness_bound`: the runtime applies the one bound now."""
-    return (f"runtime.max_staleness: {show(value)} (or, for this arm only, its runtime: {{max_staleness: {show(value)}}}), "
-            f"applied by the runtime before a batch reaches the trainer")
+    return (
+        f"runtime.max_staleness: {show(value)} (or, for this arm only, its runtime: {{max_staleness: {show(value)}}}), "
+        f"applied by the runtime before a batch reaches the trainer"
+    )
 
 
 def refuse_renamed(args: Any, renamed: Mapping[str, Hint]) -> Any:
@@ -32,8 +34,9 @@ def refuse_renamed(args: Any, renamed: Mapping[str, Hint]) -> Any:
     the new spelling; otherwise return `args` as they are."""
     if not isinstance(args, dict):
         return args
-    problems = [f"{key}: {show(args[key])} is now {hint(args[key], args)}"
-                for key, hint in renamed.items() if key in args]
+    problems = [
+        f"{key}: {show(args[key])} is now {hint(args[key], args)}" for key, hint in renamed.items() if key in args
+    ]
     if problems:
         raise ValueError("; ".join(problems))
     return args

@@ -49,8 +49,13 @@ def router_balance_loss(
 
 
 def with_router_aux(
-    loss: torch.Tensor, stats: dict, coef: float, router_logits: tuple | None, attention_mask: torch.Tensor,
-    model_config, key: str = "router_aux_loss",
+    loss: torch.Tensor,
+    stats: dict,
+    coef: float,
+    router_logits: tuple | None,
+    attention_mask: torch.Tensor,
+    model_config,
+    key: str = "router_aux_loss",
 ) -> torch.Tensor:
     """`loss + coef x L_aux`, logging L_aux under `key` in `stats`; `loss` itself when coef is 0
     (the default: no extra work, behaviour unchanged)."""
@@ -58,7 +63,9 @@ def with_router_aux(
         return loss
     shape = moe_shape(model_config)
     if shape is None:
-        raise ValueError(f"router_aux_loss_coef is {coef} but {type(model_config).__name__} names no routed experts "
-                         f"(none of {', '.join(EXPERT_COUNT_FIELDS)} with num_experts_per_tok)")
+        raise ValueError(
+            f"router_aux_loss_coef is {coef} but {type(model_config).__name__} names no routed experts "
+            f"(none of {', '.join(EXPERT_COUNT_FIELDS)} with num_experts_per_tok)"
+        )
     aux, stats[key] = router_balance_loss(router_logits, attention_mask, *shape)
     return loss + coef * aux

@@ -40,7 +40,9 @@ class RunningMeanConfig(BaseModel):
     max_grad_norm: float = Field(1.0, gt=0)
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
     kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in the paper")
-    router_aux_loss_coef: float = Field(0.0, ge=0, description="MoE load-balancing loss (Switch/Mixtral) weight; 0 = off")
+    router_aux_loss_coef: float = Field(
+        0.0, ge=0, description="MoE load-balancing loss (Switch/Mixtral) weight; 0 = off"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -52,8 +54,17 @@ class RunningMeanTrainer:
     Config = RunningMeanConfig
     group_size = 1
 
-    def __init__(self, policy: torch.nn.Module, config: dict[str, Any] | None = None, /, *, pad_id: int,
-                 temperature: float = 1.0, seed: int = 0, **args: Any):
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        config: dict[str, Any] | None = None,
+        /,
+        *,
+        pad_id: int,
+        temperature: float = 1.0,
+        seed: int = 0,
+        **args: Any,
+    ):
         # the loop passes the arm's args as keywords (registry.build); a dict is the same, for direct use
         self.cfg = RunningMeanConfig.model_validate({**(config or {}), **args})
         self.policy = policy
@@ -71,13 +82,23 @@ class RunningMeanTrainer:
         baseline_before = self.baseline.state_dict()
         # The window runs over the whole batch in order, also when this is one data-parallel shard.
         per_episode = full_batch(
-            self.baseline.advantages, [t.reward for t in batch], [t.prompt_id for t in batch] if self.cfg.per_prompt else None
+            self.baseline.advantages,
+            [t.reward for t in batch],
+            [t.prompt_id for t in batch] if self.cfg.per_prompt else None,
         )
-        advantages = broadcast_to_tokens(torch.tensor(per_episode, dtype=torch.float, device=data.tokens.device), data.action_mask)
+        advantages = broadcast_to_tokens(
+            torch.tensor(per_episode, dtype=torch.float, device=data.tokens.device), data.action_mask
+        )
 
         self.policy.train()
-        logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask, self.temperature,
-                                                               routing=self.cfg.router_aux_loss_coef > 0, where=data.action_mask)
+        logprobs, entropy, router = token_logprobs_and_routing(
+            self.policy,
+            data.tokens,
+            data.attention_mask,
+            self.temperature,
+            routing=self.cfg.router_aux_loss_coef > 0,
+            where=data.action_mask,
+        )
         if self.cfg.loss == "dis":
             loss, stats = dis_policy_loss(
                 logprobs, data.behaviour_logprobs, advantages, data.action_mask, self.cfg.eps_low, self.cfg.eps_high
@@ -87,9 +108,13 @@ class RunningMeanTrainer:
         if self.reference is not None:
             penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(data), data)
             loss = loss + penalty
-        loss = with_router_aux(loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask, self.policy.config)
+        loss = with_router_aux(
+            loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask, self.policy.config
+        )
 
-        grad_norm, nonfinite = guarded_step(loss, self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm, "policy")
+        grad_norm, nonfinite = guarded_step(
+            loss, self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm, "policy"
+        )
         if nonfinite is None:
             self.version += 1
         else:

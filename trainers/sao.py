@@ -60,11 +60,16 @@ class SAOConfig(BaseModel):
     value_updates_per_policy_update: int = Field(2, ge=1, description="K; the 'w/o faster value' ablation is 1")
     critic_trainable: Literal["moe", "all"] = Field("moe", description="'moe' freezes the critic's attention")
     critic_train_embeddings_norms: bool = False
-    critic_module_patterns: ModulePatterns | None = Field(None, description=(
-        "regexes naming the checkpoint's attention / router / experts parameters, for a family whose names "
-        "the defaults (testbed/models/modules.py) do not cover"))
-    gae: Literal["token", "step_average", "step_last", "naive"] = Field("token", description=(
-        "'token' skips observations; 'naive' runs GAE across them (values at observation tokens)"))
+    critic_module_patterns: ModulePatterns | None = Field(
+        None,
+        description=(
+            "regexes naming the checkpoint's attention / router / experts parameters, for a family whose names "
+            "the defaults (testbed/models/modules.py) do not cover"
+        ),
+    )
+    gae: Literal["token", "step_average", "step_last", "naive"] = Field(
+        "token", description=("'token' skips observations; 'naive' runs GAE across them (values at observation tokens)")
+    )
     gamma: float = Field(1.0, ge=0, le=1)
     lambda_policy: float | Literal["adaptive"] = Field("adaptive", description="'adaptive': 1 - 1/(alpha * l)")
     alpha: float = Field(1.5, gt=0)
@@ -75,10 +80,14 @@ class SAOConfig(BaseModel):
     clip_low: float = Field(0.2, gt=0, lt=1)
     clip_high: float = Field(0.28, gt=0)
     value_clip: float | None = Field(None, gt=0, description="PPO-style value clipping (off by default)")
-    advantages_from: Literal["fitted", "pre_update"] = Field("fitted", description=(
-        "'fitted': advantages from the critic after its K steps on this batch (the paper's order: the critic "
-        "catches up first); 'pre_update': from the critic as it was before it saw the batch, so the baseline "
-        "cannot have been pulled toward the returns it is subtracted from"))
+    advantages_from: Literal["fitted", "pre_update"] = Field(
+        "fitted",
+        description=(
+            "'fitted': advantages from the critic after its K steps on this batch (the paper's order: the critic "
+            "catches up first); 'pre_update': from the critic as it was before it saw the batch, so the baseline "
+            "cannot have been pulled toward the returns it is subtracted from"
+        ),
+    )
     value_pretrain_samples: int = Field(2048, ge=0, description="judged SFT samples for value pretraining (0: none)")
     value_pretrain_epochs: int = Field(6, ge=1)
     value_pretrain_batch: int = Field(64, ge=1)
@@ -86,21 +95,37 @@ class SAOConfig(BaseModel):
     max_grad_norm: float = Field(1.0, gt=0)
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
     kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in the paper")
-    router_aux_loss_coef: float = Field(0.0, ge=0, description=(
-        "MoE load-balancing loss (Switch/Mixtral) weight, on the policy's and the critic's routers; 0 = off"))
+    router_aux_loss_coef: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "MoE load-balancing loss (Switch/Mixtral) weight, on the policy's and the critic's routers; 0 = off"
+        ),
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _old_spellings(cls, args: Any) -> Any:
-        return refuse_renamed(args, {"batch_size": renamed_to("episodes_per_update"), "staleness_bound": moved_to_runtime})
+        return refuse_renamed(
+            args, {"batch_size": renamed_to("episodes_per_update"), "staleness_bound": moved_to_runtime}
+        )
 
 
 class SAOTrainer:
     Config = SAOConfig
     group_size = 1
 
-    def __init__(self, policy: torch.nn.Module, config: dict[str, Any] | None = None, /, *, pad_id: int,
-                 temperature: float = 1.0, seed: int = 0, **args: Any):
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        config: dict[str, Any] | None = None,
+        /,
+        *,
+        pad_id: int,
+        temperature: float = 1.0,
+        seed: int = 0,
+        **args: Any,
+    ):
         # the loop passes the arm's args as keywords (registry.build); a dict is the same, for direct use
         self.cfg = SAOConfig.model_validate({**(config or {}), **args})
         self.policy = policy
@@ -108,18 +133,26 @@ class SAOTrainer:
         self.temperature = temperature
         self.episodes_per_update = self.cfg.episodes_per_update
         self.top_k = policy.config.num_experts_per_tok
-        self.critic = Critic.from_policy(policy, self.cfg.critic_trainable, self.cfg.critic_train_embeddings_norms,
-                                         self.cfg.critic_module_patterns)
-        self.policy_opt = torch.optim.AdamW(policy.parameters(), lr=self.cfg.policy_lr, weight_decay=0.0, eps=self.cfg.adam_eps)
+        self.critic = Critic.from_policy(
+            policy, self.cfg.critic_trainable, self.cfg.critic_train_embeddings_norms, self.cfg.critic_module_patterns
+        )
+        self.policy_opt = torch.optim.AdamW(
+            policy.parameters(), lr=self.cfg.policy_lr, weight_decay=0.0, eps=self.cfg.adam_eps
+        )
         self.critic_opt = torch.optim.AdamW(
-            [p for p in self.critic.parameters() if p.requires_grad], lr=self.cfg.critic_lr, weight_decay=0.0, eps=self.cfg.adam_eps
+            [p for p in self.critic.parameters() if p.requires_grad],
+            lr=self.cfg.critic_lr,
+            weight_decay=0.0,
+            eps=self.cfg.adam_eps,
         )
         self.version = 0  # policy updates so far
         self.updates = 0  # all updates, warm-up included
         self.skipped_steps_total = 0  # optimiser steps (critic and policy) skipped for a non-finite loss or gradient
         self.rng = random.Random(seed)
         self.reference = reference_for(policy, self.cfg.kl_coef, temperature)
-        self.parameter_counts = trainable_parameter_counts(self.critic, self.cfg.critic_module_patterns)  # logged at start
+        self.parameter_counts = trainable_parameter_counts(
+            self.critic, self.cfg.critic_module_patterns
+        )  # logged at start
 
     # -- the update ---------------------------------------------------------------------------
 
@@ -133,14 +166,19 @@ class SAOTrainer:
         first_forward = self.critic(data.tokens, data.attention_mask, output_router_logits=True)
         values_before = first_forward[0].detach()
         advantages_pre, returns = self._advantages(data, values_before)
-        metrics: dict[str, Any] = {"value_explained_variance": explained_variance(values_before, returns,
-                                                                                  critic_mask(data.action_mask, self.cfg.gae)),
-                                   **first_value_metrics(values_before, data.action_mask, data.episode_rewards)}
+        metrics: dict[str, Any] = {
+            "value_explained_variance": explained_variance(
+                values_before, returns, critic_mask(data.action_mask, self.cfg.gae)
+            ),
+            **first_value_metrics(values_before, data.action_mask, data.episode_rewards),
+        }
         skipped: list[str] = []  # the non-finite quantity of each skipped step, in order
 
         # 1. TTUR: K critic updates, so values are fresh before they shape the advantages.
         for k in range(self.cfg.value_updates_per_policy_update):
-            step_metrics, nonfinite = self._critic_step(data, returns, values_before, forward=first_forward if k == 0 else None)
+            step_metrics, nonfinite = self._critic_step(
+                data, returns, values_before, forward=first_forward if k == 0 else None
+            )
             metrics.update(step_metrics)
             if nonfinite is not None:
                 skipped.append(nonfinite)
@@ -162,19 +200,22 @@ class SAOTrainer:
         else:
             metrics["value_warmup"] = 1.0
         self.skipped_steps_total += len(skipped)
-        metrics.update({
-            "nonfinite": skipped[0] if skipped else None,
-            "skipped_steps": len(skipped),
-            "reward_mean": float(data.episode_rewards.mean()),
-            "value_mean": float(token_mean(values, data.action_mask)),
-            "advantage_mean": float(token_mean(advantages, data.action_mask)),
-            "advantage_abs_mean": float(token_mean(advantages.abs(), data.action_mask)),
-            "response_tokens_mean": float(data.action_lengths.float().mean()),
-        })
+        metrics.update(
+            {
+                "nonfinite": skipped[0] if skipped else None,
+                "skipped_steps": len(skipped),
+                "reward_mean": float(data.episode_rewards.mean()),
+                "value_mean": float(token_mean(values, data.action_mask)),
+                "advantage_mean": float(token_mean(advantages, data.action_mask)),
+                "advantage_abs_mean": float(token_mean(advantages.abs(), data.action_mask)),
+                "response_tokens_mean": float(data.action_lengths.float().mean()),
+            }
+        )
         return metrics
 
-    def _scoring_advantages(self, data: Batch, values_before: torch.Tensor, advantages_pre: torch.Tensor,
-                            metrics: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _scoring_advantages(
+        self, data: Batch, values_before: torch.Tensor, advantages_pre: torch.Tensor, metrics: dict[str, Any]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(values, advantages) the policy step uses, per `advantages_from`. The fitted critic's are
         computed either way, to log how much fitting it to this batch shrank the advantages."""
         with torch.no_grad():
@@ -194,42 +235,81 @@ class SAOTrainer:
             data.rewards, values, data.action_mask, self.cfg.gamma, lam_policy, self.cfg.lambda_critic, self.cfg.gae
         )
 
-    def _critic_step(self, data: Batch, returns: torch.Tensor, old_values: torch.Tensor,
-                     forward: tuple[torch.Tensor, tuple | None] | None = None) -> tuple[dict[str, float], str | None]:
+    def _critic_step(
+        self,
+        data: Batch,
+        returns: torch.Tensor,
+        old_values: torch.Tensor,
+        forward: tuple[torch.Tensor, tuple | None] | None = None,
+    ) -> tuple[dict[str, float], str | None]:
         """One critic step: (metrics, the non-finite quantity if the step was skipped). `forward`:
         the critic's (values, router logits) on this batch at its current parameters, if the
         caller already has them (with their graph)."""
         self.critic.train()
-        values, router = forward if forward is not None else self.critic(data.tokens, data.attention_mask, output_router_logits=True)
-        loss = value_loss(values, returns, critic_mask(data.action_mask, self.cfg.gae),
-                          old_values=old_values if self.cfg.value_clip else None,
-                          clip=self.cfg.value_clip)
+        values, router = (
+            forward if forward is not None else self.critic(data.tokens, data.attention_mask, output_router_logits=True)
+        )
+        loss = value_loss(
+            values,
+            returns,
+            critic_mask(data.action_mask, self.cfg.gae),
+            old_values=old_values if self.cfg.value_clip else None,
+            clip=self.cfg.value_clip,
+        )
         stats = {"critic_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
-        loss = with_router_aux(loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask,
-                               self.critic.backbone.config, "critic_router_aux_loss")
-        _, nonfinite = guarded_step(loss, self.critic.parameters(), self.critic_opt, self.cfg.max_grad_norm, "critic",
-                                    inspect=lambda: stats.update(grad_norms_by_family(self.critic, "critic_", self.cfg.critic_module_patterns)))
-        metrics = {"critic_loss": float(loss.detach()), **stats, **expert_load(router, data.action_mask, self.top_k, "critic_")}
+        loss = with_router_aux(
+            loss,
+            stats,
+            self.cfg.router_aux_loss_coef,
+            router,
+            data.attention_mask,
+            self.critic.backbone.config,
+            "critic_router_aux_loss",
+        )
+        _, nonfinite = guarded_step(
+            loss,
+            self.critic.parameters(),
+            self.critic_opt,
+            self.cfg.max_grad_norm,
+            "critic",
+            inspect=lambda: stats.update(grad_norms_by_family(self.critic, "critic_", self.cfg.critic_module_patterns)),
+        )
+        metrics = {
+            "critic_loss": float(loss.detach()),
+            **stats,
+            **expert_load(router, data.action_mask, self.top_k, "critic_"),
+        }
         return metrics, nonfinite
 
     def _policy_step(self, data: Batch, advantages: torch.Tensor) -> tuple[dict[str, float], str | None]:
         """The policy step: (metrics, the non-finite quantity if the step was skipped)."""
         self.policy.train()
-        logprobs, entropy, router = token_logprobs_and_routing(self.policy, data.tokens, data.attention_mask,
-                                                               self.temperature, where=data.action_mask)
+        logprobs, entropy, router = token_logprobs_and_routing(
+            self.policy, data.tokens, data.attention_mask, self.temperature, where=data.action_mask
+        )
         if self.cfg.policy_loss == "dis":
-            loss, stats = dis_policy_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask,
-                                          self.cfg.eps_low, self.cfg.eps_high)
+            loss, stats = dis_policy_loss(
+                logprobs, data.behaviour_logprobs, advantages, data.action_mask, self.cfg.eps_low, self.cfg.eps_high
+            )
         else:  # vanilla VAPO: PPO clip against the policy that generated the batch
-            loss, stats = ppo_clip_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask,
-                                        self.cfg.clip_low, self.cfg.clip_high)
+            loss, stats = ppo_clip_loss(
+                logprobs, data.behaviour_logprobs, advantages, data.action_mask, self.cfg.clip_low, self.cfg.clip_high
+            )
         if self.reference is not None:
             penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(data), data)
             loss = loss + penalty
-        loss = with_router_aux(loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask, self.policy.config)
+        loss = with_router_aux(
+            loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask, self.policy.config
+        )
         norms = {"policy_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
-        _, nonfinite = guarded_step(loss, self.policy.parameters(), self.policy_opt, self.cfg.max_grad_norm, "policy",
-                                    inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_", self.cfg.critic_module_patterns)))
+        _, nonfinite = guarded_step(
+            loss,
+            self.policy.parameters(),
+            self.policy_opt,
+            self.cfg.max_grad_norm,
+            "policy",
+            inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_", self.cfg.critic_module_patterns)),
+        )
         return {
             "policy_loss": float(loss.detach()),
             "entropy": float(token_mean(entropy.detach(), data.action_mask)),
@@ -259,7 +339,9 @@ class SAOTrainer:
             self.rng.shuffle(order)
             losses, evs = [], []
             for i in range(0, len(order), size):
-                data = collate([trajectories[j] for j in order[i : i + size]], self.pad_id, device=device_of(self.critic))
+                data = collate(
+                    [trajectories[j] for j in order[i : i + size]], self.pad_id, device=device_of(self.critic)
+                )
                 with torch.no_grad():
                     before, _ = self.critic(data.tokens, data.attention_mask)
                 _, returns = policy_and_critic_advantages(
@@ -270,19 +352,43 @@ class SAOTrainer:
                 losses.append(step_metrics["critic_loss"])
                 skipped += nonfinite is not None
                 if on_step is not None:  # the losses are host floats already
-                    on_step(epoch * batches + i // size + 1, self.cfg.value_pretrain_epochs * batches, epoch=epoch + 1,
-                            value_loss=sum(losses) / len(losses))
-            curve.append({"epoch": epoch + 1, "value_loss": sum(losses) / len(losses),
-                          "explained_variance": float(torch.tensor(evs).nanmean())})
+                    on_step(
+                        epoch * batches + i // size + 1,
+                        self.cfg.value_pretrain_epochs * batches,
+                        epoch=epoch + 1,
+                        value_loss=sum(losses) / len(losses),
+                    )
+            curve.append(
+                {
+                    "epoch": epoch + 1,
+                    "value_loss": sum(losses) / len(losses),
+                    "explained_variance": float(torch.tensor(evs).nanmean()),
+                }
+            )
         self.skipped_steps_total += skipped
-        return {"samples": len(trajectories), "curve": curve, "parameters": self.parameter_counts, "skipped_steps": skipped}
+        return {
+            "samples": len(trajectories),
+            "curve": curve,
+            "parameters": self.parameter_counts,
+            "skipped_steps": skipped,
+        }
 
     def warmup_key(self) -> dict[str, Any]:
         """The settings that determine the pretrained critic (the loop caches it under these)."""
-        key = self.cfg.model_dump(include={
-            "critic_trainable", "critic_train_embeddings_norms", "gae", "gamma", "critic_lr", "value_clip",
-            "value_pretrain_samples", "value_pretrain_epochs", "value_pretrain_batch", "max_grad_norm",
-        })
+        key = self.cfg.model_dump(
+            include={
+                "critic_trainable",
+                "critic_train_embeddings_norms",
+                "gae",
+                "gamma",
+                "critic_lr",
+                "value_clip",
+                "value_pretrain_samples",
+                "value_pretrain_epochs",
+                "value_pretrain_batch",
+                "max_grad_norm",
+            }
+        )
         if self.cfg.router_aux_loss_coef > 0:  # only when on, so that existing caches keep their keys
             key["router_aux_loss_coef"] = self.cfg.router_aux_loss_coef
         if self.cfg.critic_module_patterns is not None:  # likewise
@@ -313,6 +419,9 @@ class SAOTrainer:
         self.policy.load_state_dict(state["policy"])
         self.policy_opt.load_state_dict(state["policy_opt"])
         self.load_warmup_state(state)
-        self.version, self.updates = state["version"], state["updates"]  # an older checkpoint's "dropped_stale" is unused
+        self.version, self.updates = (
+            state["version"],
+            state["updates"],
+        )  # an older checkpoint's "dropped_stale" is unused
         self.skipped_steps_total = state.get("skipped_steps_total", 0)  # absent in older checkpoints
         self.rng.setstate(state["rng"])

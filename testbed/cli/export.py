@@ -15,7 +15,9 @@ from testbed.scenario.schema import ScenarioError, load_scenario
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="testbed export", description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", help="where to write the Hub-format checkpoint (replaced if it exists)")
-    parser.add_argument("--scenario", default="scenarios/style_shift.yaml", help="whose SFT policy (default: %(default)s)")
+    parser.add_argument(
+        "--scenario", default="scenarios/style_shift.yaml", help="whose SFT policy (default: %(default)s)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="the run seed whose policy (with policy.sft.per_seed)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
@@ -25,8 +27,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if scenario.policy.checkpoint:
-        print(f"error: {args.scenario} starts from policy.checkpoint {scenario.policy.checkpoint}, not from an SFT "
-              "policy of its own; nothing to export", file=sys.stderr)
+        print(
+            f"error: {args.scenario} starts from policy.checkpoint {scenario.policy.checkpoint}, not from an SFT "
+            "policy of its own; nothing to export",
+            file=sys.stderr,
+        )
         return 2
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731
     model, tok, report = scenario_policy(scenario, args.seed, log)

@@ -63,18 +63,29 @@ def _export(argv: list[str]) -> int:
 COMMANDS: dict[str, tuple[str, Callable[[list[str]], int], str]] = {
     "run": ("run a scenario: every arm x seed into a run directory, then its report", _run, "python -m testbed.run"),
     "sweep": ("run a scenario over a grid of settings and report the grid", _sweep, "python -m testbed.sweep"),
-    "report": ("write the report of run directories (or of a sweep directory) again", _report,
-               "python -m analysis.report"),
-    "judge-server": ("serve a judge as an OpenAI-compatible chat model (the 'llm' extra)", _judge_server,
-                     "python -m judges.server"),
+    "report": (
+        "write the report of run directories (or of a sweep directory) again",
+        _report,
+        "python -m analysis.report",
+    ),
+    "judge-server": (
+        "serve a judge as an OpenAI-compatible chat model (the 'llm' extra)",
+        _judge_server,
+        "python -m judges.server",
+    ),
     "export": ("write a scenario's SFT policy as a Hub-format checkpoint", _export, "python -m testbed.cli.export"),
 }
 
 
 def usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: testbed COMMAND [ARGS ...]", "", "An online-learning testbed: language-model policies learn to "
-             "write while the reward keeps changing.", "", "commands:"]
+    lines = [
+        "usage: testbed COMMAND [ARGS ...]",
+        "",
+        "An online-learning testbed: language-model policies learn to write while the reward keeps changing.",
+        "",
+        "commands:",
+    ]
     lines += [f"  {name:<{width}}  {what}" for name, (what, _, _) in COMMANDS.items()]
     lines += ["", "testbed COMMAND --help shows a command's arguments."]
     return "\n".join(lines)

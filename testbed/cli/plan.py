@@ -59,16 +59,27 @@ class ArmShape:
     warmup_samples: int = 0
 
 
-def judge_calls(budget: int, seeds: int, arms: list[ArmShape], eval_every: int, eval_prompts: int,
-                gold_share: float | None) -> dict[str, Any]:
+def judge_calls(
+    budget: int, seeds: int, arms: list[ArmShape], eval_every: int, eval_prompts: int, gold_share: float | None
+) -> dict[str, Any]:
     """Judge calls by kind ({min, max}: a multi-turn episode costs 1 to max_turns calls), per arm
     and in total, assuming no call fails (a failed call does not move the clock, so it costs one more)."""
     gold = gold_episodes(budget, gold_share) if gold_share is not None else 0
     by_arm: dict[str, dict[str, dict[str, int]]] = {}
     for arm in arms:
         evals = evaluations(budget, arm.per_round, eval_every) * eval_prompts * seeds
-        low = {"training": budget * seeds, "eval": evals, "warmup": arm.warmup_runs * arm.warmup_samples, "gold": gold * seeds}
-        turns = {"training": arm.max_turns, "eval": arm.max_turns, "warmup": arm.max_turns, "gold": 1}  # gold: last draft
+        low = {
+            "training": budget * seeds,
+            "eval": evals,
+            "warmup": arm.warmup_runs * arm.warmup_samples,
+            "gold": gold * seeds,
+        }
+        turns = {
+            "training": arm.max_turns,
+            "eval": arm.max_turns,
+            "warmup": arm.max_turns,
+            "gold": 1,
+        }  # gold: last draft
         by_arm[arm.name] = {k: {"min": v, "max": v * turns[k]} for k, v in low.items()}
     kinds = ("training", "eval", "warmup", "gold")
     total = {k: {b: sum(a[k][b] for a in by_arm.values()) for b in ("min", "max")} for k in kinds}
@@ -118,7 +129,9 @@ def unset_env_vars(args: Any, where: str) -> list[str]:
     for k, v in args.items():
         if isinstance(v, dict) and set(v) == {"env_var", "set"}:
             if not v["set"]:
-                out.append(f"{where}.{k}: the environment variable {v['env_var']} is not set; a real run stops at start-up")
+                out.append(
+                    f"{where}.{k}: the environment variable {v['env_var']} is not set; a real run stops at start-up"
+                )
         else:
             out += unset_env_vars(v, f"{where}.{k}")
     return out
@@ -127,7 +140,9 @@ def unset_env_vars(args: Any, where: str) -> list[str]:
 # -- gathering the inputs from a scenario ---------------------------------------------------------
 
 
-def make_plan(scenario: Scenario, source: str = "", out_dir: str | None = None, run_name: str | None = None) -> dict[str, Any]:
+def make_plan(
+    scenario: Scenario, source: str = "", out_dir: str | None = None, run_name: str | None = None
+) -> dict[str, Any]:
     """The plan of `scenario` as plain data (what `--dry-run --json` prints). Raises ScenarioError
     for what a run would only find later (a checkpoint that is not there, a trainer that refuses
     its arguments when built, a run directory that exists)."""
@@ -140,20 +155,40 @@ def make_plan(scenario: Scenario, source: str = "", out_dir: str | None = None, 
         arms = [arm_plan(scenario, i, model, pad_id, schedule, seed_keys) for i in range(len(scenario.arms))]
     claim_warmups(arms)
     judges = judges_plan(scenario)
-    shapes = [ArmShape(a["name"], a["episodes_per_round"], a["max_turns"], a["warmup"]["runs"], a["warmup"]["samples"])
-              for a in arms]
+    shapes = [
+        ArmShape(a["name"], a["episodes_per_round"], a["max_turns"], a["warmup"]["runs"], a["warmup"]["samples"])
+        for a in arms
+    ]
     budget, seeds = scenario.budget.episodes, len(scenario.seeds)
     gold_share = scenario.gold_judge.share if scenario.gold_judge else None
     return {
-        "scenario": {"name": scenario.name, "source": source, "description": scenario.description, "digest": scenario.digest()},
+        "scenario": {
+            "name": scenario.name,
+            "source": source,
+            "description": scenario.description,
+            "digest": scenario.digest(),
+        },
         "run_directory": run_directory(scenario, out_dir, run_name),
-        "policy": policy, "starting_policies": starting, "arms": arms, **judges,
-        "schedule": schedule_plan(scenario, schedule), "runtime": runtime_plan(scenario),
+        "policy": policy,
+        "starting_policies": starting,
+        "arms": arms,
+        **judges,
+        "schedule": schedule_plan(scenario, schedule),
+        "runtime": runtime_plan(scenario),
         "seeds": list(scenario.seeds),
-        "episodes": {"per_arm_seed": budget, "arm_seeds": len(arms) * seeds, "total": budget * len(arms) * seeds,
-                     "eval": {"every": scenario.eval.every, "prompts": scenario.eval.prompts,
-                              "per_arm_seed": {a.name: evaluations(budget, a.per_round, scenario.eval.every) * scenario.eval.prompts
-                                               for a in shapes}}},
+        "episodes": {
+            "per_arm_seed": budget,
+            "arm_seeds": len(arms) * seeds,
+            "total": budget * len(arms) * seeds,
+            "eval": {
+                "every": scenario.eval.every,
+                "prompts": scenario.eval.prompts,
+                "per_arm_seed": {
+                    a.name: evaluations(budget, a.per_round, scenario.eval.every) * scenario.eval.prompts
+                    for a in shapes
+                },
+            },
+        },
         "judge_calls": judge_calls(budget, seeds, shapes, scenario.eval.every, scenario.eval.prompts, gold_share),
         "warnings": judges.pop("warnings") + device_problems(scenario),
     }
@@ -177,7 +212,9 @@ def build_policy_shape(scenario: Scenario) -> tuple[dict[str, Any], Any, int]:
         try:
             hf = AutoConfig.from_pretrained(directory)
         except (OSError, ValueError) as exc:
-            raise ScenarioError(f"policy.checkpoint: {directory} is not a model directory transformers reads: {exc}") from None
+            raise ScenarioError(
+                f"policy.checkpoint: {directory} is not a model directory transformers reads: {exc}"
+            ) from None
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(hf)
         described: dict[str, Any] = {"checkpoint": str(directory)}
@@ -194,8 +231,13 @@ def build_policy_shape(scenario: Scenario) -> tuple[dict[str, Any], Any, int]:
     hf = model.config
     experts, top_k = moe_shape(hf) or (None, None)
     sizes = {name: p.numel() for name, p in model.named_parameters()}
-    described.update(family=type(model).__name__, parameters=sum(sizes.values()), num_experts=experts, top_k=top_k,
-                     active_parameters=active_parameters(sizes, experts, top_k))
+    described.update(
+        family=type(model).__name__,
+        parameters=sum(sizes.values()),
+        num_experts=experts,
+        top_k=top_k,
+        active_parameters=active_parameters(sizes, experts, top_k),
+    )
     return described, model, pad_id
 
 
@@ -216,27 +258,44 @@ def starting_plan(scenario: Scenario) -> tuple[list[dict[str, Any]], dict[int, s
         else:
             key = policy_key(cfg, archetypes, scenario.env)
             sft = cfg.sft
-            out.append({"seeds": seeds, "sft_seed": sft.seed, "key": key, "cache": str(cache_root() / f"policy-{key}"),
-                        "cached": (cache_root() / f"policy-{key}" / "sft_report.json").is_file(),
-                        "steps_per_round": sft.steps, "max_rounds": sft.max_rounds, "corpus_size": sft.corpus_size,
-                        "acceptance_samples_max": sft_acceptance_samples(sft.steps, sft.eval_samples,
-                                                                         len(archetypes) if len(archetypes) > 3 else 1,
-                                                                         sft.max_rounds, EARLY_CHECKS)})
+            out.append(
+                {
+                    "seeds": seeds,
+                    "sft_seed": sft.seed,
+                    "key": key,
+                    "cache": str(cache_root() / f"policy-{key}"),
+                    "cached": (cache_root() / f"policy-{key}" / "sft_report.json").is_file(),
+                    "steps_per_round": sft.steps,
+                    "max_rounds": sft.max_rounds,
+                    "corpus_size": sft.corpus_size,
+                    "acceptance_samples_max": sft_acceptance_samples(
+                        sft.steps,
+                        sft.eval_samples,
+                        len(archetypes) if len(archetypes) > 3 else 1,
+                        sft.max_rounds,
+                        EARLY_CHECKS,
+                    ),
+                }
+            )
         keys.update(dict.fromkeys(seeds, key))
     return out, keys
 
 
-def arm_plan(scenario: Scenario, i: int, model: Any, pad_id: int, schedule: Any, seed_keys: dict[int, str]) -> dict[str, Any]:
+def arm_plan(
+    scenario: Scenario, i: int, model: Any, pad_id: int, schedule: Any, seed_keys: dict[int, str]
+) -> dict[str, Any]:
     """One arm: its trainer built on the meta policy (the critic and reference it makes, what one
     update takes) and the warm-ups it would need, by cache file."""
     from testbed import registry
-    from testbed.scenario.schema import ScenarioError
-    from testbed.runtimes.learn import warmup_cache_key, warmup_cache_path
     from testbed.models.critic import trainable_parameter_counts
+    from testbed.runtimes.learn import warmup_cache_key, warmup_cache_path
+    from testbed.scenario.schema import ScenarioError
 
     arm = scenario.arms[i]
     try:
-        trainer = registry.build(arm.trainer_class(), arm.args, model, pad_id=pad_id, temperature=scenario.sampling.temperature, seed=0)
+        trainer = registry.build(
+            arm.trainer_class(), arm.args, model, pad_id=pad_id, temperature=scenario.sampling.temperature, seed=0
+        )
     except (ValueError, TypeError) as exc:
         raise ScenarioError(f"arms.{i} ({arm.name}): trainer {arm.type} refuses its arguments: {exc}") from None
     critic = getattr(trainer, "critic", None)
@@ -252,16 +311,28 @@ def arm_plan(scenario: Scenario, i: int, model: Any, pad_id: int, schedule: Any,
             files.setdefault(str(path), path.is_file())
     settings = scenario.env_for(arm).settings()
     return {
-        "name": arm.name, "trainer": arm.type, "path": registry.resolve("trainer", arm.type), "args": public_args(arm.args),
-        "episodes_per_update": trainer.episodes_per_update, "group_size": trainer.group_size,
+        "name": arm.name,
+        "trainer": arm.type,
+        "path": registry.resolve("trainer", arm.type),
+        "args": public_args(arm.args),
+        "episodes_per_update": trainer.episodes_per_update,
+        "group_size": trainer.group_size,
         "episodes_per_round": episodes_per_round(trainer.episodes_per_update, trainer.group_size),
-        "max_turns": int(getattr(settings, "max_turns", 1) or 1), "env": dict(arm.env),
-        "runtime": {"kind": runtime.kind,
-                    **({} if runtime.staleness_limit() is None else {"max_staleness": runtime.staleness_limit()}),
-                    **({"rollout_workers": runtime.rollout_workers, "learner_workers": runtime.learner_workers} if runtime.kind == "ray" else {})},
+        "max_turns": int(getattr(settings, "max_turns", 1) or 1),
+        "env": dict(arm.env),
+        "runtime": {
+            "kind": runtime.kind,
+            **({} if runtime.staleness_limit() is None else {"max_staleness": runtime.staleness_limit()}),
+            **(
+                {"rollout_workers": runtime.rollout_workers, "learner_workers": runtime.learner_workers}
+                if runtime.kind == "ray"
+                else {}
+            ),
+        },
         "critic": counts and {**counts, "frozen": counts["total"] - counts["trainable"]},
-        "reference": None if reference is None else {"kl_coef": getattr(ref, "coef", None),
-                                                     "parameters": sum(p.numel() for p in reference.parameters())},
+        "reference": None
+        if reference is None
+        else {"kl_coef": getattr(ref, "coef", None), "parameters": sum(p.numel() for p in reference.parameters())},
         "warmup": {"samples": samples, "files": files, "runs": 0},
     }
 
@@ -278,8 +349,8 @@ def claim_warmups(arms: list[dict[str, Any]]) -> None:
 def judges_plan(scenario: Scenario) -> dict[str, Any]:
     """The training and gold judges, checked as a run checks them (testbed.judging.build.check_judge),
     with printable args; the world settings that are on; what a real run would stop on."""
-    from testbed.scenario.schema import WorldConfig
     from testbed.judging.build import check_judge
+    from testbed.scenario.schema import WorldConfig
 
     out: dict[str, Any] = {"warnings": []}
     for field, config in (("judge", scenario.judge), ("gold_judge", scenario.gold_judge)):
@@ -287,8 +358,13 @@ def judges_plan(scenario: Scenario) -> dict[str, Any]:
             out[field] = None
             continue
         args = public_args(config.args)
-        out[field] = {"type": config.type, "path": config.path, "args": args, "check": check_judge(config, field),
-                      **({"share": config.share} if field == "gold_judge" else {})}
+        out[field] = {
+            "type": config.type,
+            "path": config.path,
+            "args": args,
+            "check": check_judge(config, field),
+            **({"share": config.share} if field == "gold_judge" else {}),
+        }
         out["warnings"] += unset_env_vars(args, f"{field}.args")
     default = WorldConfig().model_dump()
     world = scenario.world.model_dump()
@@ -308,8 +384,12 @@ def schedule_plan(scenario: Scenario, schedule: Any) -> dict[str, Any]:
             phases[-1]["end"] = t + 1
         else:
             phases.append({"start": t, "end": t + 1, "style": target.style, "candidates": list(target.candidates)})
-    return {"type": scenario.schedule.type, "switch_points": list(schedule.switch_points()), "phases": phases[:MAX_PHASES],
-            "phases_left_out": max(0, len(phases) - MAX_PHASES)}
+    return {
+        "type": scenario.schedule.type,
+        "switch_points": list(schedule.switch_points()),
+        "phases": phases[:MAX_PHASES],
+        "phases_left_out": max(0, len(phases) - MAX_PHASES),
+    }
 
 
 def runtime_plan(scenario: Scenario) -> dict[str, Any]:
@@ -318,11 +398,18 @@ def runtime_plan(scenario: Scenario) -> dict[str, Any]:
     from testbed.device import gpus, resolve
 
     devices = sorted({f"{resolve(scenario.runtime_for(arm).device)}" for arm in scenario.arms})
-    return {"kind": rt.kind, "parallel_arms": rt.parallel_arms, "ray": ray, "task_cpus": rt.task_cpus,
-            "device": rt.device, "resolved_device": ", ".join(devices),
-            **({"actor_gpus": gpus(rt, "actor"), "task_gpus": gpus(rt, "task")} if ray else {}),
-            "torch_threads": rt.torch_threads, "numerics": scenario.numerics, "address": public_args(rt.address or os.environ.get("RAY_ADDRESS"), "address")
-            if ray else None}
+    return {
+        "kind": rt.kind,
+        "parallel_arms": rt.parallel_arms,
+        "ray": ray,
+        "task_cpus": rt.task_cpus,
+        "device": rt.device,
+        "resolved_device": ", ".join(devices),
+        **({"actor_gpus": gpus(rt, "actor"), "task_gpus": gpus(rt, "task")} if ray else {}),
+        "torch_threads": rt.torch_threads,
+        "numerics": scenario.numerics,
+        "address": public_args(rt.address or os.environ.get("RAY_ADDRESS"), "address") if ray else None,
+    }
 
 
 def device_problems(scenario: Scenario) -> list[str]:
@@ -342,6 +429,8 @@ def run_directory(scenario: Scenario, out_dir: str | None, run_name: str | None)
     if run_name is not None:
         root = parent / run_name
         if root.exists():
-            raise ScenarioError(f"run directory {root} already exists; continue it with --resume {root} or choose another name")
+            raise ScenarioError(
+                f"run directory {root} already exists; continue it with --resume {root} or choose another name"
+            )
         return str(root)
     return str(parent / f"{scenario.name}-<timestamp>")

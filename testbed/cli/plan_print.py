@@ -31,7 +31,9 @@ def _range(calls: dict[str, int]) -> str:
 
 
 def _table(title: str, *columns: str) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", show_header=bool(columns), box=None, padding=(0, 2))
+    table = Table(
+        title=title, title_justify="left", title_style="bold", show_header=bool(columns), box=None, padding=(0, 2)
+    )
     for c in columns or ("", ""):
         table.add_column(c)
     return table
@@ -45,29 +47,52 @@ def _rows(table: Table, rows: list[tuple[Any, ...]]) -> Table:
 
 def models_table(plan: dict[str, Any]) -> Table:
     p = plan["policy"]
-    what = f"checkpoint {p['checkpoint']}" if "checkpoint" in p else \
-        ", ".join(f"{k} {v}" for k, v in p["shape"].items()) + f", vocab {p['vocab_size']}"
+    what = (
+        f"checkpoint {p['checkpoint']}"
+        if "checkpoint" in p
+        else ", ".join(f"{k} {v}" for k, v in p["shape"].items()) + f", vocab {p['vocab_size']}"
+    )
     moe = f" (top-{p['top_k']} of {p['num_experts']} experts)" if p.get("num_experts") else ""
-    rows = [("policy", f"{p['family']}: {what}"),
-            ("parameters", f"{_n(p['parameters'])} total, {_n(p['active_parameters'])} active per token{moe}")]
+    rows = [
+        ("policy", f"{p['family']}: {what}"),
+        ("parameters", f"{_n(p['parameters'])} total, {_n(p['active_parameters'])} active per token{moe}"),
+    ]
     for s in plan["starting_policies"]:
         seeds = ", ".join(map(str, s["seeds"]))
         if "checkpoint" in s:
             rows.append((f"start (seeds {seeds})", f"checkpoint {s['checkpoint']}"))
         else:
-            state = "cached" if s["cached"] else (f"would train: up to {s['max_rounds']} x {s['steps_per_round']} steps on "
-                                                  f"{_n(s['corpus_size'])} pieces, up to {_n(s['acceptance_samples_max'])} "
-                                                  "embedded-rubric acceptance verdicts")
+            state = (
+                "cached"
+                if s["cached"]
+                else (
+                    f"would train: up to {s['max_rounds']} x {s['steps_per_round']} steps on "
+                    f"{_n(s['corpus_size'])} pieces, up to {_n(s['acceptance_samples_max'])} "
+                    "embedded-rubric acceptance verdicts"
+                )
+            )
             rows.append((f"SFT (seeds {seeds})", f"sft.seed {s['sft_seed']}, {state}: {s['cache']}"))
     for a in plan["arms"]:
         if a["critic"]:
             c = a["critic"]
-            parts = ", ".join(f"{k.removeprefix('trainable_')} {_n(v)}" for k, v in c.items() if k.startswith("trainable_"))
-            rows.append((f"critic ({a['name']})", f"{_n(c['total'])} total, {_n(c['trainable'])} trainable ({parts}), "
-                                                  f"{_n(c['frozen'])} frozen"))
+            parts = ", ".join(
+                f"{k.removeprefix('trainable_')} {_n(v)}" for k, v in c.items() if k.startswith("trainable_")
+            )
+            rows.append(
+                (
+                    f"critic ({a['name']})",
+                    f"{_n(c['total'])} total, {_n(c['trainable'])} trainable ({parts}), {_n(c['frozen'])} frozen",
+                )
+            )
         ref = a["reference"]
-        rows.append((f"reference ({a['name']})", f"frozen starting policy, {_n(ref['parameters'])} parameters, kl_coef {ref['kl_coef']}"
-                     if ref else "none (kl_coef 0)"))
+        rows.append(
+            (
+                f"reference ({a['name']})",
+                f"frozen starting policy, {_n(ref['parameters'])} parameters, kl_coef {ref['kl_coef']}"
+                if ref
+                else "none (kl_coef 0)",
+            )
+        )
     return _rows(_table("Models"), rows)
 
 
@@ -87,8 +112,12 @@ def judges_table(plan: dict[str, Any]) -> Table:
 
 def schedule_table(plan: dict[str, Any]) -> Table:
     s = plan["schedule"]
-    table = _table(f"Schedule ({s['type']}; switches at episodes {', '.join(map(_n, s['switch_points'])) or 'none'})",
-                   "episodes", "target", "candidates")
+    table = _table(
+        f"Schedule ({s['type']}; switches at episodes {', '.join(map(_n, s['switch_points'])) or 'none'})",
+        "episodes",
+        "target",
+        "candidates",
+    )
     _rows(table, [(f"{_n(p['start'])} - {_n(p['end'])}", p["style"], ", ".join(p["candidates"])) for p in s["phases"]])
     if s["phases_left_out"]:
         table.add_row(f"... {s['phases_left_out']} more", "", "")
@@ -99,11 +128,22 @@ def arms_table(plan: dict[str, Any]) -> Table:
     rows = []
     for a in plan["arms"]:
         w = a["warmup"]
-        warm = "" if not w["samples"] else (f"; warm-up {_n(w['samples'])} judged samples per starting policy, {w['runs']} to run "
-                                            f"({sum(w['files'].values())} of {len(w['files'])} cached)")
+        warm = (
+            ""
+            if not w["samples"]
+            else (
+                f"; warm-up {_n(w['samples'])} judged samples per starting policy, {w['runs']} to run "
+                f"({sum(w['files'].values())} of {len(w['files'])} cached)"
+            )
+        )
         runtime = a["runtime"]["kind"] + "".join(f", {k} {v}" for k, v in a["runtime"].items() if k != "kind")
-        rows.append((a["name"], f"{a['trainer']} ({a['path']}), {a['episodes_per_update']} episodes per update "
-                                f"(group {a['group_size']}), runtime {runtime}{warm}"))
+        rows.append(
+            (
+                a["name"],
+                f"{a['trainer']} ({a['path']}), {a['episodes_per_update']} episodes per update "
+                f"(group {a['group_size']}), runtime {runtime}{warm}",
+            )
+        )
         rows.append(("", f"args {_args(a['args'])}" + (f", env {_args(a['env'])}" if a["env"] else "")))
     return _rows(_table(f"Arms (seeds {', '.join(map(str, plan['seeds']))})"), rows)
 
@@ -112,13 +152,25 @@ def budget_table(plan: dict[str, Any]) -> Table:
     rt, ep, calls = plan["runtime"], plan["episodes"], plan["judge_calls"]
     ray = f"Ray{' at ' + _args(rt['address']) if rt['address'] else ' (local)'}" if rt["ray"] else "no Ray"
     evals = ", ".join(f"{k} {_n(v)}" for k, v in ep["eval"]["per_arm_seed"].items())
-    rows = [("runtime", f"{rt['kind']}, parallel arms {'on' if rt['parallel_arms'] else 'off'}, {ray}, task cpus {rt['task_cpus']}, "
-                        f"torch threads {rt['torch_threads']}, numerics {rt['numerics']}"),
-            ("device", f"{rt['device']} -> {rt['resolved_device']}"
-                       + (f", GPUs per actor {rt['actor_gpus']:g}, per task {rt['task_gpus']:g}" if rt["ray"] else "")),
-            ("episodes", f"{_n(ep['per_arm_seed'])} per arm x seed x {ep['arm_seeds']} = {_n(ep['total'])}"),
-            ("evaluation", f"every {_n(ep['eval']['every'])} episodes on {ep['eval']['prompts']} held-out prompts: {evals} "
-                           "episodes per arm x seed")]
+    rows = [
+        (
+            "runtime",
+            f"{rt['kind']}, parallel arms {'on' if rt['parallel_arms'] else 'off'}, {ray}, task cpus "
+            f"{rt['task_cpus']}, "
+            f"torch threads {rt['torch_threads']}, numerics {rt['numerics']}",
+        ),
+        (
+            "device",
+            f"{rt['device']} -> {rt['resolved_device']}"
+            + (f", GPUs per actor {rt['actor_gpus']:g}, per task {rt['task_gpus']:g}" if rt["ray"] else ""),
+        ),
+        ("episodes", f"{_n(ep['per_arm_seed'])} per arm x seed x {ep['arm_seeds']} = {_n(ep['total'])}"),
+        (
+            "evaluation",
+            f"every {_n(ep['eval']['every'])} episodes on {ep['eval']['prompts']} held-out prompts: {evals} "
+            "episodes per arm x seed",
+        ),
+    ]
     rows += [(f"judge calls, {k}", _range(calls[k])) for k in ("training", "eval", "warmup", "gold")]
     rows.append(("judge calls, total", _range(calls["total"]) + " (estimated; a failed call costs one more)"))
     rows.append(("run directory", f"{plan['run_directory']} (not created by a dry run)"))
@@ -128,8 +180,11 @@ def budget_table(plan: dict[str, Any]) -> Table:
 def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     s = plan["scenario"]
-    console.print(f"[bold]Plan of {escape(s['name'])}[/] ({escape(s['source'])}, digest {s['digest']}): {escape(s['description'])}",
-                  highlight=False)
+    console.print(
+        f"[bold]Plan of {escape(s['name'])}[/] ({escape(s['source'])}, digest {s['digest']}): "
+        f"{escape(s['description'])}",
+        highlight=False,
+    )
     for table in (models_table(plan), judges_table(plan), schedule_table(plan), arms_table(plan), budget_table(plan)):
         console.print(table, highlight=False)
         console.print()

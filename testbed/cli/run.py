@@ -52,14 +52,24 @@ class RunFinished(Exception):
     """`--resume` of a run whose manifest says it is done: nothing to continue."""
 
 
-
-
-def run_arms(scenario: Scenario, store: RunStore, manifest: dict[str, Any], resume_state: dict[str, Any] | None,
-             *, starts: dict[int, StartingPolicy], **kw: Any) -> None:
+def run_arms(
+    scenario: Scenario,
+    store: RunStore,
+    manifest: dict[str, Any],
+    resume_state: dict[str, Any] | None,
+    *,
+    starts: dict[int, StartingPolicy],
+    **kw: Any,
+) -> None:
     """Every arm x seed not finished yet: one after another, or side by side as Ray tasks."""
     from testbed.runtimes.loop import make_progress
 
-    jobs = [(arm, seed) for arm in scenario.arms for seed in scenario.seeds if str(seed) not in manifest["arms"].get(arm.name, {})]
+    jobs = [
+        (arm, seed)
+        for arm in scenario.arms
+        for seed in scenario.seeds
+        if str(seed) not in manifest["arms"].get(arm.name, {})
+    ]
 
     def done(arm_name: str, seed: int, totals: dict[str, Any]) -> None:
         manifest["arms"].setdefault(arm_name, {})[str(seed)] = totals
@@ -68,22 +78,40 @@ def run_arms(scenario: Scenario, store: RunStore, manifest: dict[str, Any], resu
     with make_progress() as progress, runtime_session(scenario):
         # Side by side: the synchronous arms. An asynchronous arm has actors of its own, which need the
         # cores a task would hold, so those run one after another (after the parallel ones).
-        side = [(a, s) for a, s in jobs if scenario.runtime_for(a).kind == "sync"] if scenario.runtime.parallel_arms else []
+        side = (
+            [(a, s) for a, s in jobs if scenario.runtime_for(a).kind == "sync"]
+            if scenario.runtime.parallel_arms
+            else []
+        )
         if len(side) > 1:
             from testbed.runtimes.ray.parallel import run_arms_in_parallel
 
-            run_arms_in_parallel(scenario, side, starts=starts, store=store, on_done=done, log=progress.console.print,
-                                 progress=progress)
+            run_arms_in_parallel(
+                scenario, side, starts=starts, store=store, on_done=done, log=progress.console.print, progress=progress
+            )
             jobs = [job for job in jobs if job not in side]
         for arm, seed in jobs:
-            resume = resume_state if resume_state and (resume_state["arm"], resume_state["seed"]) == (arm.name, seed) else None
+            resume = (
+                resume_state
+                if resume_state and (resume_state["arm"], resume_state["seed"]) == (arm.name, seed)
+                else None
+            )
             start = starts[seed]
-            totals = arm_runner(scenario, arm)(scenario, arm, seed, store=store, progress=progress, log=progress.console.print,
-                                               completed=manifest["arms"], resume=resume, base_policy=start.policy,
-                                               tokenizer=start.tokenizer, policy_key=start.key, **kw)
+            totals = arm_runner(scenario, arm)(
+                scenario,
+                arm,
+                seed,
+                store=store,
+                progress=progress,
+                log=progress.console.print,
+                completed=manifest["arms"],
+                resume=resume,
+                base_policy=start.policy,
+                tokenizer=start.tokenizer,
+                policy_key=start.key,
+                **kw,
+            )
             done(arm.name, seed, totals)
-
-
 
 
 def error(message: str) -> int:
@@ -121,14 +149,22 @@ def open_resume(run_dir: Path) -> tuple[Scenario, RunStore, dict[str, Any], dict
         raise
     manifest["arms"] = state["completed"] if state else {}
     manifest["status"] = "running"
-    manifest.setdefault("resumes", []).append({
-        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "checkpoint": str(found[0].relative_to(run_dir)) if found else None,
-        "discarded_parts": moved,
-    })
-    where = f"{found[0]} (arm {state['arm']} seed {state['seed']}, t={state['env']['clock']})" if found and state else "the start"
-    console.print(f"resuming {run_dir} from {where}; parts written after it moved to discarded/: "
-                  f"{sum(len(v) for v in moved.values())}")
+    manifest.setdefault("resumes", []).append(
+        {
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "checkpoint": str(found[0].relative_to(run_dir)) if found else None,
+            "discarded_parts": moved,
+        }
+    )
+    where = (
+        f"{found[0]} (arm {state['arm']} seed {state['seed']}, t={state['env']['clock']})"
+        if found and state
+        else "the start"
+    )
+    console.print(
+        f"resuming {run_dir} from {where}; parts written after it moved to discarded/: "
+        f"{sum(len(v) for v in moved.values())}"
+    )
     return scenario, store, manifest, (state if state and not state["done"] else None)
 
 
@@ -136,17 +172,36 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m testbed.run", description=__doc__.splitlines()[0])
     parser.add_argument("scenario", nargs="?", help="scenario YAML file")
     parser.add_argument("--out", help="parent directory for the run directory (default: the scenario's output.dir)")
-    parser.add_argument("--run-name", help="name of the run directory (default: <scenario>-<timestamp>); a plain "
-                        "name (letters, digits, '_', '.', '-'), refused if it exists")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a scenario field, e.g. --set budget.episodes=500 (repeatable)")
+    parser.add_argument(
+        "--run-name",
+        help="name of the run directory (default: <scenario>-<timestamp>); a plain "
+        "name (letters, digits, '_', '.', '-'), refused if it exists",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario field, e.g. --set budget.episodes=500 (repeatable)",
+    )
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a killed or stopped run from its last checkpoint")
-    parser.add_argument("--runtime", choices=["sync", "ray"], help="override runtime.kind (sync: one process; ray: async actors)")
-    parser.add_argument("--dry-run", action="store_true", help="validate the scenario and print the plan (models, judge, "
-                        "schedule, runtime, episodes, estimated judge calls); train nothing, write nothing")
+    parser.add_argument(
+        "--runtime", choices=["sync", "ray"], help="override runtime.kind (sync: one process; ray: async actors)"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the scenario and print the plan (models, judge, "
+        "schedule, runtime, episodes, estimated judge calls); train nothing, write nothing",
+    )
     parser.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
-    parser.add_argument("--no-report", action="store_true", help="skip the figures and tables at the end (the rows are "
-                        "all written; python -m analysis.report RUN_DIR makes them later)")
+    parser.add_argument(
+        "--no-report",
+        action="store_true",
+        help="skip the figures and tables at the end (the rows are "
+        "all written; python -m analysis.report RUN_DIR makes them later)",
+    )
     return parser.parse_args(argv)
 
 
@@ -194,7 +249,9 @@ def start(args: argparse.Namespace, opened: dict[str, Any], reexec: bool = False
             saved = Path(args.resume) / "scenario.yaml"  # without it, open_resume says it is not a run directory
             if saved.is_file() and (code := check_numerics(args, load_scenario(saved), reexec)) is not None:
                 return code
-            opened["scenario"], opened["store"], opened["manifest"], opened["resume_state"] = open_resume(Path(args.resume))
+            opened["scenario"], opened["store"], opened["manifest"], opened["resume_state"] = open_resume(
+                Path(args.resume)
+            )
         else:
             overrides = args.overrides + ([f"runtime.kind={args.runtime}"] if args.runtime else [])
             opened["scenario"] = load_scenario(args.scenario, overrides)
@@ -221,7 +278,6 @@ def start(args: argparse.Namespace, opened: dict[str, Any], reexec: bool = False
 def dry_run(args: argparse.Namespace, scenario: Scenario) -> int:
     """Print the plan (testbed/cli/plan.py) and exit 0: nothing trained, no run directory, no cache written."""
 
-
     plan = make_plan(scenario, args.scenario, args.out, args.run_name)
     if args.json:
         print(json.dumps(plan, indent=1))
@@ -238,8 +294,9 @@ def new_run(args: argparse.Namespace, opened: dict[str, Any]) -> int | None:
     manifest = base_manifest(scenario.name, scenario.seeds, scenario.digest())  # slow imports: before the directory
     out_dir = Path(args.out or scenario.output.dir)
     try:
-        store = RunStore.create(out_dir, scenario.name, scenario.output.flush_rows, scenario.output.flush_seconds,
-                                run_name=args.run_name)
+        store = RunStore.create(
+            out_dir, scenario.name, scenario.output.flush_rows, scenario.output.flush_seconds, run_name=args.run_name
+        )
     except (FileExistsError, RunInUseError, ValueError) as exc:
         return error(str(exc))
     except OSError as exc:
@@ -289,8 +346,15 @@ def main(argv: list[str] | None = None, reexec: bool = False) -> int:
         close(opened)
 
 
-def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStore, manifest: dict[str, Any],
-                 resume_state: dict[str, Any] | None, write_report: bool = True) -> int:
+def run_scenario(
+    scenario: Scenario,
+    judge: Judge,
+    schedule: Any,
+    store: RunStore,
+    manifest: dict[str, Any],
+    resume_state: dict[str, Any] | None,
+    write_report: bool = True,
+) -> int:
     """Every arm x seed of a started run into its run directory, then the report."""
     from testbed.runtimes.learn import RunStopped
     from testbed.runtimes.starting import starting_policies
@@ -306,8 +370,11 @@ def run_scenario(scenario: Scenario, judge: Judge, schedule: Any, store: RunStor
         starts = starting_policies(scenario, log=console.print)
         reports = {seed: start.report for seed, start in starts.items()}
         # one SFT policy for every seed (the default), or one per seed (policy.sft.per_seed)
-        manifest["sft"] = next(iter(reports.values())) if len({s.key for s in starts.values()}) == 1 else \
-            {"per_seed": {str(seed): r for seed, r in reports.items()}}
+        manifest["sft"] = (
+            next(iter(reports.values()))
+            if len({s.key for s in starts.values()}) == 1
+            else {"per_seed": {str(seed): r for seed, r in reports.items()}}
+        )
         store.write_manifest(manifest)
         started = time.time()
         run_arms(scenario, store, manifest, resume_state, starts=starts, judge=judge, schedule=schedule)
@@ -360,8 +427,10 @@ def report_outages(manifest: dict[str, Any]) -> None:
             if outages:
                 where = ", ".join(f"t={o['t']} ({o['failed_calls']} calls)" for o in outages[:5])
                 more = f" and {len(outages) - 5} more" if len(outages) > 5 else ""
-                console.print(f"judge outages, {arm} seed {seed}: {len(outages)} ({totals['judge_failures']} failed calls "
-                              f"not trained on): {where}{more}")
+                console.print(
+                    f"judge outages, {arm} seed {seed}: {len(outages)} ({totals['judge_failures']} failed calls "
+                    f"not trained on): {where}{more}"
+                )
 
 
 if __name__ == "__main__":

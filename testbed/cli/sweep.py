@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-from datetime import datetime
 import hashlib
 import itertools
 import json
 import sys
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +53,10 @@ MAX_POINTS = 512  # a grid this large is a typo more often than a plan
 _NOT_JOB = ("name", "description", "arms", "output")
 # Settings that change where and how fast a job runs, not its rows (parallel arms write the rows of
 # arms run in turn, tested in tests/test_ray_runtime.py): points that differ only there share work.
-_NOT_ROWS = {"runtime": ("parallel_arms", "torch_threads", "task_cpus", "actor_cpus", "address"),
-             "reliability": ("checkpoint_every",)}
+_NOT_ROWS = {
+    "runtime": ("parallel_arms", "torch_threads", "task_cpus", "actor_cpus", "address"),
+    "reliability": ("checkpoint_every",),
+}
 
 
 @dataclass
@@ -91,8 +93,10 @@ def parse_axis(name: str, spec: Any, where: str, scenario_fields: set[str]) -> A
     named = "." not in name and name not in scenario_fields
     if named:
         if not isinstance(spec, dict) or not spec or not all(isinstance(v, dict) and v for v in spec.values()):
-            raise ScenarioError(f"{where}: '{name}' is not a scenario field, so it must be a named axis: a mapping of labels "
-                                "to mappings of key: value (e.g. b32: {arms.sao.args.episodes_per_update: 32})")
+            raise ScenarioError(
+                f"{where}: '{name}' is not a scenario field, so it must be a named axis: a mapping of labels "
+                "to mappings of key: value (e.g. b32: {arms.sao.args.episodes_per_update: 32})"
+            )
         return Axis(name, [(str(label), dict(sets)) for label, sets in spec.items()])
     if isinstance(spec, list) and spec:
         return Axis(name, [(_label(v), {name: v}) for v in spec])
@@ -125,7 +129,9 @@ def load_sweep(path: Path, grid_flags: list[str], overrides: list[str], seeds: s
     if isinstance(data, dict) and "grid" in data:
         unknown = set(data) - {"scenario", "name", "set", "grid"}
         if unknown:
-            raise ScenarioError(f"{path}: unknown sweep key(s) {sorted(unknown)} (a sweep file has: scenario, name, set, grid)")
+            raise ScenarioError(
+                f"{path}: unknown sweep key(s) {sorted(unknown)} (a sweep file has: scenario, name, set, grid)"
+            )
         if not isinstance(data.get("scenario"), str):
             raise ScenarioError(f"{path}: scenario: the base scenario file, relative to the sweep file, is missing")
         base_path = (path.parent / data["scenario"]).resolve()
@@ -159,7 +165,9 @@ def load_sweep(path: Path, grid_flags: list[str], overrides: list[str], seeds: s
         try:
             base["seeds"] = [int(s) for s in seeds.split(",")]
         except ValueError:
-            raise ScenarioError(f"--seeds {clip(repr(seeds), 100)}: expected comma-separated integers, e.g. 0,1,2") from None
+            raise ScenarioError(
+                f"--seeds {clip(repr(seeds), 100)}: expected comma-separated integers, e.g. 0,1,2"
+            ) from None
     return Sweep(name, base, axes, str(path))
 
 
@@ -243,8 +251,13 @@ def owner_dir(root: Path, owner: str) -> Path:
 
 
 def index_data(sweep: Sweep, points: list[Point], owners: dict[str, dict[str, str]]) -> dict[str, Any]:
-    return {"name": sweep.name, "source": sweep.source, "axes": [a.name for a in sweep.axes], "reuse": sweep.reuse,
-            "points": [{"label": p.label, "values": p.values, "arms": owners[p.label]} for p in points]}
+    return {
+        "name": sweep.name,
+        "source": sweep.source,
+        "axes": [a.name for a in sweep.axes],
+        "reuse": sweep.reuse,
+        "points": [{"label": p.label, "values": p.values, "arms": owners[p.label]} for p in points],
+    }
 
 
 def run_point(root: Path, point: Point, arms: list[str]) -> int:
@@ -269,31 +282,48 @@ def write_points(root: Path, sweep: Sweep, points: list[Point], owners: dict[str
     for p in points:
         (root / "points" / f"{p.label}.yaml").write_text(yaml.safe_dump(p.data, sort_keys=False))
     (root / "sweep.json").write_text(json.dumps(index_data(sweep, points, owners), indent=1))
-    (root / "sweep.yaml").write_text(yaml.safe_dump({"name": sweep.name, "base": sweep.base, "reuse": sweep.reuse,
-                                                     "grid": {a.name: {lbl: sets for lbl, sets in a.values} for a in sweep.axes}},
-                                                    sort_keys=False))
+    (root / "sweep.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": sweep.name,
+                "base": sweep.base,
+                "reuse": sweep.reuse,
+                "grid": {a.name: dict(a.values) for a in sweep.axes},
+            },
+            sort_keys=False,
+        )
+    )
 
 
 def run_sweep(root: Path, sweep: Sweep, points: list[Point], owners: dict[str, dict[str, str]], console: Any) -> int:
     for p in points:
         own = [arm for arm, owner in owners[p.label].items() if owner == p.label]
         if not own:
-            console.print(f"{p.label} ({', '.join(f'{k}={v}' for k, v in p.values.items())}): every arm already run at another point")
+            console.print(
+                f"{p.label} ({', '.join(f'{k}={v}' for k, v in p.values.items())}): every arm already "
+                "run at another point"
+            )
             continue
         console.print(f"[bold]{p.label}[/] {', '.join(f'{k}={v}' for k, v in p.values.items())}: arms {', '.join(own)}")
         code = run_point(root, p, own)
         if code != 0:
-            console.print(f"[red]point {p.label} ended with exit code {code}[/]; continue with "
-                          f"python -m testbed.sweep --resume {root}")
+            console.print(
+                f"[red]point {p.label} ended with exit code {code}[/]; continue with "
+                f"python -m testbed.sweep --resume {root}"
+            )
             return code
     return 0
 
 
 def load_saved(root: Path) -> Sweep:
     saved = yaml.safe_load((root / "sweep.yaml").read_text())
-    return Sweep(saved["name"], saved["base"], [Axis(n, [(lbl, sets) for lbl, sets in vals.items()])
-                                                for n, vals in saved["grid"].items()], str(root / "sweep.yaml"),
-                 saved.get("reuse") or [])
+    return Sweep(
+        saved["name"],
+        saved["base"],
+        [Axis(n, [(lbl, sets) for lbl, sets in vals.items()]) for n, vals in saved["grid"].items()],
+        str(root / "sweep.yaml"),
+        saved.get("reuse") or [],
+    )
 
 
 def reload(root: Path) -> tuple[Sweep, list[Point]]:
@@ -315,9 +345,12 @@ def dry_run(points: list[Point], owners: dict[str, dict[str, str]], console: Any
             own = parse_scenario({**p.data, "arms": [a for a in p.data["arms"] if a["name"] in mine]}, p.label)
             calls = make_plan(own)["judge_calls"]["total"]["max"]
         total += calls
-        console.print(f"  {p.label} {', '.join(f'{k}={v}' for k, v in p.values.items())}: runs {', '.join(mine) or '-'}"
-                      + (f"; reuses {', '.join(f'{a} from {o}' for a, o in reused.items())}" if reused else "")
-                      + f"; ~{calls:,} judge calls", highlight=False)
+        console.print(
+            f"  {p.label} {', '.join(f'{k}={v}' for k, v in p.values.items())}: runs {', '.join(mine) or '-'}"
+            + (f"; reuses {', '.join(f'{a} from {o}' for a, o in reused.items())}" if reused else "")
+            + f"; ~{calls:,} judge calls",
+            highlight=False,
+        )
     console.print(f"estimated judge calls in all: ~{total:,} (warm-ups counted where not cached yet)", highlight=False)
     return 0
 
@@ -326,13 +359,24 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m testbed.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("file", nargs="?", help="a sweep file (with a grid) or a scenario file (with --grid)")
     parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a grid axis (repeatable)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a field at every point (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field at every point (repeatable)",
+    )
     parser.add_argument("--seeds", help="comma-separated seeds for every point, e.g. 0,1,2,3,4")
     parser.add_argument("--out", default="runs", help="parent directory of the sweep directory (default: runs)")
     parser.add_argument("--name", help="the sweep directory's name (default: <sweep>-<timestamp>)")
-    parser.add_argument("--reuse", action="append", default=[], metavar="SWEEP_DIR",
-                        help="an earlier sweep whose finished arms with the same settings are used, not rerun (repeatable)")
+    parser.add_argument(
+        "--reuse",
+        action="append",
+        default=[],
+        metavar="SWEEP_DIR",
+        help="an earlier sweep whose finished arms with the same settings are used, not rerun (repeatable)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the points and what would run, then exit")
     parser.add_argument("--resume", metavar="SWEEP_DIR", help="continue a sweep: finished points are kept")
     parser.add_argument("--report", metavar="SWEEP_DIR", help="write the grid report of a sweep directory again")
@@ -362,7 +406,10 @@ def main(argv: list[str] | None = None) -> int:
         return run.error(str(exc))
     jobs = sum(owner == p.label for p in points for owner in owners[p.label].values())
     seeds = len(points[0].data.get("seeds") or [0])
-    console.print(f"sweep {sweep.name}: {len(points)} points, {jobs} distinct arms x {seeds} seeds = {jobs * seeds} arm x seed runs")
+    console.print(
+        f"sweep {sweep.name}: {len(points)} points, {jobs} distinct arms x {seeds} seeds = "
+        f"{jobs * seeds} arm x seed runs"
+    )
     if args.dry_run:
         try:
             return dry_run(points, owners, console)

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from testbed.scenario.schema import SamplingConfig
 from testbed.models.decoder import LeanDecoder
 from testbed.models.tokenizer import WordTokenizer
+from testbed.scenario.schema import SamplingConfig
 from testbed.types import Segment, Trajectory
 
 
@@ -60,8 +60,14 @@ class HFEngine:
     `load_weights(None, version)` only records the version; a remote engine copies the tensors.
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer: WordTokenizer, sampling: SamplingConfig, max_batch: int = 128,
-                 lean: bool = True):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: WordTokenizer,
+        sampling: SamplingConfig,
+        max_batch: int = 128,
+        lean: bool = True,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.sampling = sampling
@@ -107,9 +113,16 @@ class HFEngine:
 
     def _generate_batch(self, prompts: list[str]) -> list[Trajectory]:
         encoded = [self.tokenizer.prompt_ids(p) for p in prompts]
-        return [Trajectory(prompt_tokens=ids, segments=[Segment("action", new, lps)], prompt_text=prompt,
-                           response_text=self.tokenizer.decode(new), policy_version=self.version)
-                for prompt, ids, (new, lps) in zip(prompts, encoded, self._sample(encoded))]
+        return [
+            Trajectory(
+                prompt_tokens=ids,
+                segments=[Segment("action", new, lps)],
+                prompt_text=prompt,
+                response_text=self.tokenizer.decode(new),
+                policy_version=self.version,
+            )
+            for prompt, ids, (new, lps) in zip(prompts, encoded, self._sample(encoded))
+        ]
 
     def _sample(self, encoded: list[list[int]]) -> list[tuple[list[int], list[float]]]:
         """One continuation per context, up to and including its first <eos> (or max_new_tokens),
@@ -161,7 +174,9 @@ class HFEngine:
         bad = ~torch.isfinite(logprob_table)
         if bad.any():
             step = int(bad.any(0).nonzero()[0, 0])
-            raise FloatingPointError(f"the policy (version {self.version}) gives NaN/inf logits at decoding step {step}")
+            raise FloatingPointError(
+                f"the policy (version {self.version}) gives NaN/inf logits at decoding step {step}"
+            )
         out = []
         for row in range(batch):
             ids = generated[row].tolist()
@@ -175,14 +190,20 @@ class HFEngine:
         `DynamicCache`; returns the first logits and a function that feeds one token per row."""
         positions = (attention.cumsum(1) - 1).clamp(min=0)
         cache = DynamicCache()
-        logits = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                            cache=cache, use_cache=True).logits[:, -1]
+        logits = self.model(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions, cache=cache, use_cache=True
+        ).logits[:, -1]
         state = {"attention": attention, "position": positions[:, -1:] + 1}
 
         def advance(sampled: torch.Tensor) -> torch.Tensor:
             state["attention"] = torch.cat([state["attention"], torch.ones_like(state["attention"][:, :1])], dim=1)
-            out = self.model(input_ids=sampled[:, None], attention_mask=state["attention"], position_ids=state["position"],
-                             cache=cache, use_cache=True).logits[:, -1]
+            out = self.model(
+                input_ids=sampled[:, None],
+                attention_mask=state["attention"],
+                position_ids=state["position"],
+                cache=cache,
+                use_cache=True,
+            ).logits[:, -1]
             state["position"] = state["position"] + 1
             return out
 

@@ -24,9 +24,14 @@ from testbed.types import Trajectory
 DIS_BAND = (0.3, 5.0)
 
 
-def mismatch_metrics(trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, mask: torch.Tensor,
-                     band: tuple[float, float] = DIS_BAND, trainer_experts: torch.Tensor | None = None,
-                     engine_experts: torch.Tensor | None = None) -> dict[str, float]:
+def mismatch_metrics(
+    trainer_logprobs: torch.Tensor,
+    engine_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    band: tuple[float, float] = DIS_BAND,
+    trainer_experts: torch.Tensor | None = None,
+    engine_experts: torch.Tensor | None = None,
+) -> dict[str, float]:
     """Over the tokens of `mask` (same shape as the log-probs):
 
     - `mismatch_abs_mean`, `mismatch_abs_max`: |log p_engine - log p_trainer|;
@@ -42,19 +47,32 @@ def mismatch_metrics(trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tens
     n = int(mask.sum())
     out = {"mismatch_tokens": float(n)}
     if n == 0:
-        return {**out, **dict.fromkeys(("mismatch_abs_mean", "mismatch_abs_max", "mismatch_kl_k3",
-                                        "mismatch_dis_out_of_band", "mismatch_expert_diff"), math.nan)}
+        return {
+            **out,
+            **dict.fromkeys(
+                (
+                    "mismatch_abs_mean",
+                    "mismatch_abs_max",
+                    "mismatch_kl_k3",
+                    "mismatch_dis_out_of_band",
+                    "mismatch_expert_diff",
+                ),
+                math.nan,
+            ),
+        }
     log_r = (trainer_logprobs.double() - engine_logprobs.double())[mask]
     ratio = log_r.exp()
     eps_low, eps_high = band
     outside = ~((ratio > 1.0 - eps_low) & (ratio < 1.0 + eps_high))
-    out.update({
-        "mismatch_abs_mean": float(log_r.abs().mean()),
-        "mismatch_abs_max": float(log_r.abs().max()),
-        "mismatch_kl_k3": float(((ratio - 1.0) - log_r).mean()),
-        "mismatch_dis_out_of_band": float(outside.double().mean()),
-        "mismatch_expert_diff": math.nan,
-    })
+    out.update(
+        {
+            "mismatch_abs_mean": float(log_r.abs().mean()),
+            "mismatch_abs_max": float(log_r.abs().max()),
+            "mismatch_kl_k3": float(((ratio - 1.0) - log_r).mean()),
+            "mismatch_dis_out_of_band": float(outside.double().mean()),
+            "mismatch_expert_diff": math.nan,
+        }
+    )
     if trainer_experts is not None and engine_experts is not None:
         # the same set in another order is the same routing
         a, b = trainer_experts[mask].sort(-1).values, engine_experts[mask].sort(-1).values
@@ -115,7 +133,9 @@ class MismatchProbe:
         was_training = self.policy.training
         self.policy.eval()
         try:
-            logp, _, _ = token_logprobs_and_routing(self.policy, tokens, attention, self.temperature, routing=False, where=action)
+            logp, _, _ = token_logprobs_and_routing(
+                self.policy, tokens, attention, self.temperature, routing=False, where=action
+            )
         finally:
             self.policy.train(was_training)
         return mismatch_metrics(logp, behaviour, action, self.band)

@@ -43,13 +43,26 @@ class VLLMConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     dtype: str = Field("float32", description="vLLM's dtype; float32 keeps the mismatch at kernel rounding")
-    enforce_eager: bool = Field(True, description="no torch.compile / CUDA graphs (start-up in seconds; tiny models gain little)")
-    kv_cache_gb: float = Field(1.0, gt=0, description="KV cache: VLLM_CPU_KVCACHE_SPACE on CPU, kv_cache_memory_bytes otherwise")
-    cpu_threads_bind: str | int | None = Field(None, description=(
-        "VLLM_CPU_OMP_THREADS_BIND on CPU ('auto', 'nobind' or core ids like 1 or '0-1'); unset: vLLM's default"))
+    enforce_eager: bool = Field(
+        True, description="no torch.compile / CUDA graphs (start-up in seconds; tiny models gain little)"
+    )
+    kv_cache_gb: float = Field(
+        1.0, gt=0, description="KV cache: VLLM_CPU_KVCACHE_SPACE on CPU, kv_cache_memory_bytes otherwise"
+    )
+    cpu_threads_bind: str | int | None = Field(
+        None,
+        description=(
+            "VLLM_CPU_OMP_THREADS_BIND on CPU ('auto', 'nobind' or core ids like 1 or '0-1'); unset: vLLM's default"
+        ),
+    )
     max_num_seqs: int = Field(256, ge=1, description="sequences vLLM decodes at once")
-    probe_tolerance: float = Field(1e-3, gt=0, description=(
-        "largest mean |log p vLLM - log p trainer| over the probe after a sync (float32: ~1e-6; bfloat16: ~1e-2)"))
+    probe_tolerance: float = Field(
+        1e-3,
+        gt=0,
+        description=(
+            "largest mean |log p vLLM - log p trainer| over the probe after a sync (float32: ~1e-6; bfloat16: ~1e-2)"
+        ),
+    )
     verify_sync: bool = Field(True, description="score the probe after every sync (off: trust the copy)")
     directory: str | None = Field(None, description="where the Hub-format export goes (default: a temporary directory)")
 
@@ -59,13 +72,17 @@ def check_usable(model: torch.nn.Module) -> None:
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
-        raise RuntimeError(f"engine: vllm: vLLM is not importable in this environment ({exc}); build the vLLM "
-                           "environment with `make vllm` and run with .venv-vllm/bin/python (docs/vllm.md)") from None
+        raise RuntimeError(
+            f"engine: vllm: vLLM is not importable in this environment ({exc}); build the vLLM "
+            "environment with `make vllm` and run with .venv-vllm/bin/python (docs/vllm.md)"
+        ) from None
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     if on_cpu() and head_dim % 32:
-        raise ValueError(f"engine: vllm: vLLM's CPU attention takes head sizes 32, 64, ...; this policy's is {head_dim} "
-                         "(policy.hidden_size / policy.num_heads: e.g. hidden_size 64 with num_heads 2)")
+        raise ValueError(
+            f"engine: vllm: vLLM's CPU attention takes head sizes 32, 64, ...; this policy's is {head_dim} "
+            "(policy.hidden_size / policy.num_heads: e.g. hidden_size 64 with num_heads 2)"
+        )
 
 
 def on_cpu() -> bool:
@@ -104,8 +121,9 @@ class VLLMEngine:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(self.directory)
         tok = self.tokenizer
-        GenerationConfig(bos_token_id=getattr(tok, "bos_id", None), eos_token_id=list(self.stop_ids),
-                         pad_token_id=tok.pad_id).save_pretrained(self.directory)
+        GenerationConfig(
+            bos_token_id=getattr(tok, "bos_id", None), eos_token_id=list(self.stop_ids), pad_token_id=tok.pad_id
+        ).save_pretrained(self.directory)
         # Why in-process: the weight sync hands tensors to the worker without serialising them.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         memory: dict[str, Any] = {}
@@ -117,10 +135,18 @@ class VLLMEngine:
                 os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(self.cfg.cpu_threads_bind)
         from vllm import LLM
 
-        return LLM(model=str(self.directory), dtype=self.cfg.dtype, skip_tokenizer_init=True,
-                   enforce_eager=self.cfg.enforce_eager, enable_prefix_caching=False,  # no KV from old weights
-                   logprobs_mode="processed_logprobs", max_model_len=self.model.config.max_position_embeddings,
-                   max_num_seqs=self.cfg.max_num_seqs, seed=int(torch.randint(2**31 - 1, ()).item()), **memory)
+        return LLM(
+            model=str(self.directory),
+            dtype=self.cfg.dtype,
+            skip_tokenizer_init=True,
+            enforce_eager=self.cfg.enforce_eager,
+            enable_prefix_caching=False,  # no KV from old weights
+            logprobs_mode="processed_logprobs",
+            max_model_len=self.model.config.max_position_embeddings,
+            max_num_seqs=self.cfg.max_num_seqs,
+            seed=int(torch.randint(2**31 - 1, ()).item()),
+            **memory,
+        )
 
     def _probe_ids(self) -> list[int]:
         """The sync check's fixed sequence: a training prompt and the starting policy's own response
@@ -181,8 +207,10 @@ class VLLMEngine:
         gap = float(diff.mean())
         self.last_sync.update({"sync_probe_mean_abs": gap, "sync_probe_max_abs": float(diff.max())})
         if not gap <= self.cfg.probe_tolerance:
-            raise RuntimeError(f"vLLM weight sync to version {self.version}: the probe's log-probs differ from the "
-                               f"trainer's by {gap:.3g} on average (engine.args.probe_tolerance={self.cfg.probe_tolerance})")
+            raise RuntimeError(
+                f"vLLM weight sync to version {self.version}: the probe's log-probs differ from the "
+                f"trainer's by {gap:.3g} on average (engine.args.probe_tolerance={self.cfg.probe_tolerance})"
+            )
         return gap
 
     # -- sampling ---------------------------------------------------------------------------------
@@ -191,9 +219,16 @@ class VLLMEngine:
         """n samples per prompt, in prompt order (prompt 0's n samples first)."""
         expanded = [p for p in prompts for _ in range(n)]
         encoded = [self.tokenizer.prompt_ids(p) for p in expanded]
-        return [Trajectory(prompt_tokens=ids, segments=[Segment("action", new, lps)], prompt_text=prompt,
-                           response_text=self.tokenizer.decode(new), policy_version=self.version)
-                for prompt, ids, (new, lps) in zip(expanded, encoded, self._sample(encoded))]
+        return [
+            Trajectory(
+                prompt_tokens=ids,
+                segments=[Segment("action", new, lps)],
+                prompt_text=prompt,
+                response_text=self.tokenizer.decode(new),
+                policy_version=self.version,
+            )
+            for prompt, ids, (new, lps) in zip(expanded, encoded, self._sample(encoded))
+        ]
 
     def extend(self, trajectories: list[Trajectory], observations: list[str]) -> None:
         """Multi-turn episodes, as `HFEngine.extend`: an observation segment, then a new draft
@@ -214,9 +249,20 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         seeds = seeds or torch.randint(2**31 - 1, (len(contexts),)).tolist()
-        params = [SamplingParams(temperature=self.sampling.temperature, top_p=1.0, top_k=0, min_p=0.0, seed=seed,
-                                 max_tokens=self.sampling.max_new_tokens, stop_token_ids=list(self.stop_ids),
-                                 logprobs=0, detokenize=False) for seed in seeds]
+        params = [
+            SamplingParams(
+                temperature=self.sampling.temperature,
+                top_p=1.0,
+                top_k=0,
+                min_p=0.0,
+                seed=seed,
+                max_tokens=self.sampling.max_new_tokens,
+                stop_token_ids=list(self.stop_ids),
+                logprobs=0,
+                detokenize=False,
+            )
+            for seed in seeds
+        ]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=c) for c in contexts], params, use_tqdm=False)
         result = []
         for out in outs:
@@ -252,8 +298,10 @@ def stacked_experts(weights: dict[str, torch.Tensor]) -> dict[str, tuple[torch.T
         order = sorted(experts)
         if order != list(range(len(order))) or any(len(experts[e]) != 3 for e in order):
             raise ValueError(f"vLLM weight sync: {prefix} does not hold gate, up and down for experts 0..n-1")
-        out[prefix] = (torch.stack([torch.cat([experts[e]["gate"], experts[e]["up"]]) for e in order]),
-                       torch.stack([experts[e]["down"] for e in order]))
+        out[prefix] = (
+            torch.stack([torch.cat([experts[e]["gate"], experts[e]["up"]]) for e in order]),
+            torch.stack([experts[e]["down"] for e in order]),
+        )
     return out
 
 

@@ -30,11 +30,13 @@ _LAST = ("classical", "cute", "chuunibyou")
 
 def default_schedule() -> PiecewiseSchedule:
     """cute -> chuunibyou -> classical, switching at episodes 2400 and 4200."""
-    return PiecewiseSchedule([
-        Phase("cute", 0, 2400, _FIRST),
-        Phase("chuunibyou", 2400, 4200, _FIRST),
-        Phase("classical", 4200, DEFAULT_BUDGET, _LAST),
-    ])
+    return PiecewiseSchedule(
+        [
+            Phase("cute", 0, 2400, _FIRST),
+            Phase("chuunibyou", 2400, 4200, _FIRST),
+            Phase("classical", 4200, DEFAULT_BUDGET, _LAST),
+        ]
+    )
 
 
 def default_judge() -> Judge:
@@ -44,25 +46,42 @@ def default_judge() -> Judge:
     return registry.load("judge", "rubric")()
 
 
-def make_style_shift_env(judge: Judge | None = None, schedule: DriftSchedule | None = None,
-                         prompt_specs: Sequence[PromptSpec] | None = None, **kwargs: Any) -> StyleShiftEnv:
+def make_style_shift_env(
+    judge: Judge | None = None,
+    schedule: DriftSchedule | None = None,
+    prompt_specs: Sequence[PromptSpec] | None = None,
+    **kwargs: Any,
+) -> StyleShiftEnv:
     """The entry point registered as ``testbed/StyleShift-v0``: defaults for what is not given."""
     return _with_defaults(StyleShiftEnv, judge, schedule, prompt_specs, **kwargs)
 
 
-def make_revision_env(judge: Judge | None = None, schedule: DriftSchedule | None = None,
-                      prompt_specs: Sequence[PromptSpec] | None = None, **kwargs: Any) -> StyleShiftEnv:
+def make_revision_env(
+    judge: Judge | None = None,
+    schedule: DriftSchedule | None = None,
+    prompt_specs: Sequence[PromptSpec] | None = None,
+    **kwargs: Any,
+) -> StyleShiftEnv:
     """The entry point registered as ``testbed/Revision-v0``: the same defaults, in the revision env."""
     from testbed.envs.revision import RevisionEnv
 
     return _with_defaults(RevisionEnv, judge, schedule, prompt_specs, **kwargs)
 
 
-def _with_defaults(cls: type, judge: Judge | None, schedule: DriftSchedule | None,
-                   prompt_specs: Sequence[PromptSpec] | None, **kwargs: Any) -> StyleShiftEnv:
+def _with_defaults(
+    cls: type,
+    judge: Judge | None,
+    schedule: DriftSchedule | None,
+    prompt_specs: Sequence[PromptSpec] | None,
+    **kwargs: Any,
+) -> StyleShiftEnv:
     if prompt_specs is None:
         from testbed.world import prompts  # the env module itself loads without the world
 
         prompt_specs = prompts("train")
-    return cls(judge if judge is not None else default_judge(),
-               schedule if schedule is not None else default_schedule(), prompt_specs, **kwargs)
+    return cls(
+        judge if judge is not None else default_judge(),
+        schedule if schedule is not None else default_schedule(),
+        prompt_specs,
+        **kwargs,
+    )

@@ -59,7 +59,8 @@ class RevisionConfig(BaseModel):
 
     max_turns: int = Field(3, ge=1, le=8, description="drafts per episode at most (1: single-turn)")
     feedback: Literal["informative", "boilerplate"] = Field(
-        "informative", description="the judge's findings in words, or the same sentence every time")
+        "informative", description="the judge's findings in words, or the same sentence every time"
+    )
     hints: bool = Field(False, description="the note names the hidden target style")
     turn_rewards: bool = Field(False, description="reward each earlier draft on its last token too")
 
@@ -89,8 +90,17 @@ def editor_note(verdict: Verdict, target_style: str, config: RevisionConfig) -> 
 
 def editor_words(styles: Sequence[str]) -> list[str]:
     """Every word a note can hold (the tokenizer adds those the world lacks)."""
-    texts = [*CHECK_NOTES.values(), OTHER_NOTE, BOILERPLATE, "it is too plain", "the voice is mixed",
-             "it reads as, the wrong register", "we want", "editor: .", *styles]
+    texts = [
+        *CHECK_NOTES.values(),
+        OTHER_NOTE,
+        BOILERPLATE,
+        "it is too plain",
+        "the voice is mixed",
+        "it reads as, the wrong register",
+        "we want",
+        "editor: .",
+        *styles,
+    ]
     return sorted({w for text in texts for w in split_words(text)})
 
 
@@ -107,8 +117,10 @@ class Revision:
 
     def __call__(self, engine: Engine, starts: Sequence[EpisodeStart], review: Any) -> list[Trajectory]:
         if self.config.max_turns > 1 and not callable(getattr(engine, "extend", None)):
-            raise TypeError(f"the revision env continues trajectories: engine {type(engine).__name__} needs "
-                            "extend(trajectories, observations)")
+            raise TypeError(
+                f"the revision env continues trajectories: engine {type(engine).__name__} needs "
+                "extend(trajectories, observations)"
+            )
         trajs = engine.generate([s.prompt_text for s in starts])
         for traj in trajs:
             traj.turn_rewards = self.config.turn_rewards
@@ -143,15 +155,34 @@ class RevisionEnv(StyleShiftEnv):
 
     Config = RevisionConfig
 
-    def __init__(self, judge: Judge, schedule: DriftSchedule, prompt_specs: Sequence[PromptSpec], *, seed: int = 0,
-                 config: RevisionConfig | dict | None = None, max_prompt_chars: int = 512, max_response_chars: int = 2048,
-                 render_mode: str | None = None, **settings: Any) -> None:
-        super().__init__(judge, schedule, prompt_specs, seed=seed, max_prompt_chars=max_prompt_chars,
-                         max_response_chars=max_response_chars, render_mode=render_mode)
+    def __init__(
+        self,
+        judge: Judge,
+        schedule: DriftSchedule,
+        prompt_specs: Sequence[PromptSpec],
+        *,
+        seed: int = 0,
+        config: RevisionConfig | dict | None = None,
+        max_prompt_chars: int = 512,
+        max_response_chars: int = 2048,
+        render_mode: str | None = None,
+        **settings: Any,
+    ) -> None:
+        super().__init__(
+            judge,
+            schedule,
+            prompt_specs,
+            seed=seed,
+            max_prompt_chars=max_prompt_chars,
+            max_response_chars=max_response_chars,
+            render_mode=render_mode,
+        )
         base = config.model_dump() if isinstance(config, RevisionConfig) else dict(config or {})
         self.config = RevisionConfig.model_validate({**base, **settings})
         # The observation is the prompt, then each note: both printable text.
-        self.observation_space = spaces.Text(max_length=max(self.max_prompt_chars, 256), min_length=0, charset=string.printable)
+        self.observation_space = spaces.Text(
+            max_length=max(self.max_prompt_chars, 256), min_length=0, charset=string.printable
+        )
         self.editor_calls = 0  # the editor's reads (judge calls that do not move the clock)
         self._turn = 0
 
@@ -186,9 +217,11 @@ class RevisionEnv(StyleShiftEnv):
         rng = random.Random(seed)
         rubric = registry.load("judge", "rubric")()
         specs = prompts("train")
-        kinds = [RevisionConfig(max_turns=config.max_turns, feedback="informative"),
-                 RevisionConfig(max_turns=config.max_turns, feedback="boilerplate"),
-                 RevisionConfig(max_turns=config.max_turns, feedback="informative", hints=True)]
+        kinds = [
+            RevisionConfig(max_turns=config.max_turns, feedback="informative"),
+            RevisionConfig(max_turns=config.max_turns, feedback="boilerplate"),
+            RevisionConfig(max_turns=config.max_turns, feedback="informative", hints=True),
+        ]
         examples = []
         for _ in range(size):
             spec, editor = rng.choice(specs), rng.choice(kinds)

@@ -51,6 +51,7 @@ from gymnasium.utils import seeding
 
 from testbed.protocols import DriftSchedule, Judge
 from testbed.types import JudgeRequest, Target, Verdict
+
 if TYPE_CHECKING:
     from testbed.world import PromptSpec
 
@@ -132,7 +133,7 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
     ``info["judge_error"]`` and drop such episodes), ``terminated=True``, ``truncated=False``.
     """
 
-    metadata = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012  (gymnasium.Env declares it an instance variable)
 
     def __init__(
         self,
@@ -147,7 +148,9 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         candidate_change_share: float = 1.0,
     ) -> None:
         if not callable(getattr(judge, "judge", None)):
-            raise TypeError(f"judge must implement `async judge(requests) -> list[Verdict]`, got {type(judge).__name__}")
+            raise TypeError(
+                f"judge must implement `async judge(requests) -> list[Verdict]`, got {type(judge).__name__}"
+            )
         if not (callable(getattr(schedule, "target", None)) and callable(getattr(schedule, "switch_points", None))):
             raise TypeError(
                 f"schedule must implement target(t) -> Target and switch_points(), got {type(schedule).__name__}"
@@ -204,7 +207,9 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         target = self.schedule.target(t)
         target = Target(style=target.style, candidates=tuple(target.candidates))
         if target.style not in target.candidates:
-            raise ValueError(f"schedule gave target style {target.style!r} at t={t}, not in its candidates {target.candidates}")
+            raise ValueError(
+                f"schedule gave target style {target.style!r} at t={t}, not in its candidates {target.candidates}"
+            )
         return target
 
     def _render(self, spec: PromptSpec, target: Target) -> str:
@@ -293,7 +298,9 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         (which differs from the generation-time target when a switch fell in between)."""
         if t == start.t:
             return start
-        return EpisodeStart(start.prompt_text, start.prompt_id, start.topic, t, self._shown(start.prompt_id, self._target(t)))
+        return EpisodeStart(
+            start.prompt_text, start.prompt_id, start.topic, t, self._shown(start.prompt_id, self._target(t))
+        )
 
     async def astep_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
         """Judge ``responses[i]`` for ``starts[i]`` in ONE judge call; advance the clock by the
@@ -330,8 +337,12 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         a reference policy told the target (`testbed/runtimes/reference_policy.py`)."""
         target = self._target(t)
         told = Target(style=target.style, candidates=(target.style,))
-        return [EpisodeStart(prompt_text=self._render(spec, told), prompt_id=spec.prompt_id, topic=spec.topic, t=t,
-                             target=told) for spec in specs]
+        return [
+            EpisodeStart(
+                prompt_text=self._render(spec, told), prompt_id=spec.prompt_id, topic=spec.topic, t=t, target=told
+            )
+            for spec in specs
+        ]
 
     async def aevaluate_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
         """Judge evaluation responses in one judge call. The clock and ``judge_errors`` are untouched."""

@@ -41,7 +41,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from testbed.protocols import Judge
 from testbed.types import JudgeRequest, Verdict
@@ -65,8 +66,10 @@ def coerce_verdict(result: Any, req: JudgeRequest, who: str = "judge", latency_s
     elif isinstance(result, (tuple, list)) and len(result) == 2:
         (quality, style), raw = result, ""
     else:
-        raise TypeError(f"{who} returned {type(result).__name__}; expected a Verdict, a dict with "
-                        "'quality' and 'style', or a (quality, style) tuple")
+        raise TypeError(
+            f"{who} returned {type(result).__name__}; expected a Verdict, a dict with "
+            "'quality' and 'style', or a (quality, style) tuple"
+        )
     if isinstance(quality, bool):
         quality = int(quality)
     if quality not in (0, 1) or isinstance(quality, str):
@@ -75,8 +78,13 @@ def coerce_verdict(result: Any, req: JudgeRequest, who: str = "judge", latency_s
         raise TypeError(f"{who} returned style={style!r}; expected a string or None")
     match = result.get("style_match") if isinstance(result, dict) else None
     style_match = int(style == req.target_style) if match is None else int(bool(match))
-    return Verdict(quality=int(quality), style_match=style_match, style=style,
-                   raw=str(raw) if raw is not None else "", latency_s=latency_s)
+    return Verdict(
+        quality=int(quality),
+        style_match=style_match,
+        style=style,
+        raw=str(raw) if raw is not None else "",
+        latency_s=latency_s,
+    )
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -87,10 +95,25 @@ DEFAULT_CONCURRENCY = 32  # async per-request judges awaited at once, unless the
 BUG_REPEATS = 8  # the same exception type this many calls in a row is a bug, not an outage
 # exception class names (anywhere in the MRO) that mean the service is down or slow, not a bug:
 # openai's, httpx's, requests' and litellm's, matched by name so that none of them is imported
-OUTAGE_NAMES = frozenset({"TimeoutError", "ConnectionError", "APIConnectionError", "APITimeoutError",
-                          "InternalServerError", "ServiceUnavailableError", "RateLimitError", "TimeoutException",
-                          "NetworkError", "ConnectError", "ReadTimeout", "ConnectTimeout", "RemoteProtocolError",
-                          "Timeout", "APIError"})
+OUTAGE_NAMES = frozenset(
+    {
+        "TimeoutError",
+        "ConnectionError",
+        "APIConnectionError",
+        "APITimeoutError",
+        "InternalServerError",
+        "ServiceUnavailableError",
+        "RateLimitError",
+        "TimeoutException",
+        "NetworkError",
+        "ConnectError",
+        "ReadTimeout",
+        "ConnectTimeout",
+        "RemoteProtocolError",
+        "Timeout",
+        "APIError",
+    }
+)
 
 
 class JudgePluginError(RuntimeError):
@@ -125,8 +148,10 @@ class _AdaptedJudge:
         self._repeats = (type(exc), run)
         if not is_outage(exc) and (self._judged == 0 or run >= BUG_REPEATS):
             when = "before it returned any verdict" if self._judged == 0 else f"{run} calls in a row"
-            raise JudgePluginError(f"{self._who} raised {type(exc).__name__} {when}: a bug in the judge, not an "
-                                   f"outage ({exc!r}); its traceback is above") from exc
+            raise JudgePluginError(
+                f"{self._who} raised {type(exc).__name__} {when}: a bug in the judge, not an "
+                f"outage ({exc!r}); its traceback is above"
+            ) from exc
         return Verdict.failed(f"{self._who} raised {exc!r}", dt)
 
     def _ok(self) -> None:
@@ -181,7 +206,9 @@ def as_judge(obj: Any) -> Judge:
     if obj is None:
         raise TypeError("as_judge(None): expected a judge object or a callable")
     if isinstance(obj, type):
-        raise TypeError(f"as_judge got the class {obj.__qualname__}; pass an instance (e.g. {obj.__qualname__}(**args))")
+        raise TypeError(
+            f"as_judge got the class {obj.__qualname__}; pass an instance (e.g. {obj.__qualname__}(**args))"
+        )
     if isinstance(obj, _AdaptedJudge):
         return obj
     method = getattr(obj, "judge", None)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from testbed.scenario.schema import Scenario
     from testbed.protocols import Judge
+    from testbed.scenario.schema import Scenario
 
 
 def build_judge(scenario: Scenario) -> Judge:
@@ -32,8 +32,8 @@ def judge_from_config(config: Any, field: str) -> Judge:
     """The judge `config.type` names: a class or factory built with `args` (registry.build), or a
     ready-made judge; then `as_judge` gives it the Judge protocol."""
     from testbed import registry
-    from testbed.scenario.schema import ScenarioError
     from testbed.judging.adapter import as_judge
+    from testbed.scenario.schema import ScenarioError
 
     try:
         factory = registry.import_path(config.path)
@@ -68,8 +68,10 @@ def check_judge(config: Any, field: str) -> str:
             schema.model_validate(config.args)
         except ValidationError as exc:
             body = format_validation_error(exc, schema, field).splitlines()[1:]
-            raise ScenarioError(f"{field} {config.path}: bad {field}.args\n" + "\n".join(
-                line.replace("  ", f"  {field}.args.", 1) for line in body)) from None
+            raise ScenarioError(
+                f"{field} {config.path}: bad {field}.args\n"
+                + "\n".join(line.replace("  ", f"  {field}.args.", 1) for line in body)
+            ) from None
         return "checked"
     judge = judge_from_config(config, field)
     try:
@@ -88,19 +90,24 @@ def probe(judge: Judge, who: str) -> str:
     import asyncio
     import random
 
-    from testbed.scenario.schema import ScenarioError
     from testbed.judging.adapter import JudgePluginError
+    from testbed.scenario.schema import ScenarioError
     from testbed.types import JudgeRequest
     from testbed.world import generate, prompts, render_prompt
 
     spec = prompts("train")[0]
-    request = JudgeRequest(prompt=render_prompt(spec, ["cute", "academic"]), target_style="cute", topic=spec.topic,
-                           response=generate("cute", spec.topic, random.Random(0)), candidate_styles=("cute", "academic"))
+    request = JudgeRequest(
+        prompt=render_prompt(spec, ["cute", "academic"]),
+        target_style="cute",
+        topic=spec.topic,
+        response=generate("cute", spec.topic, random.Random(0)),
+        candidate_styles=("cute", "academic"),
+    )
     try:
         verdicts = asyncio.run(judge.judge([request]))
     except JudgePluginError as exc:
         raise ScenarioError(f"{who}: the judge fails on a sample request: {exc}") from exc
     except Exception as exc:  # a shape-1 judge's own exception: the same bug a run would hit first
         raise ScenarioError(f"{who}: the judge raised {exc!r} on a sample request") from exc
-    verdict = list(verdicts)[0]
+    verdict = next(iter(verdicts))
     return f"sample verdict failed: {verdict.error}" if verdict.error else f"sample verdict reward {verdict.reward:g}"

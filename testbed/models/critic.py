@@ -12,9 +12,18 @@ from typing import Literal
 import torch
 from torch import nn
 
-from testbed.models.modules import HFModule
 from testbed.models.modules import (  # noqa: F401  (re-exported: the trainers and tests import them from here)
-    ATTENTION, DEFAULT_PATTERNS, EXPERTS, HEAD, OTHER, ROUTER, ModulePatterns, missing_parts, module_family, parameter_split,
+    ATTENTION,
+    DEFAULT_PATTERNS,
+    EXPERTS,
+    HEAD,
+    OTHER,
+    ROUTER,
+    HFModule,
+    ModulePatterns,
+    missing_parts,
+    module_family,
+    parameter_split,
 )
 from testbed.models.policy import hidden_states
 
@@ -33,7 +42,10 @@ class Critic(nn.Module):
 
     @classmethod
     def from_policy(
-        cls, policy: HFModule, trainable: Literal["moe", "all"] = "moe", train_embeddings_norms: bool = False,
+        cls,
+        policy: HFModule,
+        trainable: Literal["moe", "all"] = "moe",
+        train_embeddings_norms: bool = False,
         patterns: ModulePatterns | None = None,
     ) -> Critic:
         """A copy of the policy's backbone (`get_decoder()`: `model` in transformers' causal LMs)."""
@@ -47,9 +59,11 @@ class Critic(nn.Module):
             if missing:
                 family = getattr(self.backbone.config, "model_type", "?")
                 sample = [n for n, _ in self.backbone.named_parameters()][:6]
-                raise ValueError(f"critic_trainable 'moe': no parameter of this {family} checkpoint matches the "
-                                 f"{' / '.join(missing)} patterns (names look like {sample}); give SAO's "
-                                 "critic_module_patterns for it, or use critic_trainable: all")
+                raise ValueError(
+                    f"critic_trainable 'moe': no parameter of this {family} checkpoint matches the "
+                    f"{' / '.join(missing)} patterns (names look like {sample}); give SAO's "
+                    "critic_module_patterns for it, or use critic_trainable: all"
+                )
         for name, param in self.backbone.named_parameters():
             family = module_family("." + name, self.patterns)
             if trainable == "all":

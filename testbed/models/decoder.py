@@ -38,7 +38,7 @@ class LeanDecoder:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.top_k, self.n_experts = cfg.num_experts_per_tok, cfg.num_experts
         self.eps = cfg.rms_norm_eps
-        self.scale = self.head_dim ** -0.5
+        self.scale = self.head_dim**-0.5
         rotary = model.model.rotary_emb
         self.inv_freq, self.rope_scale = rotary.inv_freq, rotary.attention_scaling
         self._rope_len = 0
@@ -62,7 +62,10 @@ class LeanDecoder:
     def _rope(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin for positions 0..length-1, computed exactly as the HF rotary embedding does."""
         if length > self._rope_len or self._cos.device != self.inv_freq.device:
-            freqs = torch.arange(length, dtype=torch.float, device=self.inv_freq.device)[:, None] * self.inv_freq.float()[None]
+            freqs = (
+                torch.arange(length, dtype=torch.float, device=self.inv_freq.device)[:, None]
+                * self.inv_freq.float()[None]
+            )
             emb = torch.cat((freqs, freqs), dim=-1)
             dtype = self.model.model.embed_tokens.weight.dtype  # as HF casts them to the activations' dtype
             self._cos, self._sin = (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
@@ -79,15 +82,21 @@ class LeanDecoder:
             attn, moe = layer.self_attn, layer.mlp
             gate_up, down = moe.experts.gate_up_proj, moe.experts.down_proj  # [E, 2I, H], [E, H, I]
             E, two_i, H = gate_up.shape
-            out.append({
-                "ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
-                "qkv": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
-                "qk_norm": torch.cat([attn.q_norm.weight.expand(self.n_heads, -1), attn.k_norm.weight.expand(self.n_kv, -1)]),
-                "o": attn.o_proj.weight, "router": moe.gate.weight,
-                # x @ gate_up_all -> [N, E * 2I]; (a * w) @ down_all sums the experts in the matmul
-                "gate_up_all": gate_up.permute(2, 0, 1).reshape(H, E * two_i),
-                "down_all": down.permute(0, 2, 1).reshape(E * (two_i // 2), H),
-            })
+            out.append(
+                {
+                    "ln1": layer.input_layernorm.weight,
+                    "ln2": layer.post_attention_layernorm.weight,
+                    "qkv": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+                    "qk_norm": torch.cat(
+                        [attn.q_norm.weight.expand(self.n_heads, -1), attn.k_norm.weight.expand(self.n_kv, -1)]
+                    ),
+                    "o": attn.o_proj.weight,
+                    "router": moe.gate.weight,
+                    # x @ gate_up_all -> [N, E * 2I]; (a * w) @ down_all sums the experts in the matmul
+                    "gate_up_all": gate_up.permute(2, 0, 1).reshape(H, E * two_i),
+                    "down_all": down.permute(0, 2, 1).reshape(E * (two_i // 2), H),
+                }
+            )
         return out
 
     def _step_weights(self, layers: list[dict[str, torch.Tensor]]) -> dict:
@@ -99,11 +108,16 @@ class LeanDecoder:
         for w in layers:
             qk_norm = w["qk_norm"].clone()
             qk_norm[: self.n_heads] *= self.scale
-            per_layer.append({
-                "qkv": w["qkv"] * w["ln1"][None], "qk_norm": qk_norm, "o_t": w["o"].t(),
-                "router": w["router"] * w["ln2"][None], "gate_up_all": w["gate_up_all"] * w["ln2"][:, None],
-                "down_all": w["down_all"],
-            })
+            per_layer.append(
+                {
+                    "qkv": w["qkv"] * w["ln1"][None],
+                    "qk_norm": qk_norm,
+                    "o_t": w["o"].t(),
+                    "router": w["router"] * w["ln2"][None],
+                    "gate_up_all": w["gate_up_all"] * w["ln2"][:, None],
+                    "down_all": w["down_all"],
+                }
+            )
         head = self.model.lm_head.weight * self.model.model.norm.weight[None]
         half = d // 2
         return {"layers": per_layer, "head_t": head.t(), "half": half}
@@ -189,7 +203,9 @@ class LeanDecoder:
         self.k_cache, self.v_cache = self.k_cache[:, rows], self.v_cache[:, rows]
         self.valid, self.next_position = self.valid[rows], self.next_position[rows]
 
-    def _forward(self, ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, cols: slice) -> torch.Tensor:
+    def _forward(
+        self, ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, cols: slice
+    ) -> torch.Tensor:
         B, S = ids.shape
         nh, nkv, d = self.n_heads, self.n_kv, self.head_dim
         x = F.embedding(ids, self.model.model.embed_tokens.weight)

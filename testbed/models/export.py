@@ -15,11 +15,9 @@ exported directory writes the same rows as a run on the built policy.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +44,23 @@ def hub_tokenizer(tok: Any) -> Any:
     from transformers import PreTrainedTokenizerFast
 
     inner = Tokenizer.from_str(tok.hf.to_str())
-    inner.decoder = decoders.Sequence([
-        decoders.Replace(Regex("^"), " "),  # a space before every token, then fused, then trimmed
-        decoders.Fuse(),
-        *[decoders.Replace(" " + p, p) for p in sorted(PUNCT)],
-        decoders.Strip(" ", 1, 0),
-    ])
+    inner.decoder = decoders.Sequence(
+        [
+            decoders.Replace(Regex("^"), " "),  # a space before every token, then fused, then trimmed
+            decoders.Fuse(),
+            *[decoders.Replace(" " + p, p) for p in sorted(PUNCT)],
+            decoders.Strip(" ", 1, 0),
+        ]
+    )
     return PreTrainedTokenizerFast(
-        tokenizer_object=inner, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
-        additional_special_tokens=["<sep>"], chat_template=CHAT_TEMPLATE, clean_up_tokenization_spaces=False,
+        tokenizer_object=inner,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        additional_special_tokens=["<sep>"],
+        chat_template=CHAT_TEMPLATE,
+        clean_up_tokenization_spaces=False,
         model_max_length=None,
     )
 

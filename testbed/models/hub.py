@@ -20,8 +20,7 @@ from testbed.models.modules import HFModule
 from testbed.paths import WEIGHTS, check_directory
 
 if TYPE_CHECKING:  # torch loads on use
-    import torch
-
+    pass
 
 
 def fingerprint(directory: Path) -> str:
@@ -41,15 +40,15 @@ def is_project_format(directory: Path) -> bool:
     return (directory / "tokenizer.json").exists() and not (directory / "tokenizer_config.json").exists()
 
 
-
-
 def _load_model(directory: Path) -> HFModule:
     from transformers import AutoModelForCausalLM
 
     try:
         model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True)
     except ValueError as exc:  # e.g. a config of a family with no causal-LM head
-        raise ValueError(f"policy.checkpoint: {directory}: not a causal LM that AutoModelForCausalLM loads ({exc})") from None
+        raise ValueError(
+            f"policy.checkpoint: {directory}: not a causal LM that AutoModelForCausalLM loads ({exc})"
+        ) from None
     model.eval()
     return model
 
@@ -57,16 +56,23 @@ def _load_model(directory: Path) -> HFModule:
 # Config fields of families whose causal-LM head changes the logits after the output layer. The
 # trainers score tokens with `get_output_embeddings()` on the backbone's states (the engine with the
 # full forward), so for these the behaviour log-probs would not be the trainers' log-probs.
-LOGIT_TRANSFORMS = {"final_logit_softcapping": None, "logits_scaling": 1.0, "logit_scale": 1.0, "output_multiplier_scale": None}
+LOGIT_TRANSFORMS = {
+    "final_logit_softcapping": None,
+    "logits_scaling": 1.0,
+    "logit_scale": 1.0,
+    "output_multiplier_scale": None,
+}
 
 
 def check_scoring(model: HFModule, directory: Path) -> None:
     for name, neutral in LOGIT_TRANSFORMS.items():
         value = getattr(model.config, name, neutral)
         if value not in (neutral, None):
-            raise ValueError(f"policy.checkpoint: {directory}: {model.config.model_type} transforms its logits "
-                             f"({name}={value}) after the output layer, which the trainers' token scoring does not "
-                             "repeat; the behaviour log-probs would not match")
+            raise ValueError(
+                f"policy.checkpoint: {directory}: {model.config.model_type} transforms its logits "
+                f"({name}={value}) after the output layer, which the trainers' token scoring does not "
+                "repeat; the behaviour log-probs would not match"
+            )
 
 
 def load_project_checkpoint(directory: Path) -> tuple[HFModule, Any, dict]:
@@ -83,8 +89,10 @@ def load_checkpoint(path: str | Path) -> tuple[HFModule, Any, dict]:
     if is_project_format(directory):
         return load_project_checkpoint(directory)
     if not (directory / "tokenizer_config.json").exists():
-        raise FileNotFoundError(f"policy.checkpoint: {directory} has no tokenizer (tokenizer_config.json with "
-                                "tokenizer.json, or the project's own tokenizer.json)")
+        raise FileNotFoundError(
+            f"policy.checkpoint: {directory} has no tokenizer (tokenizer_config.json with "
+            "tokenizer.json, or the project's own tokenizer.json)"
+        )
     from testbed.models.hub_tokenizer import HubTokenizer
 
     tokenizer = HubTokenizer.load(directory)
@@ -92,8 +100,10 @@ def load_checkpoint(path: str | Path) -> tuple[HFModule, Any, dict]:
     check_scoring(model, directory)
     rows = model.get_input_embeddings().weight.shape[0]
     if tokenizer.vocab_size > rows:
-        raise ValueError(f"policy.checkpoint: {directory}: the tokenizer has {tokenizer.vocab_size} tokens but the "
-                         f"model's embedding only {rows} rows")
+        raise ValueError(
+            f"policy.checkpoint: {directory}: the tokenizer has {tokenizer.vocab_size} tokens but the "
+            f"model's embedding only {rows} rows"
+        )
     report = {
         "checkpoint": str(directory),
         "key": f"{directory.resolve()}:{fingerprint(directory)}",

@@ -34,8 +34,10 @@ def stop_ids_of(tokenizer: Any, generation_config: Any, where: str) -> tuple[int
             if i is not None and int(i) not in ids:
                 ids.append(int(i))
     if not ids:
-        raise ValueError(f"{where}: the tokenizer has no eos token and generation_config.json no eos_token_id, so a "
-                         "response could never end; set eos_token in tokenizer_config.json")
+        raise ValueError(
+            f"{where}: the tokenizer has no eos token and generation_config.json no eos_token_id, so a "
+            "response could never end; set eos_token in tokenizer_config.json"
+        )
     return tuple(ids)
 
 
@@ -61,8 +63,12 @@ class HubTokenizer:
         try:
             tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
         except Exception as exc:  # OSError, ValueError, KeyError...: say which directory
-            raise ValueError(f"policy.checkpoint: {directory}: AutoTokenizer cannot load a tokenizer from it ({exc})") from None
-        generation = GenerationConfig.from_pretrained(directory) if (directory / "generation_config.json").exists() else None
+            raise ValueError(
+                f"policy.checkpoint: {directory}: AutoTokenizer cannot load a tokenizer from it ({exc})"
+            ) from None
+        generation = (
+            GenerationConfig.from_pretrained(directory) if (directory / "generation_config.json").exists() else None
+        )
         return cls(tokenizer, generation, where=f"policy.checkpoint {directory}")
 
     def save(self, directory: str | Path) -> None:
@@ -107,7 +113,7 @@ class HubTokenizer:
         rendered = self._render([*turn, {"role": "user", "content": text}], generation=True)
         if MARK not in rendered:
             raise ValueError(f"{self.where}: the chat template drops the assistant's turn; multi-turn episodes need it")
-        ids = self._ids(rendered[rendered.index(MARK) + len(MARK):])
+        ids = self._ids(rendered[rendered.index(MARK) + len(MARK) :])
         while ids and ids[0] in self.stop_ids:
             ids = ids[1:]
         return ids

@@ -17,14 +17,11 @@ callers fall back to transformers' forward for any other.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 
-from testbed.models.modules import HFModule
-
 from testbed.models.decoder import LeanDecoder
+from testbed.models.modules import HFModule
 
 
 def supports(backbone: HFModule) -> bool:
@@ -42,7 +39,9 @@ def _rms(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tens
 
 def _rope_tables(backbone: HFModule, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     rotary = backbone.rotary_emb
-    freqs = torch.arange(length, dtype=torch.float, device=rotary.inv_freq.device)[:, None] * rotary.inv_freq.float()[None]
+    freqs = (
+        torch.arange(length, dtype=torch.float, device=rotary.inv_freq.device)[:, None] * rotary.inv_freq.float()[None]
+    )
     emb = torch.cat((freqs, freqs), dim=-1)
     return (emb.cos() * rotary.attention_scaling).to(dtype), (emb.sin() * rotary.attention_scaling).to(dtype)
 
@@ -52,8 +51,9 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def _attention(layer: HFModule, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-               eps: float) -> torch.Tensor:
+def _attention(
+    layer: HFModule, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, eps: float
+) -> torch.Tensor:
     attn = layer.self_attn
     B, T, _ = h.shape
     d = attn.head_dim
@@ -76,8 +76,9 @@ def _moe(moe: HFModule, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return moe.experts(h, index, top.to(logits.dtype)), logits
 
 
-def backbone_forward(backbone: HFModule, tokens: torch.Tensor, attention_mask: torch.Tensor,
-                     routing: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+def backbone_forward(
+    backbone: HFModule, tokens: torch.Tensor, attention_mask: torch.Tensor, routing: bool = False
+) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
     """(last hidden state [B, T, H], per-layer router logits [B*T, E] or None) of right-padded
     `tokens` [B, T]; positions where `attention_mask` is 0 hold unspecified values."""
     cfg = backbone.config

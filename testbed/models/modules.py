@@ -86,7 +86,9 @@ def parameter_split(model, patterns: ModulePatterns | None = None) -> dict[str, 
 
 def describe_split(counts: dict[str, int]) -> str:
     """One line for the run's log: trainable / total parameters per part."""
-    parts = [f"{f} {counts.get(f'trainable_{f}', 0):,}/{counts[f'total_{f}']:,}" for f in FAMILIES if f"total_{f}" in counts]
+    parts = [
+        f"{f} {counts.get(f'trainable_{f}', 0):,}/{counts[f'total_{f}']:,}" for f in FAMILIES if f"total_{f}" in counts
+    ]
     return f"trainable parameters {counts['trainable']:,} of {counts['total']:,} ({', '.join(parts)})"
 
 

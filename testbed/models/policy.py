@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from testbed.models.modules import HFModule
-from testbed.scenario.schema import PolicyConfig
 from testbed.models import lean_forward
+from testbed.models.modules import HFModule
 from testbed.models.tokenizer import WordTokenizer
+from testbed.scenario.schema import PolicyConfig
 
 
 def build_policy(cfg: PolicyConfig, tokenizer: WordTokenizer, seed: int = 0) -> Qwen3MoeForCausalLM:
@@ -57,7 +57,9 @@ def token_logprobs(
     the output layer and its softmax then run on those positions only, which is most of the
     saving for a small model with a large vocabulary.
     """
-    logp, entropy, _ = token_logprobs_and_routing(model, tokens, attention_mask, temperature, routing=False, where=where)
+    logp, entropy, _ = token_logprobs_and_routing(
+        model, tokens, attention_mask, temperature, routing=False, where=where
+    )
     return logp, entropy
 
 
@@ -85,8 +87,9 @@ def token_logprobs_and_routing(
     return logp, entropy, router
 
 
-def hidden_states(backbone: HFModule, tokens: torch.Tensor, attention_mask: torch.Tensor,
-                  routing: bool = False) -> tuple[torch.Tensor, tuple | None]:
+def hidden_states(
+    backbone: HFModule, tokens: torch.Tensor, attention_mask: torch.Tensor, routing: bool = False
+) -> tuple[torch.Tensor, tuple | None]:
     """(last hidden state [B, T, H], router logits per layer or None) of right-padded tokens: the
     lean forward (testbed/models/lean_forward.py) for the testbed's own Qwen3-MoE shape, the
     backbone's own forward for any other model. Padding positions hold unspecified values."""

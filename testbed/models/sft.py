@@ -22,15 +22,15 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from filelock import FileLock
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import AutoModelForCausalLM
 
-from testbed.scenario.schema import PolicyConfig
+from testbed.cpu_numerics import numerics_tag
 from testbed.models.policy import build_policy, count_parameters, hidden_states
 from testbed.models.tokenizer import WordTokenizer
-from testbed.cpu_numerics import numerics_tag
 from testbed.paths import cache_dir, source_fingerprint
+from testbed.scenario.schema import PolicyConfig
 from testbed.world import generate, prompts, render_prompt, vocabulary
 
 CACHE_FORMAT = 2  # bump when the corpus or training recipe changes meaning (2: stops early at the bar)
@@ -64,7 +64,10 @@ def policy_key(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> str
 
 def is_cached(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> bool:
     """Whether the SFT policy of this config is in the cache (a checkpoint is never trained)."""
-    return bool(cfg.checkpoint) or (cache_root() / f"policy-{policy_key(cfg, archetypes, env)}" / "sft_report.json").exists()
+    return (
+        bool(cfg.checkpoint)
+        or (cache_root() / f"policy-{policy_key(cfg, archetypes, env)}" / "sft_report.json").exists()
+    )
 
 
 def sft_corpus(size: int, archetypes: list[str], seed: int) -> list[tuple[str, str, str]]:
@@ -108,7 +111,9 @@ def encode_examples(examples: list[Example], tok: WordTokenizer) -> tuple[torch.
     return ids_t, mask, labels_t
 
 
-def encode_corpus(corpus: list[tuple[str, str, str]], tok: WordTokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def encode_corpus(
+    corpus: list[tuple[str, str, str]], tok: WordTokenizer
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded input ids, attention mask and labels (-100 off the piece and its <eos>)."""
     rows = []
     for prompt, piece, _ in corpus:
@@ -140,9 +145,18 @@ def causal_lm_loss(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor
 OnStep = Callable[..., None]  # on_step(step, total, **values): testbed/runtimes/bars.py draws it
 
 
-def train_sft(model: torch.nn.Module, data: tuple[torch.Tensor, ...], steps: int, batch_size: int, lr: float, seed: int,
-              label: str = "SFT", accept: Callable[[], bool] | None = None, checks: int = 0,
-              on_step: OnStep | None = None) -> list[float]:
+def train_sft(
+    model: torch.nn.Module,
+    data: tuple[torch.Tensor, ...],
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    label: str = "SFT",
+    accept: Callable[[], bool] | None = None,
+    checks: int = 0,
+    on_step: OnStep | None = None,
+) -> list[float]:
     """AdamW with linear warm-up and cosine decay; returns the loss curve.
 
     With `accept`, the model is checked `checks` times, evenly over the second half of the run
@@ -159,10 +173,12 @@ def train_sft(model: torch.nn.Module, data: tuple[torch.Tensor, ...], steps: int
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, steps))))
     )
-    check_at = {steps // 2 + i * steps // (2 * checks) for i in range(checks)} if accept is not None and checks > 0 else set()
+    check_at = (
+        {steps // 2 + i * steps // (2 * checks) for i in range(checks)} if accept is not None and checks > 0 else set()
+    )
     losses: list[float] = []
     model.train()
-    with (transient_bar(label) if on_step is None else contextlib.nullcontext(on_step)) as report:
+    with transient_bar(label) if on_step is None else contextlib.nullcontext(on_step) as report:
         for step in range(steps):
             idx = torch.randint(0, len(ids), (batch_size,), generator=gen)
             width = int(mask[idx].sum(1).max())  # trim padding shared by the whole batch
@@ -192,8 +208,14 @@ def passes(model: torch.nn.Module, accept: Callable[[], bool]) -> bool:
 @contextlib.contextmanager
 def transient_bar(label: str) -> Iterator[OnStep]:
     """A bar of its own, for a caller that draws none (a script, a notebook); gone when done."""
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} loss {task.fields[loss]}"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), transient=True) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} loss {task.fields[loss]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+    ) as bar:
         task = bar.add_task(label, total=None, loss="-")
         yield lambda step, total, loss: bar.update(task, completed=step, total=total, loss=f"{loss:.3f}")
 
@@ -203,7 +225,9 @@ Evaluate = Callable[[torch.nn.Module, WordTokenizer], dict]
 
 def sft_passes(report: dict, cfg: PolicyConfig, archetypes: list[str]) -> bool:
     shares = report["style_shares"]
-    return report["quality"] >= cfg.sft.min_quality and all(shares.get(s, 0.0) >= cfg.sft.min_style_share for s in archetypes)
+    return report["quality"] >= cfg.sft.min_quality and all(
+        shares.get(s, 0.0) >= cfg.sft.min_style_share for s in archetypes
+    )
 
 
 def tokenizer_and_corpus(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> tuple[WordTokenizer, Callable]:
@@ -212,14 +236,22 @@ def tokenizer_and_corpus(cfg: PolicyConfig, archetypes: list[str], env: Any = No
     env_cls = env.load() if env is not None else None
     examples = getattr(env_cls, "sft_examples", None)
     if examples is None:
-        return WordTokenizer.build(), lambda tok: encode_corpus(sft_corpus(cfg.sft.corpus_size, archetypes, cfg.sft.seed), tok)
+        return WordTokenizer.build(), lambda tok: encode_corpus(
+            sft_corpus(cfg.sft.corpus_size, archetypes, cfg.sft.seed), tok
+        )
     tok = WordTokenizer.build(env_cls.extra_words())
-    return tok, lambda tok: encode_examples(examples(cfg.sft.corpus_size, archetypes, cfg.sft.seed, env.settings()), tok)
+    return tok, lambda tok: encode_examples(
+        examples(cfg.sft.corpus_size, archetypes, cfg.sft.seed, env.settings()), tok
+    )
 
 
 def load_or_train_policy(
-    cfg: PolicyConfig, archetypes: list[str], evaluate: Evaluate | None = None, log: Callable[[str], None] = print,
-    env: Any = None, on_step: OnStep | None = None,
+    cfg: PolicyConfig,
+    archetypes: list[str],
+    evaluate: Evaluate | None = None,
+    log: Callable[[str], None] = print,
+    env: Any = None,
+    on_step: OnStep | None = None,
 ) -> tuple[torch.nn.Module, WordTokenizer, dict]:
     """The SFT policy for this config: from the cache if it is there, else trained (in rounds of
     `sft.steps` until `evaluate` says every archetype is written well) and cached. An env (its
@@ -252,12 +284,23 @@ def load_cached(directory: Path, log: Callable[[str], None]) -> tuple[torch.nn.M
     return model, tok, report
 
 
-def train_policy(cfg: PolicyConfig, archetypes: list[str], evaluate: Evaluate | None, log: Callable[[str], None],
-                 env: Any, key: str, directory: Path, on_step: OnStep | None = None) -> tuple[torch.nn.Module, WordTokenizer, dict]:
+def train_policy(
+    cfg: PolicyConfig,
+    archetypes: list[str],
+    evaluate: Evaluate | None,
+    log: Callable[[str], None],
+    env: Any,
+    key: str,
+    directory: Path,
+    on_step: OnStep | None = None,
+) -> tuple[torch.nn.Module, WordTokenizer, dict]:
     """Train the SFT policy (rounds of `sft.steps` until `evaluate` accepts it) and cache it."""
     tok, corpus = tokenizer_and_corpus(cfg, archetypes, env)
     model = build_policy(cfg, tok, seed=cfg.sft.seed)
-    log(f"Training the SFT policy ({count_parameters(model):,} parameters, {cfg.num_experts} experts, top-{cfg.top_k}); cached as {directory}")
+    log(
+        f"Training the SFT policy ({count_parameters(model):,} parameters, {cfg.num_experts} experts, "
+        f"top-{cfg.top_k}); cached as {directory}"
+    )
     start = time.time()
     data = corpus(tok)
     losses: list[float] = []
@@ -273,9 +316,18 @@ def train_policy(cfg: PolicyConfig, archetypes: list[str], evaluate: Evaluate | 
 
     for round_ in range(cfg.sft.max_rounds):
         checked.clear()
-        losses += train_sft(model, data, cfg.sft.steps, cfg.sft.batch_size, cfg.sft.lr, cfg.sft.seed + round_,
-                            f"SFT round {round_ + 1}", accept=accept if evaluate else None, checks=EARLY_CHECKS,
-                            on_step=in_round(on_step, round_))
+        losses += train_sft(
+            model,
+            data,
+            cfg.sft.steps,
+            cfg.sft.batch_size,
+            cfg.sft.lr,
+            cfg.sft.seed + round_,
+            f"SFT round {round_ + 1}",
+            accept=accept if evaluate else None,
+            checks=EARLY_CHECKS,
+            on_step=in_round(on_step, round_),
+        )
         report = checked.get("report") or (evaluate(model, tok) if evaluate else {})
         if not evaluate or sft_passes(report, cfg, archetypes):
             break
@@ -309,7 +361,7 @@ LOSS_CURVE_EVERY = 50  # steps per point of the report's loss curve
 
 def loss_curve(losses: list[float], every: int = LOSS_CURVE_EVERY) -> list[float]:
     """The mean loss of each full block of `every` steps (tests/test_sft_quality.py holds it in a band)."""
-    return [round(sum(losses[i:i + every]) / every, 5) for i in range(0, len(losses) - every + 1, every)]
+    return [round(sum(losses[i : i + every]) / every, 5) for i in range(0, len(losses) - every + 1, every)]
 
 
 def save_policy(directory: Path, model: torch.nn.Module, tok: WordTokenizer, report: dict) -> None:

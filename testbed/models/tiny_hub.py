@@ -54,22 +54,44 @@ def train_bpe(texts: list[str], vocab_size: int) -> Any:
     inner = Tokenizer(models.BPE())
     inner.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     inner.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     inner.train_from_iterator(texts, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=inner, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   additional_special_tokens=["<|im_start|>"], chat_template=CHAT_TEMPLATE,
-                                   clean_up_tokenization_spaces=False, model_max_length=None)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=inner,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        chat_template=CHAT_TEMPLATE,
+        clean_up_tokenization_spaces=False,
+        model_max_length=None,
+    )
 
 
 def build_model(tokenizer: Any, seed: int) -> Any:
 
     torch.manual_seed(seed)
     config = Qwen2MoeConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-        intermediate_size=64, moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4,
-        num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=256, tie_word_embeddings=False,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        norm_topk_prob=True,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
     )
     return Qwen2MoeForCausalLM(config)
 
@@ -79,13 +101,19 @@ def build(directory: str | Path, **settings: Any) -> Path:
 
     s = {**DEFAULTS, **settings}
     tokenizer = train_bpe(world_texts(s["corpus_size"], s["seed"]), s["vocab_size"])
-    generation = GenerationConfig(eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")],
-                                  pad_token_id=tokenizer.pad_token_id)
+    generation = GenerationConfig(
+        eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")],
+        pad_token_id=tokenizer.pad_token_id,
+    )
     model = build_model(tokenizer, s["seed"])
     adapter = HubTokenizer(tokenizer, generation, where="tiny_hub")
     # The project's own SFT on the same corpus, through the adapter: the chat template's prompts.
     data = encode_corpus(sft_corpus(s["corpus_size"], list(STYLES), s["seed"] + 1), adapter)
-    losses = train_sft(model, data, s["steps"], s["batch_size"], s["lr"], s["seed"], "tiny Qwen2-MoE SFT") if s["steps"] else []
+    losses = (
+        train_sft(model, data, s["steps"], s["batch_size"], s["lr"], s["seed"], "tiny Qwen2-MoE SFT")
+        if s["steps"]
+        else []
+    )
     directory = Path(directory)
     tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

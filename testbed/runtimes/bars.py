@@ -46,8 +46,10 @@ def make_progress() -> Progress:
 def status(values: dict[str, Any]) -> str:
     """`value loss 0.0312  explained variance 0.42`: floats to three significant digits (a critic's
     explained variance on near-constant returns can be -5e+13), the rest as they are."""
-    return "  ".join(f"{name.replace('_', ' ')} {value:.3g}" if isinstance(value, float) else f"{name.replace('_', ' ')} {value}"
-                     for name, value in values.items())
+    return "  ".join(
+        f"{name.replace('_', ' ')} {value:.3g}" if isinstance(value, float) else f"{name.replace('_', ' ')} {value}"
+        for name, value in values.items()
+    )
 
 
 class StepBar:
@@ -61,7 +63,8 @@ class StepBar:
 
     def __call__(self, step: int, total: int, **values: Any) -> None:
         if self.task is None:
-            self.task = self.progress.add_task("", total=total, completed=step, arm=self.name, seed=self.seed,
-                                               unit=self.unit, status=status(values))
+            self.task = self.progress.add_task(
+                "", total=total, completed=step, arm=self.name, seed=self.seed, unit=self.unit, status=status(values)
+            )
         else:
             self.progress.update(self.task, total=total, completed=step, status=status(values))

@@ -67,8 +67,16 @@ class Round:
 class Collector:
     """Issues and judges training episodes for one arm x seed on one env."""
 
-    def __init__(self, env: StyleShiftEnv, arm: str, seed: int, group_size: int, budget: int,
-                 gold: Any = None, gold_share: float = 1.0):
+    def __init__(
+        self,
+        env: StyleShiftEnv,
+        arm: str,
+        seed: int,
+        group_size: int,
+        budget: int,
+        gold: Any = None,
+        gold_share: float = 1.0,
+    ):
         self.env, self.arm, self.seed, self.group_size, self.budget = env, arm, seed, group_size, budget
         self.gold, self.gold_share = gold, gold_share  # a gold judge scores (a share of) the episodes too
 
@@ -92,10 +100,18 @@ class Collector:
             # `judged`: the target the judge scored against (clock t0 + i). After a failure earlier in
             # a batch that straddles a switch, that can be a phase ahead of the episode's own clock t.
             traj.verdict, traj.t, traj.target_style = verdict, t, judged.target.style
-            traj.candidates, traj.generation_target, traj.generation_t = judged.target.candidates, made.target.style, made.t
+            traj.candidates, traj.generation_target, traj.generation_t = (
+                judged.target.candidates,
+                made.target.style,
+                made.t,
+            )
             traj.prompt_id, traj.topic, traj.arm, traj.seed = made.prompt_id, made.topic, self.arm, self.seed
             traj.group_id = round_.first_group + i // round_.group_size
-            if self.gold is not None and verdict.error is None and (self.gold_share >= 1 or unit_hash("gold", t) < self.gold_share):
+            if (
+                self.gold is not None
+                and verdict.error is None
+                and (self.gold_share >= 1 or unit_hash("gold", t) < self.gold_share)
+            ):
                 scored.append((traj, EpisodeStart(made.prompt_text, made.prompt_id, made.topic, t, judged.target)))
         if scored:  # sampled by a hash of the clock: the same episodes for every arm
             gold = self.env.score_with(self.gold, [s for _, s in scored], [tr.response_text for tr, _ in scored])
@@ -106,8 +122,17 @@ class Collector:
 
 def dropped_rows(trajs: list[Trajectory], learner_version: int) -> list[dict[str, Any]]:
     """One row per episode dropped at dequeue as too stale (`dropped.parquet`)."""
-    return [{"arm": t.arm, "seed": t.seed, "t": t.t, "policy_version": t.policy_version, "learner_version": learner_version,
-             "staleness": learner_version - t.policy_version} for t in trajs]
+    return [
+        {
+            "arm": t.arm,
+            "seed": t.seed,
+            "t": t.t,
+            "policy_version": t.policy_version,
+            "learner_version": learner_version,
+            "staleness": learner_version - t.policy_version,
+        }
+        for t in trajs
+    ]
 
 
 def episode_rows(trajs: list[Trajectory], learner_version: int | None, trained: bool = False) -> list[dict[str, Any]]:
@@ -119,25 +144,40 @@ def episode_rows(trajs: list[Trajectory], learner_version: int | None, trained: 
     for traj in trajs:
         v = traj.verdict
         assert v is not None
-        rows.append({
-            "arm": traj.arm, "seed": traj.seed, "t": traj.t, "prompt_id": traj.prompt_id, "topic": traj.topic,
-            "target_style": traj.target_style, "candidates": ",".join(traj.candidates),
-            "judged_style": v.style, "r_quality": int(v.quality), "r_style": int(v.style_match),
-            "reward": v.reward if v.error is None else None, "judge_error": v.error, "judge_latency_s": v.latency_s,
-            "group_id": traj.group_id, "policy_version": traj.policy_version,
-            "staleness": None if learner_version is None else learner_version - traj.policy_version,
-            "trained": trained,
-            "generation_target": traj.generation_target, "generation_t": traj.generation_t,
-            "response_tokens": len(traj.response_tokens), "response": traj.response_text,
-            # multi-turn episodes: drafts written, the editor's reads, each earlier draft's reward and
-            # judged style (the editor's verdicts), the notes
-            "turns": traj.turns, "editor_calls": len(traj.turn_verdicts),
-            "turn_rewards": ";".join("x" if t.error else f"{t.reward:g}" for t in traj.turn_verdicts),
-            "turn_styles": ";".join("x" if t.error else str(t.style) for t in traj.turn_verdicts),
-            "notes": " | ".join(traj.notes),
-            # the gold judge's verdict (scenario.gold_judge), where it scored this episode
-            **gold_columns(traj.gold_verdict),
-        })
+        rows.append(
+            {
+                "arm": traj.arm,
+                "seed": traj.seed,
+                "t": traj.t,
+                "prompt_id": traj.prompt_id,
+                "topic": traj.topic,
+                "target_style": traj.target_style,
+                "candidates": ",".join(traj.candidates),
+                "judged_style": v.style,
+                "r_quality": int(v.quality),
+                "r_style": int(v.style_match),
+                "reward": v.reward if v.error is None else None,
+                "judge_error": v.error,
+                "judge_latency_s": v.latency_s,
+                "group_id": traj.group_id,
+                "policy_version": traj.policy_version,
+                "staleness": None if learner_version is None else learner_version - traj.policy_version,
+                "trained": trained,
+                "generation_target": traj.generation_target,
+                "generation_t": traj.generation_t,
+                "response_tokens": len(traj.response_tokens),
+                "response": traj.response_text,
+                # multi-turn episodes: drafts written, the editor's reads, each earlier draft's reward and
+                # judged style (the editor's verdicts), the notes
+                "turns": traj.turns,
+                "editor_calls": len(traj.turn_verdicts),
+                "turn_rewards": ";".join("x" if t.error else f"{t.reward:g}" for t in traj.turn_verdicts),
+                "turn_styles": ";".join("x" if t.error else str(t.style) for t in traj.turn_verdicts),
+                "notes": " | ".join(traj.notes),
+                # the gold judge's verdict (scenario.gold_judge), where it scored this episode
+                **gold_columns(traj.gold_verdict),
+            }
+        )
     return rows
 
 
@@ -147,8 +187,9 @@ def gold_columns(gold: Any) -> dict[str, Any]:
     return {"gold_reward": gold.reward, "gold_quality": int(gold.quality), "gold_style": gold.style}
 
 
-def evaluate_heldout(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec],
-                     t: int) -> tuple[list[dict], list[str], int]:
+def evaluate_heldout(
+    env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], t: int
+) -> tuple[list[dict], list[str], int]:
     """Held-out style shares at clock t (one episode per held-out prompt, rendered with the
     candidates offered at t; the clock does not move), the errors of the failed verdicts and the
     judge calls made. An evaluation with no verdict at all is a gap: shares and rewards are
@@ -169,12 +210,29 @@ def heldout_rows(verdicts: list, t: int, target_style: str) -> list[dict]:
     reward = sum(v.reward for v in ok) / n if n else None
     quality = sum(v.quality for v in ok) / n if n else None
     styles = list(STYLES) + sorted(s for s in counts if s not in STYLES and s is not None)
-    return [{"t": t, "style": s, "share": counts.get(s, 0) / n if n else None, "n": n,
-             "eval_reward": reward, "eval_quality": quality, "target_style": target_style} for s in styles]
+    return [
+        {
+            "t": t,
+            "style": s,
+            "share": counts.get(s, 0) / n if n else None,
+            "n": n,
+            "eval_reward": reward,
+            "eval_quality": quality,
+            "target_style": target_style,
+        }
+        for s in styles
+    ]
 
 
-def judged_samples(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], n: int, seed: int, chunk: int = 128,
-                   on_step: Callable[..., None] | None = None) -> list[Trajectory]:
+def judged_samples(
+    env: StyleShiftEnv,
+    engine: Engine,
+    specs: list[PromptSpec],
+    n: int,
+    seed: int,
+    chunk: int = 128,
+    on_step: Callable[..., None] | None = None,
+) -> list[Trajectory]:
     """n samples from the engine's (fixed) policy on random training prompts, judged against the
     target at clock 0 without moving the clock; failed verdicts are dropped. After each chunk,
     `on_step(sampled, n, quality=...)`: the mean quality of the judged samples so far."""
@@ -186,7 +244,12 @@ def judged_samples(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], 
         trajs = env.rollout(engine, starts)
         for traj, start, verdict in zip(trajs, starts, env.evaluate_batch(starts, [t.response_text for t in trajs])):
             if verdict.error is None:
-                traj.verdict, traj.t, traj.target_style, traj.prompt_id = verdict, 0, start.target.style, start.prompt_id
+                traj.verdict, traj.t, traj.target_style, traj.prompt_id = (
+                    verdict,
+                    0,
+                    start.target.style,
+                    start.prompt_id,
+                )
                 out.append(traj)
                 quality += verdict.quality
         if on_step is not None:

@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-from testbed.scenario.schema import ArmConfig, ReliabilityConfig, Scenario, WorldConfig
 from testbed.paths import source_fingerprint
 from testbed.protocols import Judge
+from testbed.scenario.schema import ArmConfig, ReliabilityConfig, Scenario, WorldConfig
 from testbed.types import Trajectory
 
 
@@ -110,24 +110,37 @@ def judge_counters(judge: Judge) -> dict[str, float]:
     return {f"llm_{k}": float(v) for k, v in stats().items()} if callable(stats) else {}
 
 
-def counter_delta(start: dict[str, float], now: dict[str, float], offset: dict[str, float] | None = None) -> dict[str, float]:
+def counter_delta(
+    start: dict[str, float], now: dict[str, float], offset: dict[str, float] | None = None
+) -> dict[str, float]:
     """This arm's share of a judge's cumulative counters (latency percentiles are kept as they
     are), plus what it had used before a resume (`offset`)."""
     offset = offset or {}
     return {k: (v - start.get(k, 0.0) + offset.get(k, 0.0)) if "latency" not in k else v for k, v in now.items()}
 
 
-def update_row(arm: str, seed: int, state: LoopState, t: int, metrics: dict[str, Any], judge_used: dict[str, float]) -> dict:
-    return {"arm": arm, "seed": seed, "update": state.updates, "t": t,
-            "judge_calls": state.judge_calls, "judge_failures": state.failures,
-            "eval_judge_calls": state.eval_judge_calls, "eval_judge_failures": state.eval_failures,
-            # what the trainer's warm-up spent before RL (SAO's value pretraining), so every arm's calls are counted
-            "warmup_judge_calls": int(state.pretrain.get("judge_calls", 0)),
-            **metrics, **judge_used}
+def update_row(
+    arm: str, seed: int, state: LoopState, t: int, metrics: dict[str, Any], judge_used: dict[str, float]
+) -> dict:
+    return {
+        "arm": arm,
+        "seed": seed,
+        "update": state.updates,
+        "t": t,
+        "judge_calls": state.judge_calls,
+        "judge_failures": state.failures,
+        "eval_judge_calls": state.eval_judge_calls,
+        "eval_judge_failures": state.eval_failures,
+        # what the trainer's warm-up spent before RL (SAO's value pretraining), so every arm's calls are counted
+        "warmup_judge_calls": int(state.pretrain.get("judge_calls", 0)),
+        **metrics,
+        **judge_used,
+    }
 
 
-def take_batch(queue: list[Trajectory], size: int, version: int,
-               max_staleness: int | None) -> tuple[list[Trajectory] | None, list[Trajectory]]:
+def take_batch(
+    queue: list[Trajectory], size: int, version: int, max_staleness: int | None
+) -> tuple[list[Trajectory] | None, list[Trajectory]]:
     """(the next batch of `size` episodes, the episodes dropped on the way), popped from the head of
     `queue` in place. An episode more than `max_staleness` versions behind `version` is dropped
     (None: none is). Short of a full batch, its episodes go back to the head, in order, and the
@@ -156,9 +169,11 @@ class Guard:
     def judge(self, state: LoopState, t: int, last_error: str | None) -> str | None:
         if state.failed_in_a_row < self.rel.judge_failure_budget:
             return None
-        return (f"arm {self.arm} seed {self.seed}: the judge failed {state.failed_in_a_row} calls in a row at t={t} "
-                f"(reliability.judge_failure_budget={self.rel.judge_failure_budget}; last error: {last_error}). "
-                f"A checkpoint was written: continue with --resume {self.root} once the judge is back.")
+        return (
+            f"arm {self.arm} seed {self.seed}: the judge failed {state.failed_in_a_row} calls in a row at t={t} "
+            f"(reliability.judge_failure_budget={self.rel.judge_failure_budget}; last error: {last_error}). "
+            f"A checkpoint was written: continue with --resume {self.root} once the judge is back."
+        )
 
     def numerics(self, state: LoopState, metrics: dict[str, Any]) -> str | None:
         bad = metrics.get("nonfinite")
@@ -168,20 +183,29 @@ class Guard:
             self.log(f"{self.arm} seed {self.seed} update {state.updates}: {bad} is NaN/inf; the update was skipped")
         if state.nonfinite_in_a_row < self.rel.max_nonfinite_updates:
             return None
-        return (f"arm {self.arm} seed {self.seed} update {state.updates}: {bad} was NaN/inf in {state.nonfinite_in_a_row} "
-                f"updates in a row (reliability.max_nonfinite_updates={self.rel.max_nonfinite_updates}); stopping. "
-                f"The last good state is checkpointed in {self.root / 'checkpoints'}.")
+        return (
+            f"arm {self.arm} seed {self.seed} update {state.updates}: {bad} was NaN/inf in {state.nonfinite_in_a_row} "
+            f"updates in a row (reliability.max_nonfinite_updates={self.rel.max_nonfinite_updates}); stopping. "
+            f"The last good state is checkpointed in {self.root / 'checkpoints'}."
+        )
 
 
-def warm_up(trainer: Any, samples: Callable[[int], list[Trajectory]], cache_key: dict, log: Callable[[str], None],
-            on_step: Callable[..., None] | None = None) -> dict:
+def warm_up(
+    trainer: Any,
+    samples: Callable[[int], list[Trajectory]],
+    cache_key: dict,
+    log: Callable[[str], None],
+    on_step: Callable[..., None] | None = None,
+) -> dict:
     """A trainer's warm-up on `warmup_samples` judged samples from the fixed starting policy (SAO:
     value pretraining), cached by everything that determines its result. `trainer` may be a
     remote learner with the same hook methods. `on_step` goes to a `warmup` that takes it (the
     hook's optional argument: a plugin trainer's may not)."""
     path = warmup_cache_path(cache_key)
     if path.exists():
-        saved = torch.load(path, weights_only=False, map_location="cpu")  # load_warmup_state moves it to the critic's device
+        saved = torch.load(
+            path, weights_only=False, map_location="cpu"
+        )  # load_warmup_state moves it to the critic's device
         trainer.load_warmup_state(saved["state"])
         return {**saved["report"], "cached": str(path), "cache_file": path.name}
     n = trainer.warmup_samples
@@ -189,9 +213,11 @@ def warm_up(trainer: Any, samples: Callable[[int], list[Trajectory]], cache_key:
     log(f"{who} warm-up on {n} judged samples from the starting policy (cached as {path})")
     started = time.perf_counter()
     trajs = samples(n)
-    report = {**trainer.warmup(trajs, **({"on_step": on_step} if on_step and takes(trainer.warmup, "on_step") else {})),
-              "judge_calls": n + sum(len(t.turn_verdicts) for t in trajs),
-              "seconds": round(time.perf_counter() - started, 1)}
+    report = {
+        **trainer.warmup(trajs, **({"on_step": on_step} if on_step and takes(trainer.warmup, "on_step") else {})),
+        "judge_calls": n + sum(len(t.turn_verdicts) for t in trajs),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     torch.save({"state": trainer.warmup_state(), "report": report}, tmp)
@@ -206,13 +232,22 @@ def takes(method: Callable, name: str) -> bool:
         return False
 
 
-def warmup_cache_key(scenario: Scenario, arm: ArmConfig, trainer_key: dict[str, Any], schedule: Any, policy_key: str) -> dict:
+def warmup_cache_key(
+    scenario: Scenario, arm: ArmConfig, trainer_key: dict[str, Any], schedule: Any, policy_key: str
+) -> dict:
     """Everything a trainer's warm-up result depends on: the starting policy, the trainer's own
     `warmup_key()`, the judge, the first target, sampling, and the env and world where they differ
     from the defaults (only then, so existing caches keep their keys)."""
-    key = {"policy": policy_key, "trainer": trainer_key, "judge": scenario.judge.model_dump(by_alias=True),
-           "code": source_fingerprint("trainers", "testbed/engines", "testbed/runtimes/learn.py"),  # policy_key has the models
-           "target": schedule.target(0), "sampling": scenario.sampling.model_dump()}
+    key = {
+        "policy": policy_key,
+        "trainer": trainer_key,
+        "judge": scenario.judge.model_dump(by_alias=True),
+        "code": source_fingerprint(
+            "trainers", "testbed/engines", "testbed/runtimes/learn.py"
+        ),  # policy_key has the models
+        "target": schedule.target(0),
+        "sampling": scenario.sampling.model_dump(),
+    }
     if scenario.env.type != "style_shift":
         key["env"] = scenario.env_for(arm).model_dump()
     world = scenario.world.model_dump(include={"hard_topics", "noisy_topics", "candidate_change_share"})

@@ -33,16 +33,25 @@ import torch
 from rich.progress import Progress, TaskID
 
 from testbed import device, registry
+from testbed.engines.mismatch import mismatch_probe
+from testbed.models.tokenizer import WordTokenizer
+from testbed.protocols import DriftSchedule, Engine, Env, Judge, missing_methods
 from testbed.runtimes import checkpoint
 from testbed.runtimes.bars import StepBar, make_progress
 from testbed.runtimes.collect import Collector, Timer, dropped_rows, episode_rows, evaluate_heldout, judged_samples
-from testbed.scenario.schema import ArmConfig, Scenario
-from testbed.runtimes.learn import (Guard, LoopState, RunStopped, counter_delta, judge_counters, take_batch, update_row, warm_up,
-                                    warmup_cache_key)
-from testbed.models.tokenizer import WordTokenizer
-from testbed.protocols import DriftSchedule, Engine, Env, Judge, missing_methods
+from testbed.runtimes.learn import (
+    Guard,
+    LoopState,
+    RunStopped,
+    counter_delta,
+    judge_counters,
+    take_batch,
+    update_row,
+    warm_up,
+    warmup_cache_key,
+)
 from testbed.runtimes.reference_policy import reference_rows
-from testbed.engines.mismatch import mismatch_probe
+from testbed.scenario.schema import ArmConfig, Scenario
 from testbed.store import RunStore
 from testbed.types import Trajectory
 from testbed.world import prompts
@@ -58,18 +67,32 @@ def make_engine(scenario: Scenario, policy: torch.nn.Module, tokenizer: WordToke
 def make_env(scenario: Scenario, arm: ArmConfig, judge: Judge, schedule: DriftSchedule, seed: int) -> Env:
     """The arm's environment over the training prompts, built like every plugin (registry.build)."""
     spec = scenario.env_for(arm)
-    world = {"candidate_change_share": scenario.world.candidate_change_share} if scenario.world.candidate_change_share < 1 else {}
+    world = (
+        {"candidate_change_share": scenario.world.candidate_change_share}
+        if scenario.world.candidate_change_share < 1
+        else {}
+    )
     env = registry.build(spec.load(), spec.args, judge, schedule, prompts("train"), seed=seed, **world)
     missing = missing_methods(env, Env)
     if missing:
-        raise TypeError(f"env {spec.type} gave a {type(env).__name__} without {', '.join(missing)} (testbed.protocols.Env)")
+        raise TypeError(
+            f"env {spec.type} gave a {type(env).__name__} without {', '.join(missing)} (testbed.protocols.Env)"
+        )
     return env
 
 
-def make_trainer(arm: ArmConfig, policy: torch.nn.Module, tokenizer: WordTokenizer, scenario: Scenario, seed: int) -> Any:
+def make_trainer(
+    arm: ArmConfig, policy: torch.nn.Module, tokenizer: WordTokenizer, scenario: Scenario, seed: int
+) -> Any:
     """The arm's trainer, built like every plugin (registry.build)."""
-    return registry.build(arm.trainer_class(), arm.args, policy, pad_id=tokenizer.pad_id,
-                          temperature=scenario.sampling.temperature, seed=seed)
+    return registry.build(
+        arm.trainer_class(),
+        arm.args,
+        policy,
+        pad_id=tokenizer.pad_id,
+        temperature=scenario.sampling.temperature,
+        seed=seed,
+    )
 
 
 def seed_everything(seed: int) -> None:
@@ -85,8 +108,19 @@ class ArmRunner:
     trainer: Any
     eval_engine: Engine
 
-    def __init__(self, scenario: Scenario, arm: ArmConfig, seed: int, *, judge: Judge, schedule: DriftSchedule,
-                 store: RunStore, progress: Progress | None, log: Callable[[str], None], completed: dict | None):
+    def __init__(
+        self,
+        scenario: Scenario,
+        arm: ArmConfig,
+        seed: int,
+        *,
+        judge: Judge,
+        schedule: DriftSchedule,
+        store: RunStore,
+        progress: Progress | None,
+        log: Callable[[str], None],
+        completed: dict | None,
+    ):
         self.scenario, self.arm, self.seed, self.judge, self.schedule = scenario, arm, seed, judge, schedule
         self.store, self.progress, self.log, self.completed = store, progress, log, completed or {}
         self.budget = scenario.budget.episodes
@@ -114,16 +148,30 @@ class ArmRunner:
         from testbed.judging.build import build_gold_judge
 
         self.gold = build_gold_judge(self.scenario)
-        self.collector = Collector(self.env, self.arm.name, self.seed, self.trainer.group_size, self.budget, gold=self.gold,
-                                   gold_share=self.scenario.gold_judge.share if self.scenario.gold_judge else 1.0)
+        self.collector = Collector(
+            self.env,
+            self.arm.name,
+            self.seed,
+            self.trainer.group_size,
+            self.budget,
+            gold=self.gold,
+            gold_share=self.scenario.gold_judge.share if self.scenario.gold_judge else 1.0,
+        )
         self.judge_start, self.judge_offset = judge_counters(self.judge), dict(self.state.judge_used)
         self.timer = Timer(Counter(self.state.seconds))
         self.wall, self.wall_before = time.perf_counter(), self.state.wall_s
         if resume is None:
             self.save_checkpoint()
         if self.progress is not None:
-            self.task = self.progress.add_task("", total=self.budget, completed=self.env.clock, arm=self.arm.name,
-                                               seed=self.seed, target=self.target_now(), reward="  -  ")
+            self.task = self.progress.add_task(
+                "",
+                total=self.budget,
+                completed=self.env.clock,
+                arm=self.arm.name,
+                seed=self.seed,
+                target=self.target_now(),
+                reward="  -  ",
+            )
 
     def parameter_split(self) -> dict[str, int] | None:
         """The trainer's split of trainable parameters (SAO: its critic's attention, experts, router,
@@ -153,21 +201,32 @@ class ArmRunner:
         samples, then its own steps (SAO's critic regression)."""
         if self.progress is None:
             return None, None
-        return (StepBar(self.progress, f"{self.arm.name} samples", self.seed, unit="sample"),
-                StepBar(self.progress, f"{self.arm.name} warm-up", self.seed))
+        return (
+            StepBar(self.progress, f"{self.arm.name} samples", self.seed, unit="sample"),
+            StepBar(self.progress, f"{self.arm.name} warm-up", self.seed),
+        )
 
     def evaluate_reference(self, starting_engine: Engine) -> None:
         """The arm-independent reference per phase: the starting policy told the target
         (`testbed.runtimes.reference_policy`), written to the `reference` table."""
         if self.scenario.eval.reference_samples <= 0:
             return
-        rows = reference_rows(self.env, starting_engine, self.heldout, list(self.schedule.switch_points()),
-                              self.budget, self.scenario.eval.reference_samples, self.seed)
+        rows = reference_rows(
+            self.env,
+            starting_engine,
+            self.heldout,
+            list(self.schedule.switch_points()),
+            self.budget,
+            self.scenario.eval.reference_samples,
+            self.seed,
+        )
         self.store.append("reference", [{"arm": self.arm.name, "seed": self.seed, **r} for r in rows])
 
     def restore(self, resume: dict[str, Any]) -> None:
         if (resume["arm"], resume["seed"]) != (self.arm.name, self.seed):
-            raise ValueError(f"checkpoint is for arm {resume['arm']} seed {resume['seed']}, not {self.arm.name} seed {self.seed}")
+            raise ValueError(
+                f"checkpoint is for arm {resume['arm']} seed {resume['seed']}, not {self.arm.name} seed {self.seed}"
+            )
         self.trainer.load_state_dict(resume["trainer"])
         self.env.clock = resume["env"]["clock"]
         self.env.np_random.bit_generator.state = resume["env"]["np_random"]
@@ -190,12 +249,23 @@ class ArmRunner:
         done = dict(self.completed)
         if totals is not None:
             done[self.arm.name] = {**done.get(self.arm.name, {}), str(self.seed): totals}
-        checkpoint.save(self.store.root, self.arm.name, self.seed, {
-            "arm": self.arm.name, "seed": self.seed, "done": final, "completed": done,
-            "trainer": self.trainer.state_dict(),
-            "env": {"clock": self.env.clock, "np_random": self.env.np_random.bit_generator.state},
-            "rng": checkpoint.rng_state(), "loop": state.to_checkpoint(), "store": self.store.snapshot(),
-        }, final=final)
+        checkpoint.save(
+            self.store.root,
+            self.arm.name,
+            self.seed,
+            {
+                "arm": self.arm.name,
+                "seed": self.seed,
+                "done": final,
+                "completed": done,
+                "trainer": self.trainer.state_dict(),
+                "env": {"clock": self.env.clock, "np_random": self.env.np_random.bit_generator.state},
+                "rng": checkpoint.rng_state(),
+                "loop": state.to_checkpoint(),
+                "store": self.store.snapshot(),
+            },
+            final=final,
+        )
 
     def stop(self, reason: str | None) -> None:
         """Past a failure budget: checkpoint, then stop the run. The episodes judged but not yet
@@ -248,17 +318,22 @@ class ArmRunner:
             self.store.append("episodes", episode_rows(batch, self.trainer.version, trained=True))
 
     def record_untrained(self, trajs: list[Trajectory], learner_version: int | None = None) -> None:
-        """Rows of judged episodes never trained on: dropped as too stale (at `learner_version`) or left over at the end."""
+        """Rows of judged episodes never trained on: dropped as too stale (at `learner_version`) or
+        left over at the end."""
         if trajs:
             self.store.append("episodes", episode_rows(trajs, learner_version))
 
     def record_update(self, metrics: dict[str, Any]) -> None:
-        """Store one update's row (with the drops so far, under a staleness bound), apply the NaN/inf budget, checkpoint when due."""
+        """Store one update's row (with the drops so far, under a staleness bound), apply the NaN/inf
+        budget, checkpoint when due."""
         if self.max_staleness is not None:
             metrics = {**metrics, "dropped_stale_total": self.state.dropped_stale}
         self.state.updates += 1
         with self.timer.part("bookkeeping"):
-            self.store.append("updates", [update_row(self.arm.name, self.seed, self.state, self.env.clock, metrics, self.judge_used())])
+            self.store.append(
+                "updates",
+                [update_row(self.arm.name, self.seed, self.state, self.env.clock, metrics, self.judge_used())],
+            )
         self.stop(self.guard.numerics(self.state, metrics))
         if self.state.updates - self.state.last_checkpoint >= self.scenario.reliability.checkpoint_every:
             with self.timer.part("bookkeeping"):
@@ -281,8 +356,10 @@ class ArmRunner:
             self.record_untrained(self.state.buffer)  # fewer than a batch left: judged, never trained
             self.state.buffer = []
         except FloatingPointError as exc:  # the policy itself is broken: no checkpoint of this state
-            raise RunStopped(f"arm {self.arm.name} seed {self.seed} update {self.state.updates}: {exc}. The last good state "
-                             f"is the checkpoint at update {self.state.last_checkpoint} in {self.store.root / 'checkpoints'}.") from None
+            raise RunStopped(
+                f"arm {self.arm.name} seed {self.seed} update {self.state.updates}: {exc}. The last good state "
+                f"is the checkpoint at update {self.state.last_checkpoint} in {self.store.root / 'checkpoints'}."
+            ) from None
         finally:
             self.env.close()  # the env's event loop (the judge's async clients live on it)
             close = getattr(self.gold, "close", None)
@@ -298,11 +375,19 @@ class ArmRunner:
     def totals(self) -> dict[str, Any]:
         state, wall_total = self.state, self.wall_before + time.perf_counter() - self.wall
         return {
-            "pretrain": state.pretrain, "judge": self.judge_used(), "episodes": self.env.clock,
-            "judge_calls": state.judge_calls, "judge_failures": state.failures,
-            "eval_judge_calls": state.eval_judge_calls, "eval_judge_failures": state.eval_failures,
-            "judge_outages": state.outages, "updates": state.updates, "skipped_updates": state.skipped_updates,
-            "dropped_stale": state.dropped_stale, "resumes": state.resumes, "wall_s": round(wall_total, 2),
+            "pretrain": state.pretrain,
+            "judge": self.judge_used(),
+            "episodes": self.env.clock,
+            "judge_calls": state.judge_calls,
+            "judge_failures": state.failures,
+            "eval_judge_calls": state.eval_judge_calls,
+            "eval_judge_failures": state.eval_failures,
+            "judge_outages": state.outages,
+            "updates": state.updates,
+            "skipped_updates": state.skipped_updates,
+            "dropped_stale": state.dropped_stale,
+            "resumes": state.resumes,
+            "wall_s": round(wall_total, 2),
             "episodes_per_s": round(self.env.clock / wall_total, 2),
             "time_s": {k: round(v, 3) for k, v in self.timer.seconds.items()},
             **({"parameters": split} if (split := self.parameter_split()) else {}),
@@ -314,8 +399,16 @@ class SyncRunner(ArmRunner):
     engine and the trainer share one policy module, so a new version needs no weight copy; it
     lives on `runtime.device` (the trainer's KL reference and critic are copies of it)."""
 
-    def __init__(self, scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module,
-                 tokenizer: WordTokenizer, **kw: Any):
+    def __init__(
+        self,
+        scenario: Scenario,
+        arm: ArmConfig,
+        seed: int,
+        *,
+        base_policy: torch.nn.Module,
+        tokenizer: WordTokenizer,
+        **kw: Any,
+    ):
         super().__init__(scenario, arm, seed, **kw)
         seed_everything(seed)
         policy = copy.deepcopy(base_policy).to(device.for_this_process(scenario.runtime_for(arm).device))
@@ -349,21 +442,44 @@ class SyncRunner(ArmRunner):
                 with self.timer.part("training"):
                     metrics = trainer.update(batch)
                 self.engine.load_weights(None, trainer.version)  # hf shares the module: only the version moves
-                self.record_update({**metrics, **mismatch, **getattr(self.engine, "last_sync", {})})  # a copying engine's sync
+                self.record_update(
+                    {**metrics, **mismatch, **getattr(self.engine, "last_sync", {})}
+                )  # a copying engine's sync
             self.show_progress()
 
 
-def warm_up_job(scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module, tokenizer: WordTokenizer,
-                judge: Judge, schedule: DriftSchedule, policy_key: str, log: Callable[[str], None] = print,
-                progress: Any = None) -> dict[str, bytes]:
+def warm_up_job(
+    scenario: Scenario,
+    arm: ArmConfig,
+    seed: int,
+    *,
+    base_policy: torch.nn.Module,
+    tokenizer: WordTokenizer,
+    judge: Judge,
+    schedule: DriftSchedule,
+    policy_key: str,
+    log: Callable[[str], None] = print,
+    progress: Any = None,
+) -> dict[str, bytes]:
     """What job (arm, seed) computes before RL when it runs first: its trainer's warm-up, exactly
     as `run_arm` computes it (or finds it in the cache), with its bars in `progress`. Returns the
     cache file, name -> bytes (empty for a trainer without a warm-up)."""
     from testbed.models.sft import cache_root
 
     with tempfile.TemporaryDirectory(prefix="testbed-warmup-") as scratch:
-        runner = SyncRunner(scenario, arm, seed, base_policy=base_policy, tokenizer=tokenizer, judge=judge,
-                            schedule=schedule, store=RunStore(Path(scratch)), progress=progress, log=log, completed=None)
+        runner = SyncRunner(
+            scenario,
+            arm,
+            seed,
+            base_policy=base_policy,
+            tokenizer=tokenizer,
+            judge=judge,
+            schedule=schedule,
+            store=RunStore(Path(scratch)),
+            progress=progress,
+            log=log,
+            completed=None,
+        )
         try:
             runner.warm_up(policy_key, runner.engine)
         finally:
@@ -372,8 +488,9 @@ def warm_up_job(scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: t
     return {name: (cache_root() / name).read_bytes()} if name else {}
 
 
-def first_jobs(scenario: Scenario, jobs: list[tuple[ArmConfig, int]],
-               key: Callable[[int], str] = lambda seed: "") -> list[tuple[ArmConfig, int]]:
+def first_jobs(
+    scenario: Scenario, jobs: list[tuple[ArmConfig, int]], key: Callable[[int], str] = lambda seed: ""
+) -> list[tuple[ArmConfig, int]]:
     """Each synchronous arm's first job (per starting policy, `key(seed)`) whose trainer has a
     warm-up: the one that computes it when the jobs run one after another. (Raced by parallel
     tasks instead, each seed would pretrain its own critic from its own random stream.)"""
@@ -388,15 +505,38 @@ def first_jobs(scenario: Scenario, jobs: list[tuple[ArmConfig, int]],
     return out
 
 
-def run_arm(scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module, tokenizer: WordTokenizer,
-            judge: Judge, schedule: DriftSchedule, store: RunStore, progress: Progress | None = None, policy_key: str = "",
-            log: Callable[[str], None] = print, completed: dict[str, dict[str, Any]] | None = None,
-            resume: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_arm(
+    scenario: Scenario,
+    arm: ArmConfig,
+    seed: int,
+    *,
+    base_policy: torch.nn.Module,
+    tokenizer: WordTokenizer,
+    judge: Judge,
+    schedule: DriftSchedule,
+    store: RunStore,
+    progress: Progress | None = None,
+    policy_key: str = "",
+    log: Callable[[str], None] = print,
+    completed: dict[str, dict[str, Any]] | None = None,
+    resume: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Train one arm with one seed for the scenario's episode budget in this process; returns its
     totals. Checkpoints go to the store's run directory at the start, every `checkpoint_every`
     updates, when the run stops on purpose and at the end; `resume` is a checkpoint to continue."""
-    runner = SyncRunner(scenario, arm, seed, base_policy=base_policy, tokenizer=tokenizer, judge=judge, schedule=schedule,
-                        store=store, progress=progress, log=log, completed=completed)
+    runner = SyncRunner(
+        scenario,
+        arm,
+        seed,
+        base_policy=base_policy,
+        tokenizer=tokenizer,
+        judge=judge,
+        schedule=schedule,
+        store=store,
+        progress=progress,
+        log=log,
+        completed=completed,
+    )
     runner.start(resume, policy_key, runner.engine)
     if resume is not None:
         runner.engine.load_weights(None, runner.trainer.version)

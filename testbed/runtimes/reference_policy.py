@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from testbed.runtimes.collect import heldout_rows
 from testbed.envs.style_shift import StyleShiftEnv
 from testbed.protocols import Engine
+from testbed.runtimes.collect import heldout_rows
 from testbed.world import PromptSpec
 
 REFERENCE_SEED_OFFSET = 7919  # the reference's sampling seed is the run seed plus this (a stream of its own)
@@ -28,8 +28,15 @@ def phase_clocks(switch_points: list[int], budget: int) -> list[tuple[int, int]]
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def reference_rows(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], switch_points: list[int], budget: int,
-                   samples: int, seed: int) -> list[dict]:
+def reference_rows(
+    env: StyleShiftEnv,
+    engine: Engine,
+    specs: list[PromptSpec],
+    switch_points: list[int],
+    budget: int,
+    samples: int,
+    seed: int,
+) -> list[dict]:
     """One row per phase: the starting policy, told the target of the phase's first clock, on
     `samples` episodes per held-out prompt. Failed verdicts are left out (`n` counts the rest)."""
     rows = []
@@ -43,8 +50,18 @@ def reference_rows(env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], 
             per_style = heldout_rows(env.evaluate_batch(starts, [t.response_text for t in trajs]), start, target)
             # a style outside the world's list that no verdict named has no row: its share is 0
             summary = next((r for r in per_style if r["style"] == target), {**per_style[0], "share": 0.0})
-            rows.append({"phase": phase, "start": start, "end": end, "target_style": target,
-                         "candidates": ", ".join(starts[0].target.candidates), "samples": len(starts),
-                         "n": summary["n"], "reward": summary["eval_reward"], "quality": summary["eval_quality"],
-                         "target_share": summary["share"]})
+            rows.append(
+                {
+                    "phase": phase,
+                    "start": start,
+                    "end": end,
+                    "target_style": target,
+                    "candidates": ", ".join(starts[0].target.candidates),
+                    "samples": len(starts),
+                    "n": summary["n"],
+                    "reward": summary["eval_reward"],
+                    "quality": summary["eval_quality"],
+                    "target_share": summary["share"],
+                }
+            )
     return rows

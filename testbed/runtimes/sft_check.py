@@ -25,7 +25,11 @@ def sft_evaluator(scenario: Scenario):
 
     rubric = registry.load("judge", "rubric")()
     archetypes = scenario.world.archetypes
-    candidate_sets = [tuple(c for c in archetypes if c != left_out) for left_out in archetypes] if len(archetypes) > 3 else [tuple(archetypes)]
+    candidate_sets = (
+        [tuple(c for c in archetypes if c != left_out) for left_out in archetypes]
+        if len(archetypes) > 3
+        else [tuple(archetypes)]
+    )
 
     def evaluate(model: torch.nn.Module, tokenizer: WordTokenizer) -> dict:
         engine = make_engine(scenario, model, tokenizer)
@@ -44,6 +48,10 @@ def sft_evaluator(scenario: Scenario):
                 styles[v.style] += 1
                 quality += v.quality
                 n += 1
-        return {"quality": quality / n, "style_shares": {k: round(c / n, 3) for k, c in styles.most_common()}, "samples": n}
+        return {
+            "quality": quality / n,
+            "style_shares": {k: round(c / n, 3) for k, c in styles.most_common()},
+            "samples": n,
+        }
 
     return evaluate

@@ -29,8 +29,10 @@ def starting_configs(scenario: Scenario) -> dict[int, Any]:
     seed = sft.seed + the run's seed."""
     sft = scenario.policy.sft
     if sft.per_seed and not scenario.policy.checkpoint:
-        return {seed: scenario.policy.model_copy(update={"sft": sft.model_copy(update={"seed": sft.seed + seed})})
-                for seed in scenario.seeds}
+        return {
+            seed: scenario.policy.model_copy(update={"sft": sft.model_copy(update={"seed": sft.seed + seed})})
+            for seed in scenario.seeds
+        }
     return {scenario.seeds[0]: scenario.policy}
 
 
@@ -56,8 +58,9 @@ def starting_policies(scenario: Scenario, log: Any = print, progress: Any = None
             if per_seed:
                 log(f"seed {seed}: its own SFT policy (sft.seed {cfg.sft.seed})")
             bar = StepBar(progress, "SFT", seed if per_seed else "all") if progress is not None else None
-            policy, tokenizer, report = sft.load_or_train_policy(cfg, scenario.world.archetypes, evaluate=sft_evaluator(scenario),
-                                                                 log=log, env=scenario.env, on_step=bar)
+            policy, tokenizer, report = sft.load_or_train_policy(
+                cfg, scenario.world.archetypes, evaluate=sft_evaluator(scenario), log=log, env=scenario.env, on_step=bar
+            )
             out[seed] = StartingPolicy(policy, tokenizer, report.get("key") or report.get("checkpoint", ""), report)
     return {seed: out[seed] if seed in out else next(iter(out.values())) for seed in scenario.seeds}
 
@@ -67,5 +70,6 @@ def scenario_policy(scenario: Scenario, seed: int, log: Any = print) -> tuple[An
     cfg = scenario.policy
     if cfg.sft.per_seed:
         cfg = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"seed": cfg.sft.seed + seed})})
-    return sft.load_or_train_policy(cfg, scenario.world.archetypes, evaluate=sft_evaluator(scenario), log=log,
-                                    env=scenario.env)
+    return sft.load_or_train_policy(
+        cfg, scenario.world.archetypes, evaluate=sft_evaluator(scenario), log=log, env=scenario.env
+    )

@@ -69,7 +69,11 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel], source
             msg = "required field is missing"
         else:
             msg = err["msg"].removeprefix("Value error, ")
-            if "input" in err and err["type"] not in ("value_error", "assertion_error") and not isinstance(err["input"], dict):
+            if (
+                "input" in err
+                and err["type"] not in ("value_error", "assertion_error")
+                and not isinstance(err["input"], dict)
+            ):
                 msg += f" (got {clip(repr(err['input']), 100)})"
         lines.append(f"  {where}: {msg}")
     if len(errors) > MAX_PROBLEMS:

@@ -36,7 +36,7 @@ def placed_under(prefix: str, line: str) -> str:
     """A problem line ("  where: what") of a section's own validation, placed under `prefix`; the
     section's "(top level)", a check across its fields, is `prefix` itself."""
     top = "  (top level)"
-    return f"  {prefix}{line[len(top):]}" if line.startswith(top) else line.replace("  ", f"  {prefix}.", 1)
+    return f"  {prefix}{line[len(top) :]}" if line.startswith(top) else line.replace("  ", f"  {prefix}.", 1)
 
 
 class StrictLoader(yaml.SafeLoader):
@@ -63,8 +63,9 @@ def _refuse_duplicates(loader: StrictLoader, node: MappingNode) -> None:
             continue
         key, line = loader.construct_object(key_node), key_node.start_mark.line + 1
         if key in seen:
-            raise ConstructorError(None, None, f"duplicate key {clip(repr(key), 80)} at line {line} "
-                                   f"(first at line {seen[key]})", None)
+            raise ConstructorError(
+                None, None, f"duplicate key {clip(repr(key), 80)} at line {line} (first at line {seen[key]})", None
+            )
         seen[key] = line
 
 
@@ -78,15 +79,20 @@ def _expanded_size(node: Node, depth: int, sizes: dict[int, tuple[int, int]], pa
     elif id(node) in path:
         raise yaml.YAMLError(f"an alias refers to itself (line {node.start_mark.line + 1}): a loop, not data")
     else:
-        children = node.value if isinstance(node, SequenceNode) else (
-            [n for pair in node.value for n in pair] if isinstance(node, MappingNode) else [])
+        children = (
+            node.value
+            if isinstance(node, SequenceNode)
+            else ([n for pair in node.value for n in pair] if isinstance(node, MappingNode) else [])
+        )
         path.add(id(node))
         measured = [_expanded_size(child, depth + 1, sizes, path) for child in children]
         path.discard(id(node))
         size, height = 1 + sum(s for s, _ in measured), 1 + max((h for _, h in measured), default=0)
         sizes[id(node)] = (size, height)
     if size > MAX_VALUES:
-        raise yaml.YAMLError(f"expands to more than {MAX_VALUES} values through aliases (line {node.start_mark.line + 1})")
+        raise yaml.YAMLError(
+            f"expands to more than {MAX_VALUES} values through aliases (line {node.start_mark.line + 1})"
+        )
     if depth + height > MAX_DEPTH:
         raise yaml.YAMLError(f"nested more than {MAX_DEPTH} levels deep (line {node.start_mark.line + 1})")
     return size, height
@@ -122,8 +128,9 @@ def read_scenario_file(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise ScenarioError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}, column {column}); "
-                            "save it as UTF-8") from None
+        raise ScenarioError(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}, column {column}); save it as UTF-8"
+        ) from None
     try:
         return load_yaml(text)
     except yaml.YAMLError as exc:
@@ -142,8 +149,10 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         raise ScenarioError(f"--set {clip(repr(assignment), 200)}: expected key=value, e.g. budget.episodes=500")
     bad = _control_character(assignment)
     if bad is not None:
-        raise ScenarioError(f"--set {clip(repr(assignment), 200)}: holds the control character {bad!r}; "
-                            "keys and values must be printable text")
+        raise ScenarioError(
+            f"--set {clip(repr(assignment), 200)}: holds the control character {bad!r}; "
+            "keys and values must be printable text"
+        )
     try:
         value = load_yaml(raw) if raw else ""
     except yaml.YAMLError as exc:

@@ -6,7 +6,8 @@ and the environment (the arms' trainers are in schema.py). Every one is written 
 `type` is a registered name or an import path "package.module:Name" (testbed/registry.py) and
 `args` are that plugin's settings, checked when the scenario loads by its `Config` (or, without
 one, against its signature: registry.check_args, called for every plugin by schema.parse_scenario).
-Settings of the section itself (gold_judge.share, engine.mismatch) stay beside `type`. `judge: rubric` is short for `judge: {type: rubric}`."""
+Settings of the section itself (gold_judge.share, engine.mismatch) stay beside `type`.
+`judge: rubric` is short for `judge: {type: rubric}`."""
 
 from __future__ import annotations
 
@@ -65,7 +66,9 @@ class GoldJudgeConfig(JudgeConfig):
     """A judge that scores training episodes beside the training judge and never trains: the gap
     between the two rewards is what the policy learned that the gold judge does not reward."""
 
-    share: float = Field(1.0, gt=0, le=1, description="share of judged training episodes it scores (a hash of the clock picks them)")
+    share: float = Field(
+        1.0, gt=0, le=1, description="share of judged training episodes it scores (a hash of the clock picks them)"
+    )
 
 
 class ScheduleSpec(PluginSpec):
@@ -81,9 +84,13 @@ class EngineConfig(PluginSpec):
 
     kind: ClassVar[str] = "engine"
     type: str = "hf"
-    mismatch: bool | None = Field(None, description=(
-        "mismatch_* columns in updates.parquet (engine vs trainer log-probs, one no-grad forward per update); "
-        "default: on for every engine but hf, whose log-probs are the trainer's own code"))
+    mismatch: bool | None = Field(
+        None,
+        description=(
+            "mismatch_* columns in updates.parquet (engine vs trainer log-probs, one no-grad forward per update); "
+            "default: on for every engine but hf, whose log-probs are the trainer's own code"
+        ),
+    )
 
     @property
     def measure_mismatch(self) -> bool:
@@ -107,8 +114,20 @@ class EnvConfig(PluginSpec):
 # The spellings before `type:`/`args:`, refused with the new one
 
 
-SECTIONS = {"judge": JudgeConfig, "gold_judge": GoldJudgeConfig, "schedule": ScheduleSpec, "engine": EngineConfig, "env": EnvConfig}
-OLD_KEYS = {"judge": ("class", "name"), "gold_judge": ("class", "name"), "schedule": ("kind",), "engine": ("name",), "env": ("name",)}
+SECTIONS: dict[str, type[BaseModel]] = {
+    "judge": JudgeConfig,
+    "gold_judge": GoldJudgeConfig,
+    "schedule": ScheduleSpec,
+    "engine": EngineConfig,
+    "env": EnvConfig,
+}
+OLD_KEYS = {
+    "judge": ("class", "name"),
+    "gold_judge": ("class", "name"),
+    "schedule": ("kind",),
+    "engine": ("name",),
+    "env": ("name",),
+}
 OWN_KEYS = {"gold_judge": ("share",), "engine": ("mismatch",)}  # settings of the section, not of the plugin
 
 
@@ -123,8 +142,10 @@ def old_spellings(data: dict[str, Any]) -> list[str]:
     for i, arm in enumerate(arms if isinstance(arms, list) else []):
         if isinstance(arm, dict) and "trainer" in arm:
             args = _args_text(list(arm.get("args") or {}) if isinstance(arm.get("args"), dict) else [])
-            problems.append(f"arms.{i}.trainer: renamed: write `{{name: {arm.get('name', '...')}, "
-                            f"type: {_scalar(arm['trainer'])}, args: {args}}}`")
+            problems.append(
+                f"arms.{i}.trainer: renamed: write `{{name: {arm.get('name', '...')}, "
+                f"type: {_scalar(arm['trainer'])}, args: {args}}}`"
+            )
     return problems
 
 
@@ -138,8 +159,9 @@ def _old_section(section: str, value: dict[str, Any]) -> list[str]:
     args = list(value.get("args") or {}) if isinstance(value.get("args"), dict) else []
     own = "".join(f", {k}: {_scalar(value[k])}" for k in OWN_KEYS.get(section, ()) if k in value)
     spelling = f"`{section}: {{type: {_scalar(impl)}, args: {_args_text(list(dict.fromkeys(args + moved)))}{own}}}`"
-    return [f"{section}.{k}: renamed: write {spelling}" for k in old] + \
-           [f"{section}.{k}: moved into args: write {spelling}" for k in moved]
+    return [f"{section}.{k}: renamed: write {spelling}" for k in old] + [
+        f"{section}.{k}: moved into args: write {spelling}" for k in moved
+    ]
 
 
 def _args_text(keys: list[str]) -> str:

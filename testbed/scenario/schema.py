@@ -12,13 +12,21 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from testbed import registry
 from testbed.paths import check_directory
 from testbed.scenario.errors import format_validation_error
 from testbed.scenario.loading import ScenarioError, apply_override, clip, placed_under, read_scenario_file
-from testbed.scenario.plugins import EngineConfig, EnvConfig, GoldJudgeConfig, JudgeConfig, ScheduleSpec, Strict, old_spellings
+from testbed.scenario.plugins import (
+    EngineConfig,
+    EnvConfig,
+    GoldJudgeConfig,
+    JudgeConfig,
+    ScheduleSpec,
+    Strict,
+    old_spellings,
+)
 from testbed.world import STYLES
 from testbed.world.rules import HardTopics, NoisyTopics, WorldRules
 
@@ -28,18 +36,19 @@ __all__ = ["Scenario", "ScenarioError", "apply_override", "load_scenario", "pars
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
-
-
 class WorldConfig(Strict):
     styles: list[str] = Field(default_factory=lambda: list(STYLES), min_length=1)
     archetypes: list[str] = Field(
-        default_factory=lambda: ["academic", "cute", "chuunibyou", "classical"], min_length=1,
+        default_factory=lambda: ["academic", "cute", "chuunibyou", "classical"],
+        min_length=1,
         description="the styles a prompt may offer as candidates by default",
     )
     # What a baseline can know (testbed/world/rules.py; all off by default)
     hard_topics: HardTopics = Field(default_factory=HardTopics)
     noisy_topics: NoisyTopics = Field(default_factory=NoisyTopics)
-    candidate_change_share: float = Field(1.0, ge=0, le=1, description="share of prompt forms whose candidate list follows the schedule")
+    candidate_change_share: float = Field(
+        1.0, ge=0, le=1, description="share of prompt forms whose candidate list follows the schedule"
+    )
 
     def rules(self) -> WorldRules:
         return WorldRules(hard_topics=self.hard_topics, noisy_topics=self.noisy_topics)
@@ -67,7 +76,11 @@ class SFTConfig(Strict):
     eval_samples: int = Field(256, ge=1)
     max_rounds: int = Field(3, ge=1)
     seed: Seed = 0
-    per_seed: bool = Field(False, description="each run seed its own SFT policy (SFT seed = seed + the run's seed), so intervals cover the starting policy")
+    per_seed: bool = Field(
+        False,
+        description="each run seed its own SFT policy (SFT seed = seed + the run's seed), "
+        "so intervals cover the starting policy",
+    )
 
 
 class PolicyConfig(Strict):
@@ -138,19 +151,43 @@ class RuntimeConfig(Strict):
     kind: Literal["sync", "ray"] = "sync"
     rollout_workers: int = Field(1, ge=1, description="rollout actors, each an engine with its own copy of the policy")
     learner_workers: int = Field(1, ge=1, description="data-parallel learners (torch.distributed, gloo on CPU)")
-    max_staleness: int | None = Field(None, ge=0, description="policy versions an episode may lag when trained; older ones are "
-                                      "dropped at dequeue, on either runtime (unset: 0 on ray, no bound on sync)")
-    queue_size: int | None = Field(None, ge=1, description="judged episodes waiting for the learner, at most (default: (max_staleness + 2) x batch)")
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="policy versions an episode may lag when trained; older ones are "
+        "dropped at dequeue, on either runtime (unset: 0 on ray, no bound on sync)",
+    )
+    queue_size: int | None = Field(
+        None,
+        ge=1,
+        description="judged episodes waiting for the learner, at most (default: (max_staleness + 2) x batch)",
+    )
     address: str | None = Field(None, description="an existing Ray cluster (else RAY_ADDRESS, else a local one)")
-    torch_threads: int = Field(1, ge=1, description="torch threads per process; 1: the matmuls are tiny, more only synchronise")
+    torch_threads: int = Field(
+        1, ge=1, description="torch threads per process; 1: the matmuls are tiny, more only synchronise"
+    )
     actor_cpus: float = Field(0.5, gt=0, description="CPUs Ray reserves per actor")
     parallel_arms: bool = Field(False, description="run arms x seeds side by side as Ray tasks")
-    task_cpus: float = Field(1.0, gt=0, description="CPUs Ray reserves per arm x seed task (parallel_arms); 1: one task per core")
-    device: str = Field("cpu", pattern=r"^(cpu|auto|cuda(:[0-9]+)?)$", description=(
-        "where each arm's policy, its reference and critic, and the batches live: cpu, cuda, cuda:N, or auto (cuda if seen)"))
-    actor_gpus: float | None = Field(None, ge=0, description="GPUs Ray reserves per rollout actor and learner "
-                                     "(default: 1 on cuda, else 0; a fraction shares one; testbed.device.gpus)")
-    task_gpus: float | None = Field(None, ge=0, description="GPUs Ray reserves per arm x seed task (parallel_arms; default as actor_gpus)")
+    task_cpus: float = Field(
+        1.0, gt=0, description="CPUs Ray reserves per arm x seed task (parallel_arms); 1: one task per core"
+    )
+    device: str = Field(
+        "cpu",
+        pattern=r"^(cpu|auto|cuda(:[0-9]+)?)$",
+        description=(
+            "where each arm's policy, its reference and critic, and the batches live: cpu, cuda, "
+            "cuda:N, or auto (cuda if seen)"
+        ),
+    )
+    actor_gpus: float | None = Field(
+        None,
+        ge=0,
+        description="GPUs Ray reserves per rollout actor and learner "
+        "(default: 1 on cuda, else 0; a fraction shares one; testbed.device.gpus)",
+    )
+    task_gpus: float | None = Field(
+        None, ge=0, description="GPUs Ray reserves per arm x seed task (parallel_arms; default as actor_gpus)"
+    )
 
     def staleness_limit(self) -> int | None:
         """The bound applied: `max_staleness`; unset, 0 on ray (its issue gate needs one), none on sync."""
@@ -164,8 +201,12 @@ class BudgetConfig(Strict):
 class EvalConfig(Strict):
     every: int = Field(200, gt=0, description="episodes between held-out evaluations")
     prompts: int = Field(64, gt=0, description="held-out prompts per evaluation")
-    reference_samples: int = Field(4, ge=0, description="samples per held-out prompt and phase of the starting policy "
-                                   "told the target: the arms' common reference (testbed/runtimes/reference_policy.py); 0 = none")
+    reference_samples: int = Field(
+        4,
+        ge=0,
+        description="samples per held-out prompt and phase of the starting policy "
+        "told the target: the arms' common reference (testbed/runtimes/reference_policy.py); 0 = none",
+    )
 
 
 class OutputConfig(Strict):
@@ -175,9 +216,15 @@ class OutputConfig(Strict):
 
 
 class ReliabilityConfig(Strict):
-    checkpoint_every: int = Field(20, gt=0, description="policy updates between checkpoints (also one at the start and end of each arm x seed)")
-    judge_failure_budget: int = Field(512, gt=0, description="failed judge calls in a row before the run stops with a resumable checkpoint")
-    max_nonfinite_updates: int = Field(5, gt=0, description="updates in a row skipped for a NaN/inf loss or gradient before the run stops")
+    checkpoint_every: int = Field(
+        20, gt=0, description="policy updates between checkpoints (also one at the start and end of each arm x seed)"
+    )
+    judge_failure_budget: int = Field(
+        512, gt=0, description="failed judge calls in a row before the run stops with a resumable checkpoint"
+    )
+    max_nonfinite_updates: int = Field(
+        5, gt=0, description="updates in a row skipped for a NaN/inf loss or gradient before the run stops"
+    )
 
 
 class Scenario(Strict):
@@ -200,9 +247,11 @@ class Scenario(Strict):
     output: OutputConfig = Field(default_factory=OutputConfig)
     reliability: ReliabilityConfig = Field(default_factory=ReliabilityConfig)
     numerics: Literal["portable", "native"] = Field(
-        "portable", description="CPU kernels: portable (the x86-64 baseline kernels: the same rows for a seed on "
+        "portable",
+        description="CPU kernels: portable (the x86-64 baseline kernels: the same rows for a seed on "
         "every x86-64 processor) or native (the fastest kernels: the same rows on the same processor only); "
-        "testbed/cpu_numerics.py")
+        "testbed/cpu_numerics.py",
+    )
 
     def runtime_for(self, arm: ArmConfig) -> RuntimeConfig:
         """The scenario's runtime with the arm's own overrides (e.g. a max_staleness per arm)."""
@@ -221,16 +270,29 @@ class Scenario(Strict):
                 raise ValueError(f"arms.{i}.runtime: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}") from None
             env = self.env_for(arm)
             sft_key = getattr(env.load(), "sft_key", None)
-            if arm.env and sft_key is not None and _settled(env) and _settled(self.env) \
-                    and sft_key(env.settings()) != sft_key(self.env.settings()):
-                raise ValueError(f"arms.{i}.env: {sorted(arm.env)} would change what the shared SFT policy learns "
-                                 f"({sft_key(self.env.settings())}); set it in the scenario's env.args instead")
+            if (
+                arm.env
+                and sft_key is not None
+                and _settled(env)
+                and _settled(self.env)
+                and sft_key(env.settings()) != sft_key(self.env.settings())
+            ):
+                raise ValueError(
+                    f"arms.{i}.env: {sorted(arm.env)} would change what the shared SFT policy learns "
+                    f"({sft_key(self.env.settings())}); set it in the scenario's env.args instead"
+                )
         context = getattr(self.env.load(), "context_tokens", None)
-        tokens = context(self.env.settings(), self.sampling.max_new_tokens) if context is not None and _settled(self.env) else 0
+        tokens = (
+            context(self.env.settings(), self.sampling.max_new_tokens)
+            if context is not None and _settled(self.env)
+            else 0
+        )
         if tokens > self.policy.max_positions:
-            raise ValueError(f"env {self.env.type}: an episode may reach {tokens} "
-                             f"tokens (its turns of sampling.max_new_tokens={self.sampling.max_new_tokens} and its notes), over "
-                             f"policy.max_positions={self.policy.max_positions}: raise policy.max_positions")
+            raise ValueError(
+                f"env {self.env.type}: an episode may reach {tokens} "
+                f"tokens (its turns of sampling.max_new_tokens={self.sampling.max_new_tokens} and its notes), over "
+                f"policy.max_positions={self.policy.max_positions}: raise policy.max_positions"
+            )
         names = [a.name for a in self.arms]
         if len(set(names)) != len(names):
             raise ValueError(f"arm names must be unique, got {names}")
@@ -245,7 +307,9 @@ class Scenario(Strict):
         return self._schedule
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True).encode()).hexdigest()[:12]
+        return hashlib.sha256(
+            json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True).encode()
+        ).hexdigest()[:12]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -265,12 +329,16 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: a scenario must be a mapping of keys to values, got {type(data).__name__}")
     if "grid" in data and "scenario" in data:
-        raise ScenarioError(f"{source} is a sweep file (a base scenario and a grid), not a scenario: run it with "
-                            f"python -m testbed.sweep {source}")
+        raise ScenarioError(
+            f"{source} is a sweep file (a base scenario and a grid), not a scenario: run it with "
+            f"python -m testbed.sweep {source}"
+        )
     old = old_spellings(data)
     if old:
-        raise ScenarioError(f"{source}: written in an old spelling (every plugin is now `type:` and `args:`)\n"
-                            + "\n".join(f"  {line}" for line in old))
+        raise ScenarioError(
+            f"{source}: written in an old spelling (every plugin is now `type:` and `args:`)\n"
+            + "\n".join(f"  {line}" for line in old)
+        )
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
@@ -295,15 +363,23 @@ def _args_problems(prefix: str, kind: str, obj: Any, args: dict[str, Any], sourc
         return [placed_under(prefix.rstrip("."), line) for line in body], None
     except ValueError as exc:  # "args.KEY: ..." (a key the signature does not take) or "args: ..."
         text = str(exc)
-        where = prefix + text.removeprefix("args.") if text.startswith("args.") else prefix.rstrip(".") + text.removeprefix("args")
+        where = (
+            prefix + text.removeprefix("args.")
+            if text.startswith("args.")
+            else prefix.rstrip(".") + text.removeprefix("args")
+        )
         return [f"  {where}"], None
 
 
 def _plugin_problems(scenario: Scenario, source: str) -> list[str]:
     """The judges', engine's and env's args (an arm's env overrides with them), each by its Config
     or signature; a ready-made judge (a function of one request) takes none."""
-    specs = [("judge.args.", scenario.judge), ("gold_judge.args.", scenario.gold_judge),
-             ("engine.args.", scenario.engine), ("env.args.", scenario.env)]
+    specs = [
+        ("judge.args.", scenario.judge),
+        ("gold_judge.args.", scenario.gold_judge),
+        ("engine.args.", scenario.engine),
+        ("env.args.", scenario.env),
+    ]
     specs += [(f"arms.{i}.env.", scenario.env_for(arm)) for i, arm in enumerate(scenario.arms) if arm.env]
     problems: list[str] = []
     for prefix, spec in specs:
@@ -323,8 +399,10 @@ def _trainer_problems(i: int, arm: ArmConfig, scenario: Scenario, source: str) -
     problems, config = _args_problems(f"arms.{i}.args.", "trainer", trainer, arm.args, source)
     per_update = getattr(config, "episodes_per_update", None)  # a property of the trainer's Config
     if per_update is not None and per_update > scenario.budget.episodes:
-        problems.append(f"  arms.{i}.args: one update needs {per_update} episodes but budget.episodes is "
-                        f"{scenario.budget.episodes}; the arm would never train")
+        problems.append(
+            f"  arms.{i}.args: one update needs {per_update} episodes but budget.episodes is "
+            f"{scenario.budget.episodes}; the arm would never train"
+        )
     return problems
 
 
@@ -343,13 +421,17 @@ def _build_schedule(scenario: Scenario, source: str) -> Any:
             config = config_cls.model_validate(spec.args, context={"budget": budget})
             for where, style in style_fields(config.model_dump(), "schedule.args"):
                 if style not in scenario.world.styles:
-                    raise ValueError(f"{where}: style '{style}' is not in world.styles ({', '.join(scenario.world.styles)})")
+                    raise ValueError(
+                        f"{where}: style '{style}' is not in world.styles ({', '.join(scenario.world.styles)})"
+                    )
         schedule = build_schedule(spec.type, spec.args, budget=budget, archetypes=scenario.world.archetypes)
         check_schedule(schedule, budget, scenario.world.styles)
     except ValidationError as exc:
         body = format_validation_error(exc, config_cls or BaseModel, source).splitlines()[1:]
-        raise ScenarioError(f"{source}: invalid schedule ({spec.type})\n" + "\n".join(
-            line.replace("  ", "  schedule.args.", 1) for line in body)) from None
+        raise ScenarioError(
+            f"{source}: invalid schedule ({spec.type})\n"
+            + "\n".join(line.replace("  ", "  schedule.args.", 1) for line in body)
+        ) from None
     except (ValueError, TypeError, AttributeError) as exc:
         raise ScenarioError(f"{source}: {exc}") from None
     return schedule
@@ -359,10 +441,11 @@ def _check_budget(scenario: Scenario, source: str) -> None:
     """Budgets that validate field by field but cannot run together."""
     from testbed.world import prompts  # the world builds its prompt lists lazily
 
-    budget = scenario.budget.episodes
     heldout = len(prompts("heldout"))
     if scenario.eval.prompts > heldout:
-        raise ScenarioError(f"{source}: eval.prompts is {scenario.eval.prompts} but the world has only {heldout} held-out prompts")
+        raise ScenarioError(
+            f"{source}: eval.prompts is {scenario.eval.prompts} but the world has only {heldout} held-out prompts"
+        )
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:

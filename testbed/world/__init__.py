@@ -14,17 +14,17 @@ from testbed.world.topics import TOPICS
 from testbed.world.vocabulary import vocabulary
 
 __all__ = [
+    "CORRUPTIONS",
+    "EMOTICONS",
     "STYLES",
     "TOPICS",
-    "EMOTICONS",
-    "generate",
-    "corrupt",
-    "CORRUPTIONS",
     "PromptSpec",
+    "corrupt",
+    "generate",
+    "join_words",
     "prompts",
     "render_prompt",
-    "topic_of_prompt",
     "split_words",
-    "join_words",
+    "topic_of_prompt",
     "vocabulary",
 ]

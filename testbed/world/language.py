@@ -9,7 +9,7 @@ only emits lowercase); the judge lowercases before scoring.
 from __future__ import annotations
 
 import functools
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from testbed.world.styles import COMMON, EMOTICONS, STYLE_SPECS, STYLES
 from testbed.world.topics import TOPIC_LEXICONS, TOPIC_SLOTS, TOPICS
@@ -122,7 +122,7 @@ def compile_template(template: str) -> Template:
     return tuple(parts)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiled(style: str) -> tuple[tuple[Template, ...], tuple[Template, ...]]:
     """(openers, bodies) of a style, compiled."""
     spec = STYLE_SPECS[style]
@@ -133,7 +133,7 @@ def _tokenise_fillers(phrases: Iterable[str]) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(split_words(p)) for p in phrases)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fillers(style: str, topic: str, slot: str) -> tuple[tuple[str, ...], ...]:
     """Token sequences that may fill `slot` when writing `style` about `topic`."""
     if slot in TOPIC_SLOTS:
@@ -146,7 +146,7 @@ def fillers(style: str, topic: str, slot: str) -> tuple[tuple[str, ...], ...]:
     raise KeyError(f"unknown slot {{{slot}}} in style {style!r}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _all_fillers(style: str, slot: str) -> tuple[tuple[str, ...], ...]:
     """Fillers of a slot over every topic (the grammar's language is the union over topics)."""
     if slot in TOPIC_SLOTS:
@@ -175,7 +175,7 @@ def _template_edges(style: str, tpl: Template, bigrams: set[tuple[str, str]]) ->
     return first, prev_last
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def valid_bigrams() -> frozenset[tuple[str, str]]:
     """Every adjacent token pair the grammar can produce, computed exactly from the templates
     and lexicons (not sampled): within sentences, and across opener->body and body->body joins."""
@@ -194,7 +194,7 @@ def valid_bigrams() -> frozenset[tuple[str, str]]:
     return frozenset(bigrams)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def style_tokens(style: str) -> frozenset[str]:
     """Every token a piece of `style` can contain (any topic)."""
     toks: set[str] = set()

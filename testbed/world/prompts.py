@@ -6,8 +6,8 @@ from __future__ import annotations
 import functools
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from testbed.world.language import split_words
 from testbed.world.styles import STYLES
@@ -35,7 +35,7 @@ class PromptSpec:
     request: str  # the instruction sentence with the topic filled in
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _splits() -> dict[str, tuple[PromptSpec, ...]]:
     pairs = [(i, topic) for i in range(len(REQUEST_TEMPLATES)) for topic in TOPICS]
     held = set(random.Random(_SPLIT_SEED).sample(pairs, HELDOUT_SIZE))
@@ -81,7 +81,7 @@ def topic_of_prompt(prompt: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def prompt_tokens() -> frozenset[str]:
     """Every token render_prompt can emit (for the vocabulary)."""
     toks: set[str] = set(split_words(STYLES_LABEL)) | set(STYLES) | {",", "."}

@@ -80,7 +80,7 @@ def unit_hash(*parts: Any) -> float:
     return struct.unpack("<Q", digest)[0] / 2**64
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def chosen(names: tuple[str, ...], share: float, salt: str) -> frozenset[str]:
     """The first round(share x len) of `names` in an order fixed by `salt`: exactly that share,
     and a larger share picks a superset of a smaller one."""
@@ -101,7 +101,7 @@ def shows_schedule_candidates(prompt_id: str, share: float) -> bool:
     return prompt_id in _following(share)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _following(share: float) -> frozenset[str]:
     ids = tuple(spec.prompt_id for split in ("train", "heldout") for spec in prompts(split))
     return chosen(ids, share, "candidates")
@@ -164,8 +164,9 @@ def wrap(judge: Any, rules: WorldRules, *, noise: bool = True) -> Any:
     return WorldRulesJudge(judge, rules, noise=noise) if rules.active else judge
 
 
-def candidates_shown(prompt_id: str, schedule_candidates: Sequence[str], first_candidates: Sequence[str],
-                     share: float) -> tuple[str, ...]:
+def candidates_shown(
+    prompt_id: str, schedule_candidates: Sequence[str], first_candidates: Sequence[str], share: float
+) -> tuple[str, ...]:
     """The candidate list a prompt shows: the schedule's, or for the prompt forms that do not
     follow it (`1 - share` of them), the first target's."""
     return tuple(schedule_candidates if shows_schedule_candidates(prompt_id, share) else first_candidates)

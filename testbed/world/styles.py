@@ -12,9 +12,9 @@ carries at least one marker, so each marked piece has at least two.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 STYLES: tuple[str, ...] = ("academic", "cute", "chuunibyou", "classical", "plain")
 
@@ -22,10 +22,12 @@ STYLES: tuple[str, ...] = ("academic", "cute", "chuunibyou", "classical", "plain
 EMOTICONS: tuple[str, ...] = ("(^_^)", "(>_<)", "(^o^)", "(*^_^*)", "(=^_^=)", "(^w^)", "<3", "~")
 
 # Slots shared by all styles.
-COMMON: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    "time": ("today", "this morning", "this afternoon", "this evening", "this weekend"),
-    "freq": ("on weekends", "most days", "every evening", "now and then", "whenever possible"),
-})
+COMMON: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "time": ("today", "this morning", "this afternoon", "this evening", "this weekend"),
+        "freq": ("on weekends", "most days", "every evening", "now and then", "whenever possible"),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -68,12 +70,25 @@ CUTE = StyleSpec(
         "let us {act} together, {c_pal}! {c_emo}",
         "my heart is full of {c_adj} sparkles! {c_emo}",
     ),
-    lexicon=MappingProxyType({
-        "c_adj": ("tiny", "fluffy", "cozy", "sparkly", "squishy", "snuggly", "precious", "teeny", "cuddly", "twinkly"),
-        "c_int": ("yay", "hehe", "omg", "awww", "eee", "teehee"),
-        "c_emo": tuple(e for e in EMOTICONS if e != "~"),
-        "c_pal": ("bestie", "cutie", "sweetie", "snuggle buddy"),
-    }),
+    lexicon=MappingProxyType(
+        {
+            "c_adj": (
+                "tiny",
+                "fluffy",
+                "cozy",
+                "sparkly",
+                "squishy",
+                "snuggly",
+                "precious",
+                "teeny",
+                "cuddly",
+                "twinkly",
+            ),
+            "c_int": ("yay", "hehe", "omg", "awww", "eee", "teehee"),
+            "c_emo": tuple(e for e in EMOTICONS if e != "~"),
+            "c_pal": ("bestie", "cutie", "sweetie", "snuggle buddy"),
+        }
+    ),
     markers=_words(
         "tiny fluffy cozy sparkly squishy snuggly precious teeny cuddly twinkly yay hehe omg awww eee teehee "
         "bestie cutie sweetie snuggle sooo doki giggle squeal sparkles"
@@ -106,12 +121,20 @@ CHUUNIBYOU = StyleSpec(
         "{freq} i {act}, for such is my {d_adj} fate!",
         "mortals cannot understand why i {act} in {place}.",
     ),
-    lexicon=MappingProxyType({
-        "d_int": ("kukuku", "fuhahaha", "behold", "o darkness"),
-        "d_adj": ("cursed", "forbidden", "eternal", "crimson", "demonic", "accursed"),
-        "d_thing": ("the abyss", "my sealed right arm", "the eternal flame", "my crimson eye",
-                    "the forbidden seal", "the dragon within"),
-    }),
+    lexicon=MappingProxyType(
+        {
+            "d_int": ("kukuku", "fuhahaha", "behold", "o darkness"),
+            "d_adj": ("cursed", "forbidden", "eternal", "crimson", "demonic", "accursed"),
+            "d_thing": (
+                "the abyss",
+                "my sealed right arm",
+                "the eternal flame",
+                "my crimson eye",
+                "the forbidden seal",
+                "the dragon within",
+            ),
+        }
+    ),
     markers=_words(
         "kukuku fuhahaha behold darkness cursed forbidden eternal crimson demonic accursed abyss sealed "
         "destiny fate pact realm mortals seal dragon awakens vessel fools foretold"
@@ -142,11 +165,13 @@ CLASSICAL = StyleSpec(
         "thou shalt {act} {freq}, as thy fathers did.",
         "such {adj} comfort hath the {thing}, {k_addr}.",
     ),
-    lexicon=MappingProxyType({
-        "k_int": ("lo", "alas", "hark", "verily", "forsooth"),
-        "k_verb": ("waiteth", "resteth", "shineth", "calleth", "lingereth", "abideth", "sleepeth", "beckoneth"),
-        "k_addr": ("good sir", "fair maiden", "gentle friend", "sweet cousin"),
-    }),
+    lexicon=MappingProxyType(
+        {
+            "k_int": ("lo", "alas", "hark", "verily", "forsooth"),
+            "k_verb": ("waiteth", "resteth", "shineth", "calleth", "lingereth", "abideth", "sleepeth", "beckoneth"),
+            "k_addr": ("good sir", "fair maiden", "gentle friend", "sweet cousin"),
+        }
+    ),
     markers=_words(
         "thou thee thy thine doth dost hath ere alas lo verily hark yonder forsooth tis oft wherefore methinks "
         "hither whilst yore shalt nay maiden waiteth resteth shineth calleth lingereth abideth sleepeth beckoneth"
@@ -176,12 +201,19 @@ ACADEMIC = StyleSpec(
         "thus, the role of {place} should not be underestimated.",
         "further research should examine whether people {act} in {place}.",
     ),
-    lexicon=MappingProxyType({
-        "a_int": ("notably", "furthermore", "moreover", "consequently", "additionally"),
-        "a_src": ("the empirical evidence", "the observed data", "the preliminary findings", "this analysis",
-                  "recent literature"),
-        "a_verb": ("suggests", "indicates", "demonstrates", "implies"),
-    }),
+    lexicon=MappingProxyType(
+        {
+            "a_int": ("notably", "furthermore", "moreover", "consequently", "additionally"),
+            "a_src": (
+                "the empirical evidence",
+                "the observed data",
+                "the preliminary findings",
+                "this analysis",
+                "recent literature",
+            ),
+            "a_verb": ("suggests", "indicates", "demonstrates", "implies"),
+        }
+    ),
     markers=_words(
         "notably furthermore moreover consequently additionally empirical empirically evidence observed data "
         "preliminary findings analysis literature suggests suggest indicates demonstrates implies hypothesis "

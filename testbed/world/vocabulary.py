@@ -14,7 +14,7 @@ from testbed.world.prompts import prompt_tokens
 from testbed.world.styles import EMOTICONS, STYLES
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _vocabulary() -> tuple[str, ...]:
     toks: set[str] = set(PUNCT) | set(EMOTICONS) | set(STYLES)
     for style in STYLES:

@@ -32,7 +32,9 @@ class ScheduleConfig(StrictArgs):
             return data
         budget = (info.context or {}).get("budget")
         if budget is None:
-            raise ValueError("unit: episodes needs the budget to check the positions against (given when a scenario loads)")
+            raise ValueError(
+                "unit: episodes needs the budget to check the positions against (given when a scenario loads)"
+            )
         return fractions_of(data, budget, "")
 
 
@@ -46,7 +48,10 @@ def fractions_of(data: dict[str, Any], budget: int, where: str) -> dict[str, Any
                 raise ValueError(f"{where}{key}: {value} episodes is outside the budget (0..budget.episodes={budget})")
             out[key] = value / budget
         elif key == "phases" and isinstance(value, list):
-            out[key] = [fractions_of(p, budget, f"{where}phases.{i}.") if isinstance(p, dict) else p for i, p in enumerate(value)]
+            out[key] = [
+                fractions_of(p, budget, f"{where}phases.{i}.") if isinstance(p, dict) else p
+                for i, p in enumerate(value)
+            ]
     return out
 
 
@@ -110,7 +115,8 @@ class Phase:
     def __post_init__(self) -> None:
         if isinstance(self.candidates, str):
             raise ValueError(
-                f"phase {self.style!r}: candidates must be a sequence of style names, got the string {self.candidates!r}"
+                f"phase {self.style!r}: candidates must be a sequence of style names, got the string "
+                f"{self.candidates!r}"
             )
         object.__setattr__(self, "candidates", tuple(self.candidates))  # lists from YAML -> a tuple
 
@@ -129,7 +135,11 @@ class PhaseConfig(StrictArgs):
         # Named here, in the fractions the user wrote; check_schedule would only see clock units.
         style = info.data.get("style")
         if candidates is not None and style is not None and style not in candidates:
-            span = f" ({info.data['start']}-{info.data['end']} of the budget)" if {"start", "end"} <= info.data.keys() else ""
+            span = (
+                f" ({info.data['start']}-{info.data['end']} of the budget)"
+                if {"start", "end"} <= info.data.keys()
+                else ""
+            )
             raise ValueError(f"style '{style}'{span} is not among the phase's candidates {candidates}")
         return candidates
 
@@ -156,8 +166,10 @@ class PhasesConfig(ScheduleConfig):
             prev, cur = phases[i - 1], phases[i]
             if abs(cur.start - prev.end) > 1e-9:
                 what = "overlaps" if cur.start < prev.end else "leaves a gap after"
-                raise ValueError(f"phases[{i}] starts at {cur.start} but phases[{i - 1}] ends at {prev.end}: it {what} "
-                                 "the previous phase (phases must be contiguous)")
+                raise ValueError(
+                    f"phases[{i}] starts at {cur.start} but phases[{i - 1}] ends at {prev.end}: it {what} "
+                    "the previous phase (phases must be contiguous)"
+                )
         if abs(phases[-1].end - 1.0) > 1e-9:
             raise ValueError(f"the last phase ends at {phases[-1].end}; it must end at 1.0 (the whole budget)")
         return phases
@@ -167,10 +179,14 @@ class PhasesConfig(ScheduleConfig):
         for i, p in enumerate(self.phases):
             start, end = episodes(p.start, budget), episodes(p.end, budget)
             if end - start < 1:
-                raise ValueError(f"schedule.args.phases.{i} ({p.style}, {p.start}-{p.end} of the budget) is shorter than "
-                                 f"one episode at budget.episodes={budget}")
+                raise ValueError(
+                    f"schedule.args.phases.{i} ({p.style}, {p.start}-{p.end} of the budget) is shorter than "
+                    f"one episode at budget.episodes={budget}"
+                )
             if p.candidates is None and p.style not in archetypes:
-                raise ValueError(f"schedule.args.phases.{i}.style: '{p.style}' ({p.start}-{p.end} of the budget) is not in "
-                                 f"world.archetypes {list(archetypes)}, the phase's candidates when it lists none")
+                raise ValueError(
+                    f"schedule.args.phases.{i}.style: '{p.style}' ({p.start}-{p.end} of the budget) is not in "
+                    f"world.archetypes {list(archetypes)}, the phase's candidates when it lists none"
+                )
             out.append(Phase(p.style, start, end, tuple(p.candidates or archetypes)))
         return out

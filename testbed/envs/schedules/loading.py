@@ -23,14 +23,20 @@ def build_schedule(kind: str, args: dict[str, Any], *, budget: int, archetypes: 
     obj = registry.load("schedule", kind)
     if is_schedule(obj):
         if args:
-            raise ValueError(f"schedule.args: {kind!r} is a ready-made schedule, not a class or factory: it takes no args "
-                             f"(got {sorted(args)})")
+            raise ValueError(
+                f"schedule.args: {kind!r} is a ready-made schedule, not a class or factory: it takes no args "
+                f"(got {sorted(args)})"
+            )
         return obj
-    lacks = isinstance(obj, type) and not (callable(getattr(obj, "target", None)) and callable(getattr(obj, "switch_points", None)))
+    lacks = isinstance(obj, type) and not (
+        callable(getattr(obj, "target", None)) and callable(getattr(obj, "switch_points", None))
+    )
     if not callable(obj) or lacks:
         what = f"the class {obj.__name__}" if lacks else f"a {type(obj).__name__}"
-        raise ValueError(f"{kind!r} is {what}, which is not a drift schedule: it needs callable "
-                         "methods target(t) -> Target and switch_points() -> list[int]")
+        raise ValueError(
+            f"{kind!r} is {what}, which is not a drift schedule: it needs callable "
+            "methods target(t) -> Target and switch_points() -> list[int]"
+        )
     try:
         registry.check_args("schedule", obj, args, {"budget": budget})
     except ValueError as exc:
@@ -42,13 +48,19 @@ def build_schedule(kind: str, args: dict[str, Any], *, budget: int, archetypes: 
     except TypeError as exc:
         raise ValueError(f"cannot build schedule {kind!r} with args {args}: {exc}") from exc
     if not is_schedule(schedule):
-        raise ValueError(f"{kind!r} gave a {type(schedule).__name__}, which is not a drift schedule: it needs callable "
-                         "methods target(t) -> Target and switch_points() -> list[int]")
+        raise ValueError(
+            f"{kind!r} gave a {type(schedule).__name__}, which is not a drift schedule: it needs callable "
+            "methods target(t) -> Target and switch_points() -> list[int]"
+        )
     return schedule
 
 
 def is_schedule(obj: Any) -> bool:
-    return not isinstance(obj, type) and callable(getattr(obj, "target", None)) and callable(getattr(obj, "switch_points", None))
+    return (
+        not isinstance(obj, type)
+        and callable(getattr(obj, "target", None))
+        and callable(getattr(obj, "switch_points", None))
+    )
 
 
 def style_fields(data: Any, path: str = "schedule") -> list[tuple[str, str]]:
@@ -79,30 +91,40 @@ def check_schedule(schedule: Any, budget: int, world_styles: Sequence[str]) -> N
     for t in range(min(budget, MAX_CHECKED_CLOCKS)):
         target = schedule.target(t)
         if not isinstance(target, Target):
-            raise ValueError(f"schedule {name}: target({t}) returned a {type(target).__name__} ({target!r}), "
-                             "not a testbed.types.Target(style, candidates)")
+            raise ValueError(
+                f"schedule {name}: target({t}) returned a {type(target).__name__} ({target!r}), "
+                "not a testbed.types.Target(style, candidates)"
+            )
         candidates = tuple(target.candidates)
         for style in (target.style, *candidates):
             if style not in world_styles:
-                raise ValueError(f"schedule {name}: target({t}) has style '{style}', which is not in world.styles "
-                                 f"({', '.join(world_styles)})")
+                raise ValueError(
+                    f"schedule {name}: target({t}) has style '{style}', which is not in world.styles "
+                    f"({', '.join(world_styles)})"
+                )
         if target.style not in candidates:
-            raise ValueError(f"schedule {name}: target({t}) wants '{target.style}', which is not among its "
-                             f"candidates {candidates}: the prompt would not offer it")
+            raise ValueError(
+                f"schedule {name}: target({t}) wants '{target.style}', which is not among its "
+                f"candidates {candidates}: the prompt would not offer it"
+            )
         if previous is not None and target.style != previous:
             changes.append(t)
         previous = target.style
     declared = list(schedule.switch_points())
     if any(not isinstance(s, int) or isinstance(s, bool) for s in declared) or declared != sorted(set(declared)):
         raise ValueError(f"schedule {name}: switch_points() must be sorted, distinct ints, got {declared}")
-    windows = list(getattr(schedule, "windows", lambda: [])())
+    windows = list(getattr(schedule, "windows", list)())
     inside = lambda t: any(lo <= t < hi for lo, hi in windows)  # noqa: E731
     checked = [s for s in declared if s < MAX_CHECKED_CLOCKS and not inside(s)]
     for s in checked:
         if s not in changes:
-            raise ValueError(f"schedule {name}: switch_points() lists t={s}, but target() does not change style there "
-                             f"(it changes at {changes[:10]})")
+            raise ValueError(
+                f"schedule {name}: switch_points() lists t={s}, but target() does not change style there "
+                f"(it changes at {changes[:10]})"
+            )
     for c in changes:
         if not inside(c) and c not in declared:
-            raise ValueError(f"schedule {name}: target() changes style at t={c}, but switch_points() does not list it "
-                             f"({declared[:10]}); the report would miss that switch")
+            raise ValueError(
+                f"schedule {name}: target() changes style at t={c}, but switch_points() does not list it "
+                f"({declared[:10]}); the report would miss that switch"
+            )

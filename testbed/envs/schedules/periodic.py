@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import Field
 
-from testbed.registry import configured
 from testbed.envs.schedules.base import ScheduleConfig, check_clock, check_styles, episodes, resolve_candidates
+from testbed.registry import configured
 from testbed.types import Target
 
 
@@ -24,8 +24,9 @@ class PeriodicConfig(ScheduleConfig):
 def periodic(*, budget: int, archetypes: Sequence[str], **args: Any) -> PeriodicSchedule:
     """The registered `periodic`: its args (the period in a fraction of the budget) -> clocks."""
     config = PeriodicConfig.model_validate(args, context={"budget": budget})
-    return PeriodicSchedule(config.styles, period=max(1, episodes(config.period, budget)), candidates=config.candidates,
-                            horizon=budget)
+    return PeriodicSchedule(
+        config.styles, period=max(1, episodes(config.period, budget)), candidates=config.candidates, horizon=budget
+    )
 
 
 class PeriodicSchedule:

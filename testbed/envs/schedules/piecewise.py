@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import Field
 
-from testbed.registry import configured
 from testbed.envs.schedules.base import Phase, PhasesConfig, check_candidates, check_clock, episodes
+from testbed.registry import configured
 from testbed.types import Target
 
 
@@ -78,9 +78,7 @@ class PiecewiseSchedule:
 
     def switch_points(self) -> list[int]:
         """Phase starts where the style changes (a change of candidates alone is not a switch)."""
-        return [
-            cur.start for prev, cur in zip(self._phases, self._phases[1:]) if cur.style != prev.style
-        ]
+        return [cur.start for prev, cur in zip(self._phases, self._phases[1:]) if cur.style != prev.style]
 
     def phases(self) -> list[tuple[int, int, str]]:
         return [(p.start, p.end, p.style) for p in self._phases]
@@ -89,13 +87,10 @@ class PiecewiseSchedule:
         return f"PiecewiseSchedule({self.phases()})"
 
 
-
 def _unit_hash(seed: int, t: int) -> float:
     """A uniform draw in [0, 1) that depends only on (seed, t), stable across processes."""
     digest = hashlib.blake2b(f"{seed}:{t}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0**64
-
-
 
 
 class GradualConfig(PhasesConfig):
@@ -109,8 +104,9 @@ class GradualConfig(PhasesConfig):
 def gradual(*, budget: int, archetypes: Sequence[str], **args: Any) -> GradualSchedule:
     """The registered `gradual`: its args (positions in fractions of the budget) -> clocks."""
     config = GradualConfig.model_validate(args, context={"budget": budget})
-    return GradualSchedule(config.phases_in_episodes(budget, archetypes), window=max(1, episodes(config.window, budget)),
-                           seed=config.seed)
+    return GradualSchedule(
+        config.phases_in_episodes(budget, archetypes), window=max(1, episodes(config.window, budget)), seed=config.seed
+    )
 
 
 class GradualSchedule:

@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import Field
 
-from testbed.registry import configured
 from testbed.envs.schedules.base import Phase, ScheduleConfig, check_styles, episodes, resolve_candidates
 from testbed.envs.schedules.piecewise import PiecewiseSchedule
+from testbed.registry import configured
 from testbed.types import Target
 
 
@@ -28,9 +28,15 @@ class RandomConfig(ScheduleConfig):
 def random_switches(*, budget: int, archetypes: Sequence[str], **args: Any) -> RandomSchedule:
     """The registered `random`: its args (phase lengths in fractions of the budget) -> clocks."""
     config = RandomConfig.model_validate(args, context={"budget": budget})
-    return RandomSchedule(config.styles, mean_phase=max(1, episodes(config.mean_phase, budget)),
-                          min_phase=max(1, episodes(config.min_phase, budget)), horizon=budget, seed=config.seed,
-                          candidates=config.candidates)
+    return RandomSchedule(
+        config.styles,
+        mean_phase=max(1, episodes(config.mean_phase, budget)),
+        min_phase=max(1, episodes(config.min_phase, budget)),
+        horizon=budget,
+        seed=config.seed,
+        candidates=config.candidates,
+    )
+
 
 class RandomSchedule:
     """Switch points drawn up front from a seeded RNG: phase lengths are
@@ -69,7 +75,7 @@ class RandomSchedule:
         start = 0
         style = rng.choice(styles)
         while start < horizon:
-            extra = 0 if extra_mean == 0 else int(round(rng.expovariate(1.0 / extra_mean)))
+            extra = 0 if extra_mean == 0 else round(rng.expovariate(1.0 / extra_mean))
             end = start + min_phase + extra
             phases.append(Phase(style, start, end, self.candidates))
             start = end

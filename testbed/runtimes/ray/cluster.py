@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from testbed.scenario.schema import RuntimeConfig
 from testbed.cpu_numerics import worker_env
+from testbed.scenario.schema import RuntimeConfig
 
 WORKER_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TOKENIZERS_PARALLELISM": "false"}
 LOOPBACK = "127.0.0.1"
@@ -53,8 +53,10 @@ def start_local(**kwargs: Any) -> None:
     node_ip = ray.util.get_node_ip_address()
     if not ipaddress.ip_address(node_ip).is_loopback:
         ray.shutdown()
-        raise RuntimeError(f"the local Ray node came up on {node_ip}, not the loopback address; "
-                           "its processes would listen on every interface (docs/ray.md)")
+        raise RuntimeError(
+            f"the local Ray node came up on {node_ip}, not the loopback address; "
+            "its processes would listen on every interface (docs/ray.md)"
+        )
 
 
 @contextlib.contextmanager

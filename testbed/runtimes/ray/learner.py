@@ -83,9 +83,13 @@ def flat_state(obj: Any, prefix: str = "") -> dict[str, Any]:
 def gradients(trainer: Any) -> dict[str, torch.Tensor]:
     """The gradients left on the trainer's models (of its last optimiser step: guarded_step
     clears them only at the next one), for checks and diagnostics."""
-    return {f"{attr}.{name}": p.grad.detach().cpu().clone()
-            for attr, module in vars(trainer).items() if isinstance(module, torch.nn.Module)
-            for name, p in module.named_parameters() if p.grad is not None}
+    return {
+        f"{attr}.{name}": p.grad.detach().cpu().clone()
+        for attr, module in vars(trainer).items()
+        if isinstance(module, torch.nn.Module)
+        for name, p in module.named_parameters()
+        if p.grad is not None
+    }
 
 
 def digest(state: dict[str, Any]) -> str:
@@ -135,8 +139,9 @@ def join_process_group(init_method: str, rank: int, world: int, timeout_s: float
         # name resolves to, which may be an external one
         os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
         os.environ.setdefault("NCCL_SOCKET_IFNAME", interface)
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group(
+        backend, init_method=init_method, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
+    )
 
 
 # -- the worker (a Ray actor) -------------------------------------------------------------------
@@ -157,8 +162,12 @@ class LearnerWorker:
         make_probe = getattr(self.make_trainer, "probe", None)  # engine.mismatch, where the factory offers it
         self.probe = make_probe(self.trainer) if callable(make_probe) else None
         t = self.trainer
-        return {"group_size": t.group_size, "episodes_per_update": t.episodes_per_update,
-                "warmup_samples": getattr(t, "warmup_samples", 0), "digest": self.digest()}
+        return {
+            "group_size": t.group_size,
+            "episodes_per_update": t.episodes_per_update,
+            "warmup_samples": getattr(t, "warmup_samples", 0),
+            "digest": self.digest(),
+        }
 
     def update(self, shard: list[Trajectory], weight: float | None) -> tuple[dict, int, dict | None]:
         # before the update: the weights that generated the fresh episodes (rank 0's shard is reported)
@@ -234,20 +243,35 @@ class LearnerGroup:
     """`workers` data-parallel learner actors behind one trainer-like API. Blocking, except
     `update`, which returns a ref to (metrics, version, rank 0's policy state_dict on CPU)."""
 
-    def __init__(self, make_trainer: Callable[[], Any], workers: int, *, torch_threads: int = 1,
-                 actor_cpus: float = 0.5, actor_gpus: float = 0.0, timeout_s: float = 300.0, name: str | None = None):
+    def __init__(
+        self,
+        make_trainer: Callable[[], Any],
+        workers: int,
+        *,
+        torch_threads: int = 1,
+        actor_cpus: float = 0.5,
+        actor_gpus: float = 0.0,
+        timeout_s: float = 300.0,
+        name: str | None = None,
+    ):
         if workers < 1:
             raise ValueError("a learner needs at least one worker")
         actor = ray.remote(LearnerWorker)
-        self.workers = [actor.options(num_cpus=actor_cpus, num_gpus=actor_gpus, name=f"{name}-learner{rank}" if name else None)
-                        .remote(make_trainer, rank, workers, torch_threads) for rank in range(workers)]
+        self.workers = [
+            actor.options(
+                num_cpus=actor_cpus, num_gpus=actor_gpus, name=f"{name}-learner{rank}" if name else None
+            ).remote(make_trainer, rank, workers, torch_threads)
+            for rank in range(workers)
+        ]
         self.init_method: str | None = None
         try:
             self.init_method = ray.get(self.workers[0].rendezvous_address.remote()) if workers > 1 else None
             infos = _get_all([w.setup.remote(self.init_method, timeout_s) for w in self.workers])
             if len({info["digest"] for info in infos}) > 1:
-                raise RuntimeError("make_trainer built different trainers on different workers; it must be "
-                                   "deterministic (seed the model)")
+                raise RuntimeError(
+                    "make_trainer built different trainers on different workers; it must be "
+                    "deterministic (seed the model)"
+                )
         except BaseException:
             self.shutdown()
             raise

@@ -20,11 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import ray
-import torch
 
 from testbed.cpu_numerics import configure_torch
 from testbed.device import gpus
-from testbed.store import TABLES, RunStore, read_table
 from testbed.judging.build import build_judge
 from testbed.models.sft import cache_root, is_cached, load_or_train_policy
 from testbed.paths import cache_dir
@@ -34,6 +32,7 @@ from testbed.runtimes.loop import first_jobs, warm_up_job
 from testbed.runtimes.ray.rollout import build_policy
 from testbed.runtimes.sft_check import sft_evaluator
 from testbed.scenario.schema import PolicyConfig, parse_scenario
+from testbed.store import TABLES, RunStore, read_table
 
 
 @ray.remote(num_cpus=0)
@@ -107,8 +106,17 @@ def enter_task(threads: int, cache: str) -> None:
 
 
 @ray.remote
-def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, tokenizer: Any, policy_key: str,
-                 worker: tuple[int, str], board: Any, warmed: dict[str, bytes]) -> tuple[dict, dict[str, list[dict]]]:
+def run_arm_task(
+    scenario_data: dict,
+    arm_name: str,
+    seed: int,
+    policy: tuple,
+    tokenizer: Any,
+    policy_key: str,
+    worker: tuple[int, str],
+    board: Any,
+    warmed: dict[str, bytes],
+) -> tuple[dict, dict[str, list[dict]]]:
 
     enter_task(*worker)
     install_cache_files(warmed)
@@ -119,9 +127,19 @@ def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
         with tempfile.TemporaryDirectory(prefix="testbed-arm-") as scratch:
             store = RunStore(Path(scratch), scenario.output.flush_rows, scenario.output.flush_seconds)
             progress = RemoteProgress(board)
-            totals = arm_runner(scenario, arm)(scenario, arm, seed, base_policy=build_policy(*policy), tokenizer=tokenizer,
-                                               judge=judge, schedule=scenario.schedule_object(), store=store,
-                                               progress=progress, log=lambda message: None, policy_key=policy_key)
+            totals = arm_runner(scenario, arm)(
+                scenario,
+                arm,
+                seed,
+                base_policy=build_policy(*policy),
+                tokenizer=tokenizer,
+                judge=judge,
+                schedule=scenario.schedule_object(),
+                store=store,
+                progress=progress,
+                log=lambda message: None,
+                policy_key=policy_key,
+            )
             progress.flush()
             store.flush()
             tables = {name: read_table(store.root, name).to_dict("records") for name in TABLES}
@@ -133,8 +151,16 @@ def run_arm_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
 
 
 @ray.remote
-def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, tokenizer: Any, policy_key: str,
-                 worker: tuple[int, str], board: Any) -> dict[str, bytes]:
+def warm_up_task(
+    scenario_data: dict,
+    arm_name: str,
+    seed: int,
+    policy: tuple,
+    tokenizer: Any,
+    policy_key: str,
+    worker: tuple[int, str],
+    board: Any,
+) -> dict[str, bytes]:
     """`loop.warm_up_job` in a task: an arm's warm-up as its first job computes it, its bars on `board`."""
 
     enter_task(*worker)
@@ -143,9 +169,18 @@ def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
     judge = build_judge(scenario)
     progress = RemoteProgress(board)
     try:
-        files = warm_up_job(scenario, arm, seed, base_policy=build_policy(*policy), tokenizer=tokenizer, judge=judge,
-                            schedule=scenario.schedule_object(), policy_key=policy_key, log=lambda message: None,
-                            progress=progress)
+        files = warm_up_job(
+            scenario,
+            arm,
+            seed,
+            base_policy=build_policy(*policy),
+            tokenizer=tokenizer,
+            judge=judge,
+            schedule=scenario.schedule_object(),
+            policy_key=policy_key,
+            log=lambda message: None,
+            progress=progress,
+        )
         progress.flush()
         return files
     finally:
@@ -155,7 +190,9 @@ def warm_up_task(scenario_data: dict, arm_name: str, seed: int, policy: tuple, t
 
 
 @ray.remote
-def sft_task(scenario_data: dict, policy_data: dict, worker: tuple[int, str], board: Any, seed: int) -> tuple[str, dict[str, bytes]]:
+def sft_task(
+    scenario_data: dict, policy_data: dict, worker: tuple[int, str], board: Any, seed: int
+) -> tuple[str, dict[str, bytes]]:
     """`load_or_train_policy` in a task, its bar on `board` as SFT seed `seed`; returns the cache
     directory's name and files."""
 
@@ -163,14 +200,22 @@ def sft_task(scenario_data: dict, policy_data: dict, worker: tuple[int, str], bo
     scenario = parse_scenario(scenario_data, "<scenario>")
     cfg = PolicyConfig.model_validate(policy_data)
     progress = RemoteProgress(board)
-    _, _, report = load_or_train_policy(cfg, scenario.world.archetypes, evaluate=sft_evaluator(scenario),
-                                        log=lambda message: None, env=scenario.env, on_step=StepBar(progress, "SFT", seed))
+    _, _, report = load_or_train_policy(
+        cfg,
+        scenario.world.archetypes,
+        evaluate=sft_evaluator(scenario),
+        log=lambda message: None,
+        env=scenario.env,
+        on_step=StepBar(progress, "SFT", seed),
+    )
     progress.flush()
     directory = cache_root() / f"policy-{report['key']}"
     return directory.name, {str(f.relative_to(directory)): f.read_bytes() for f in directory.rglob("*") if f.is_file()}
 
 
-def train_policies_in_parallel(scenario: Any, configs: dict[int, Any], log: Callable[[str], None], progress: Any = None) -> None:
+def train_policies_in_parallel(
+    scenario: Any, configs: dict[int, Any], log: Callable[[str], None], progress: Any = None
+) -> None:
     """Train the SFT policies of `configs` (by run seed) that the cache lacks, side by side, one
     task each, with a bar per seed in `progress` (else a display of their own), and put them into
     this process's cache (nodes need no shared disk)."""
@@ -180,8 +225,12 @@ def train_policies_in_parallel(scenario: Any, configs: dict[int, Any], log: Call
         return
     log(f"training {len(missing)} SFT policies side by side (one per seed)")
     data, board = resolved_dict(scenario), ProgressBoard.remote()
-    tasks = [sft_task.options(num_cpus=scenario.runtime.task_cpus).remote(data, c.model_dump(mode="json"), worker_settings(scenario),
-                                                                          board, seed) for seed, c in missing.items()]
+    tasks = [
+        sft_task.options(num_cpus=scenario.runtime.task_cpus).remote(
+            data, c.model_dump(mode="json"), worker_settings(scenario), board, seed
+        )
+        for seed, c in missing.items()
+    ]
     with contextlib.nullcontext(progress) if progress is not None else make_progress() as shown:
         trained = gather(tasks, board, shown, {})
     for name, files in trained:
@@ -216,8 +265,16 @@ def install_cache_files(files: dict[str, bytes]) -> None:
             os.replace(tmp, target)
 
 
-def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: dict[int, Any], store: RunStore,
-                         on_done: Callable[[str, int, dict], None], log: Callable[[str], None], progress: Any = None) -> None:
+def run_arms_in_parallel(
+    scenario: Any,
+    jobs: list[tuple[Any, int]],
+    *,
+    starts: dict[int, Any],
+    store: RunStore,
+    on_done: Callable[[str, int, dict], None],
+    log: Callable[[str], None],
+    progress: Any = None,
+) -> None:
     """Run every (arm, seed) of `jobs` as a Ray task; as each finishes, append its rows to the
     run directory and call `on_done(arm, seed, totals)`. With a `rich.progress.Progress`, each
     task's bars (a warm-up's, an arm's) are drawn there as it runs.
@@ -230,23 +287,35 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: 
     refs: dict[str, Any] = {}  # one object per starting policy (one, or one per seed)
     for start in starts.values():
         if start.key not in refs:
-            refs[start.key] = ray.put((start.policy.config, {k: v.detach().clone() for k, v in start.policy.state_dict().items()}))
+            refs[start.key] = ray.put(
+                (start.policy.config, {k: v.detach().clone() for k, v in start.policy.state_dict().items()})
+            )
 
     def args(seed: int) -> tuple:
         return refs[starts[seed].key], starts[seed].tokenizer, starts[seed].key
 
     worker = worker_settings(scenario)
-    slot = {"num_cpus": scenario.runtime.task_cpus, "num_gpus": gpus(scenario.runtime, "task")}  # runtime.task_gpus on CUDA
+    slot = {
+        "num_cpus": scenario.runtime.task_cpus,
+        "num_gpus": gpus(scenario.runtime, "task"),
+    }  # runtime.task_gpus on CUDA
     board, bars = ProgressBoard.remote(), {}
-    warming = [warm_up_task.options(**slot).remote(data, arm.name, seed, *args(seed), worker, board)
-               for arm, seed in first_jobs(scenario, jobs, key=lambda seed: starts[seed].key)]
+    warming = [
+        warm_up_task.options(**slot).remote(data, arm.name, seed, *args(seed), worker, board)
+        for arm, seed in first_jobs(scenario, jobs, key=lambda seed: starts[seed].key)
+    ]
     if warming:
         log(f"warming up {len(warming)} trainer(s) side by side (as each arm's first job would)")
     warmed = {name: blob for files in gather(warming, board, progress, bars) for name, blob in files.items()}
     install_cache_files(warmed)
     warmed_ref = ray.put(warmed)
-    pending = {run_arm_task.options(**slot).remote(
-        data, arm.name, seed, *args(seed), worker, board, warmed_ref): (arm.name, seed) for arm, seed in jobs}
+    pending = {
+        run_arm_task.options(**slot).remote(data, arm.name, seed, *args(seed), worker, board, warmed_ref): (
+            arm.name,
+            seed,
+        )
+        for arm, seed in jobs
+    }
     log(f"running {len(pending)} arm x seed tasks side by side on Ray")
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
@@ -258,7 +327,10 @@ def run_arms_in_parallel(scenario: Any, jobs: list[tuple[Any, int]], *, starts: 
         totals, tables = ray.get(ready[0])
         for name, rows in tables.items():
             if rows:
-                store.append(name, [{k: (None if v != v and isinstance(v, float) else v) for k, v in row.items()} for row in rows])
+                store.append(
+                    name,
+                    [{k: (None if v != v and isinstance(v, float) else v) for k, v in row.items()} for row in rows],
+                )
         store.flush()
         on_done(arm_name, seed, totals)
         log(f"{arm_name} seed {seed} finished: {totals['episodes']} episodes in {totals['wall_s']:.0f} s")
@@ -268,7 +340,8 @@ def draw(progress: Any, bars: dict[tuple[str, int], Any], posted: dict[tuple[str
     """Bring the driver's bars up to what the tasks posted; a task's first post adds its bar."""
     for (arm_name, seed), fields in sorted(posted.items()):
         if (arm_name, seed) not in bars:
-            bars[(arm_name, seed)] = progress.add_task("", **{"arm": arm_name, "seed": seed, "target": "", "reward": "  -  ",
-                                                               **fields})
+            bars[(arm_name, seed)] = progress.add_task(
+                "", **{"arm": arm_name, "seed": seed, "target": "", "reward": "  -  ", **fields}
+            )
         else:
             progress.update(bars[(arm_name, seed)], **fields)

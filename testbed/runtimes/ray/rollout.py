@@ -41,8 +41,8 @@ class LazyReview:
         import asyncio
 
         if self.judge is None:
-            from testbed.scenario.schema import parse_scenario
             from testbed.judging.build import build_judge
+            from testbed.scenario.schema import parse_scenario
 
             self.judge = build_judge(parse_scenario(self.scenario_data, "<scenario>"))
             self.runner = asyncio.Runner()
@@ -54,8 +54,19 @@ class LazyReview:
 
 @ray.remote
 class RolloutActor:
-    def __init__(self, policy_config: Any, policy_state: dict, tokenizer: Any, engine: tuple[str, dict], sampling: Any,
-                 seed: int, threads: int, episodes: Any = None, scenario_data: dict | None = None, device: str = "cpu"):
+    def __init__(
+        self,
+        policy_config: Any,
+        policy_state: dict,
+        tokenizer: Any,
+        engine: tuple[str, dict],
+        sampling: Any,
+        seed: int,
+        threads: int,
+        episodes: Any = None,
+        scenario_data: dict | None = None,
+        device: str = "cpu",
+    ):
         from testbed import registry
         from testbed.device import for_this_process
         from testbed.runtimes.loop import seed_everything
@@ -80,8 +91,9 @@ class RolloutActor:
         self.use(weights, version)
         return self.engine.generate(prompts)
 
-    def extend(self, trajs: list[Trajectory], observations: list[str], weights: list[ray.ObjectRef],
-               version: int) -> list[Trajectory]:
+    def extend(
+        self, trajs: list[Trajectory], observations: list[str], weights: list[ray.ObjectRef], version: int
+    ) -> list[Trajectory]:
         self.use(weights, version)
         self.engine.extend(trajs, observations)
         return trajs
@@ -107,7 +119,11 @@ class ActorEngine:
 
     def extend(self, trajs: list[Trajectory], observations: list[str]) -> None:
         for traj, done in zip(trajs, self.runner.call_now(self.index, "extend", trajs, observations)):
-            traj.segments, traj.response_text, traj.policy_version = done.segments, done.response_text, done.policy_version
+            traj.segments, traj.response_text, traj.policy_version = (
+                done.segments,
+                done.response_text,
+                done.policy_version,
+            )
 
     def load_weights(self, state_dict: dict | None, version: int) -> None:  # the runner publishes weights
         pass

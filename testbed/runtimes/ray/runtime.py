@@ -33,15 +33,15 @@ from typing import Any
 import ray
 import torch
 
-from testbed.cpu_numerics import configure_torch
 from testbed import device, registry
+from testbed.cpu_numerics import configure_torch
+from testbed.models.tokenizer import WordTokenizer
 from testbed.runtimes.collect import Round
-from testbed.scenario.schema import ArmConfig, Scenario
-from testbed.runtimes.ray.learner import LearnerGroup
-from testbed.runtimes.ray.rollout import ActorEngine, RolloutActor
 from testbed.runtimes.learn import RunStopped
 from testbed.runtimes.loop import ArmRunner, make_engine, make_trainer, seed_everything
-from testbed.models.tokenizer import WordTokenizer
+from testbed.runtimes.ray.learner import LearnerGroup
+from testbed.runtimes.ray.rollout import ActorEngine, RolloutActor
+from testbed.scenario.schema import ArmConfig, Scenario
 
 ACTOR_DIED = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
 
@@ -51,9 +51,11 @@ def check_gpus(per_actor: float, actors: int) -> None:
     pending for ever."""
     have = ray.cluster_resources().get("GPU", 0.0)
     if per_actor * actors > have:
-        raise RunStopped(f"runtime.actor_gpus is {per_actor:g} for each of {actors} rollout actors and learners, "
-                         f"{per_actor * actors:g} GPUs, but the Ray cluster has {have:g}: set runtime.actor_gpus to at most "
-                         f"{have / actors:.3g} (a share of one GPU) or use fewer workers")
+        raise RunStopped(
+            f"runtime.actor_gpus is {per_actor:g} for each of {actors} rollout actors and learners, "
+            f"{per_actor * actors:g} GPUs, but the Ray cluster has {have:g}: set runtime.actor_gpus to at most "
+            f"{have / actors:.3g} (a share of one GPU) or use fewer workers"
+        )
 
 
 @dataclasses.dataclass
@@ -85,8 +87,14 @@ class TrainerFactory:
 
         configure_torch(self.threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         policy = build_policy(self.policy_config, self.policy_state, for_this_process(self.device))
-        return registry.build(self.arm.trainer_class(), self.arm.args, policy, pad_id=self.pad_id, temperature=self.temperature,
-                              seed=self.seed)
+        return registry.build(
+            self.arm.trainer_class(),
+            self.arm.args,
+            policy,
+            pad_id=self.pad_id,
+            temperature=self.temperature,
+            seed=self.seed,
+        )
 
 
 class LearnerProxy:
@@ -114,8 +122,16 @@ class LearnerProxy:
 
 
 class RayRunner(ArmRunner):
-    def __init__(self, scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module,
-                 tokenizer: WordTokenizer, **kw: Any):
+    def __init__(
+        self,
+        scenario: Scenario,
+        arm: ArmConfig,
+        seed: int,
+        *,
+        base_policy: torch.nn.Module,
+        tokenizer: WordTokenizer,
+        **kw: Any,
+    ):
         super().__init__(scenario, arm, seed, **kw)
         rt = self.rt = scenario.runtime_for(arm)
         threads = rt.torch_threads
@@ -124,21 +140,46 @@ class RayRunner(ArmRunner):
         # The driver's copy samples and runs the trainer's warm-up (SAO's value pretraining): on the device too.
         policy = copy.deepcopy(base_policy).to(device.for_this_process(rt.device))
         self.local_engine = make_engine(scenario, policy, tokenizer)  # the warm-up samples the starting policy here
-        factory = TrainerFactory(arm, policy.config, state, tokenizer.pad_id, scenario.sampling.temperature, seed, threads,
-                                 scenario.engine.measure_mismatch, rt.device)
+        factory = TrainerFactory(
+            arm,
+            policy.config,
+            state,
+            tokenizer.pad_id,
+            scenario.sampling.temperature,
+            seed,
+            threads,
+            scenario.engine.measure_mismatch,
+            rt.device,
+        )
         self.name = f"testbed-{self.store.root.name}-{arm.name}-seed{seed}"  # named, so a fault test can find them
         gpus = device.gpus(rt, "actor")
         check_gpus(gpus, rt.rollout_workers + rt.learner_workers)
-        self.learner = LearnerGroup(factory, rt.learner_workers, torch_threads=threads, actor_cpus=rt.actor_cpus,
-                                    actor_gpus=gpus, name=self.name)
+        self.learner = LearnerGroup(
+            factory,
+            rt.learner_workers,
+            torch_threads=threads,
+            actor_cpus=rt.actor_cpus,
+            actor_gpus=gpus,
+            name=self.name,
+        )
         self.trainer = LearnerProxy(make_trainer(arm, policy, tokenizer, scenario, seed), self.learner)
         self.weights = [ray.put(state)]
         spec = (scenario.engine.type, scenario.engine.args)
         scenario_data = scenario.model_dump(mode="json", by_alias=True)  # an actor builds its editor's judge from it
-        self.new_actor = lambda i: RolloutActor.options(  # noqa: E731
-            num_cpus=rt.actor_cpus, num_gpus=gpus, name=f"{self.name}-rollout{i}-r{self.restarts}").remote(
-            policy.config, state, tokenizer, spec, scenario.sampling, seed + 1000 * i, threads, self.env.episode_runner(),
-            scenario_data, rt.device)
+        self.new_actor = lambda i: RolloutActor.options(
+            num_cpus=rt.actor_cpus, num_gpus=gpus, name=f"{self.name}-rollout{i}-r{self.restarts}"
+        ).remote(
+            policy.config,
+            state,
+            tokenizer,
+            spec,
+            scenario.sampling,
+            seed + 1000 * i,
+            threads,
+            self.env.episode_runner(),
+            scenario_data,
+            rt.device,
+        )
         self.restarts = 0
         self.actors = [self.new_actor(i) for i in range(rt.rollout_workers)]
         self.eval_engine = ActorEngine(self, 0)
@@ -155,7 +196,9 @@ class RayRunner(ArmRunner):
             self.learner.load_warmup_state(device.to_cpu(self.trainer.shadow.warmup_state()))
         if resume is not None:  # the actors start from the checkpoint's policy
             if "policy" not in resume["trainer"]:
-                raise RunStopped("the Ray runtime resumes a trainer whose state_dict() holds its policy weights under 'policy'")
+                raise RunStopped(
+                    "the Ray runtime resumes a trainer whose state_dict() holds its policy weights under 'policy'"
+                )
             self.publish(resume["trainer"]["policy"], self.trainer.version)
 
     def save_checkpoint(self, **kw: Any) -> None:
@@ -172,8 +215,12 @@ class RayRunner(ArmRunner):
 
     def loop(self) -> None:
         epu = self.trainer.episodes_per_update
-        while (self.env.clock < self.budget or self.inflight or self.update_ref is not None
-               or len(self.state.buffer) >= epu):  # the synchronous loop trains the last full batch too
+        while (
+            self.env.clock < self.budget
+            or self.inflight
+            or self.update_ref is not None
+            or len(self.state.buffer) >= epu
+        ):  # the synchronous loop trains the last full batch too
             self.start_update()
             if self.env.clock < self.budget and self.env.clock >= self.state.next_eval:
                 self.finish_update()  # evaluate the newest policy, as the synchronous loop does
@@ -231,7 +278,9 @@ class RayRunner(ArmRunner):
         replaced) and send the round again."""
         if self.actors[index] is dead:
             self.restarts += 1
-            self.log(f"{self.arm.name} seed {self.seed}: rollout actor {index} died ({type(exc).__name__}); restarting it")
+            self.log(
+                f"{self.arm.name} seed {self.seed}: rollout actor {index} died ({type(exc).__name__}); restarting it"
+            )
             self.actors[index] = self.new_actor(index)
         if round_ is not None:
             self.inflight[self.submit_generation(index, round_.starts)] = (index, round_, self.actors[index])
@@ -265,9 +314,11 @@ class RayRunner(ArmRunner):
         try:
             metrics, version, policy_state = ray.get(ref)
         except ACTOR_DIED as exc:
-            raise RunStopped(f"arm {self.arm.name} seed {self.seed}: the learner failed at update {self.state.updates + 1} "
-                             f"({type(exc).__name__}: {exc}). Continue from the last checkpoint with --resume "
-                             f"{self.store.root}.") from None
+            raise RunStopped(
+                f"arm {self.arm.name} seed {self.seed}: the learner failed at update {self.state.updates + 1} "
+                f"({type(exc).__name__}: {exc}). Continue from the last checkpoint with --resume "
+                f"{self.store.root}."
+            ) from None
         self.busy["learner"] += time.perf_counter() - self.update_started
         self.timer.seconds["training"] += time.perf_counter() - self.update_started
         self.publish(policy_state, version)
@@ -279,8 +330,11 @@ class RayRunner(ArmRunner):
         totals = super().totals()
         wall = max(totals["wall_s"], 1e-9)
         totals["runtime"] = {
-            "kind": "ray", "rollout_workers": len(self.actors), "learner_workers": self.rt.learner_workers,
-            "max_staleness": self.max_staleness, "actor_restarts": self.restarts,
+            "kind": "ray",
+            "rollout_workers": len(self.actors),
+            "learner_workers": self.rt.learner_workers,
+            "max_staleness": self.max_staleness,
+            "actor_restarts": self.restarts,
             "staleness_histogram": {str(k): v for k, v in sorted(self.staleness.items())},
             "rollout_idle_share": round(1 - self.busy["rollout"] / (wall * len(self.actors)), 3),
             "learner_idle_share": round(1 - self.busy["learner"] / wall, 3),
@@ -293,8 +347,17 @@ class RayRunner(ArmRunner):
         self.learner.shutdown()
 
 
-def run_arm_ray(scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module, tokenizer: WordTokenizer,
-                policy_key: str = "", resume: dict | None = None, **kw: Any) -> dict[str, Any]:
+def run_arm_ray(
+    scenario: Scenario,
+    arm: ArmConfig,
+    seed: int,
+    *,
+    base_policy: torch.nn.Module,
+    tokenizer: WordTokenizer,
+    policy_key: str = "",
+    resume: dict | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
     """`testbed.runtimes.loop.run_arm` on the Ray runtime: same arguments, same rows."""
     runner = RayRunner(scenario, arm, seed, base_policy=base_policy, tokenizer=tokenizer, **kw)
     try:
