@@ -163,7 +163,7 @@ def test_a_run_with_the_llm_judge_and_no_extra_says_which_to_install(tmp_path):
         "--out",
         str(tmp_path),
         "--set",
-        "judge.name=llm",
+        "judge.type=llm",
         "--set",
         "judge.args={model: openai/x, api_base: 'http://127.0.0.1:9/v1'}",
         timeout=600,
