@@ -13,10 +13,17 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from testbed.scenario.schema import Scenario
+from testbed import registry
+from testbed.judging.build import check_judge
+from testbed.models.modules import moe_shape
+from testbed.scenario.schema import Scenario, ScenarioError, WorldConfig
+from testbed.world.rules import unit_hash
+
+# The modules that load torch or transformers (the models, the runtimes' warm-up keys, the device check)
+# are imported inside the functions that need them: `testbed run --help` and the CLI's argument
+# errors must not wait for them (tests/test_run_dirs.py).
 
 SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials", "auth"}
 MAX_PHASES = 12  # target segments listed; a gradual schedule's windows would make hundreds
@@ -43,8 +50,6 @@ def evaluations(budget: int, per_round: int, every: int) -> int:
 
 def gold_episodes(budget: int, share: float) -> int:
     """Episodes of one arm x seed the gold judge scores: those whose clock's hash falls under the share."""
-    from testbed.world.rules import unit_hash
-
     return budget if share >= 1 else sum(unit_hash("gold", t) < share for t in range(budget))
 
 
@@ -198,13 +203,9 @@ def build_policy_shape(scenario: Scenario) -> tuple[dict[str, Any], Any, int]:
     """The policy on the meta device (its shapes only), its description, and the pad id trainers need."""
     import torch
 
-    from testbed.models.modules import moe_shape
-
     cfg = scenario.policy
     if cfg.checkpoint:
         from transformers import AutoConfig, AutoModelForCausalLM
-
-        from testbed.scenario.schema import ScenarioError
 
         directory = Path(cfg.checkpoint)
         if not directory.is_dir():
@@ -286,10 +287,8 @@ def arm_plan(
 ) -> dict[str, Any]:
     """One arm: its trainer built on the meta policy (the critic and reference it makes, what one
     update takes) and the warm-ups it would need, by cache file."""
-    from testbed import registry
     from testbed.models.critic import trainable_parameter_counts
     from testbed.runtimes.learn import warmup_cache_key, warmup_cache_path
-    from testbed.scenario.schema import ScenarioError
 
     arm = scenario.arms[i]
     try:
@@ -349,9 +348,6 @@ def claim_warmups(arms: list[dict[str, Any]]) -> None:
 def judges_plan(scenario: Scenario) -> dict[str, Any]:
     """The training and gold judges, checked as a run checks them (testbed.judging.build.check_judge),
     with printable args; the world settings that are on; what a real run would stop on."""
-    from testbed.judging.build import check_judge
-    from testbed.scenario.schema import WorldConfig
-
     out: dict[str, Any] = {"warnings": []}
     for field, config in (("judge", scenario.judge), ("gold_judge", scenario.gold_judge)):
         if config is None:
@@ -421,8 +417,6 @@ def device_problems(scenario: Scenario) -> list[str]:
 
 def run_directory(scenario: Scenario, out_dir: str | None, run_name: str | None) -> str:
     """Where the run directory would go, refusing what RunStore.create refuses (with its words)."""
-    from testbed.scenario.schema import ScenarioError
-
     parent = Path(out_dir or scenario.output.dir)
     if parent.exists() and not parent.is_dir():
         raise ScenarioError(f"cannot write the run directory under {parent}: it is not a directory")

@@ -31,7 +31,9 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from testbed.models.policy import token_logprobs
 from testbed.types import Segment, Trajectory
+from testbed.world import prompts, render_prompt
 
 # The probe's response is sampled once, at start-up, with this seed (not from torch's generator).
 PROBE_SEED = 12345
@@ -152,7 +154,6 @@ class VLLMEngine:
         """The sync check's fixed sequence: a training prompt and the starting policy's own response
         to it (a fixed seed). Likely tokens, so that in bfloat16 the probe's gap is the sampled
         tokens' (~1e-2), not that of improbable ones (log-probs near -20 carry errors near 0.1)."""
-        from testbed.world import prompts, render_prompt
 
         ids = self.tokenizer.prompt_ids(render_prompt(prompts("train")[0], ["academic", "cute", "chuunibyou"]))
         response, _ = self._sample([ids], seeds=[PROBE_SEED])[0]
@@ -188,8 +189,6 @@ class VLLMEngine:
         computes another function). Returns the mean gap."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
-
-        from testbed.models.policy import token_logprobs
 
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, detokenize=False)
         out = self.llm.generate([TokensPrompt(prompt_token_ids=self.probe_ids)], params, use_tqdm=False)[0]

@@ -3,26 +3,32 @@ any shape `as_judge` accepts, with the world's rules applied (testbed/world/rule
 
 from __future__ import annotations
 
+import asyncio
+import random
 from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from testbed import registry
+from testbed.judging.adapter import JudgePluginError, as_judge
+from testbed.scenario.schema import Scenario, ScenarioError, format_validation_error
+from testbed.types import JudgeRequest
+from testbed.world import generate, prompts, render_prompt
+from testbed.world.rules import wrap
 
 if TYPE_CHECKING:
     from testbed.protocols import Judge
-    from testbed.scenario.schema import Scenario
 
 
 def build_judge(scenario: Scenario) -> Judge:
     """The scenario's judge, in any shape `as_judge` accepts (async or sync, batch or single),
     with the world's hard and noisy topics applied (testbed/world/rules.py)."""
-    from testbed.world.rules import wrap
-
     return wrap(judge_from_config(scenario.judge, "judge"), scenario.world.rules())
 
 
 def build_gold_judge(scenario: Scenario) -> Judge | None:
     """The scenario's gold judge (scores episodes beside the training judge, never trains), with
     the world's hard topics but not its judge noise: the gold reward is the world's truth."""
-    from testbed.world.rules import wrap
-
     if scenario.gold_judge is None:
         return None
     return wrap(judge_from_config(scenario.gold_judge, "gold_judge"), scenario.world.rules(), noise=False)
@@ -31,10 +37,6 @@ def build_gold_judge(scenario: Scenario) -> Judge | None:
 def judge_from_config(config: Any, field: str) -> Judge:
     """The judge `config.type` names: a class or factory built with `args` (registry.build), or a
     ready-made judge; then `as_judge` gives it the Judge protocol."""
-    from testbed import registry
-    from testbed.judging.adapter import as_judge
-    from testbed.scenario.schema import ScenarioError
-
     try:
         factory = registry.import_path(config.path)
     except registry.RegistryError as exc:
@@ -53,10 +55,6 @@ def check_judge(config: Any, field: str) -> str:
     as a run builds it at start-up, called once on a sample request (`probe`), then closed. Returns
     "checked" or "built; <the sample verdict>"; bad args, or a judge that fails as a bug would,
     raise a ScenarioError naming the field."""
-    from pydantic import ValidationError
-
-    from testbed import registry
-    from testbed.scenario.schema import ScenarioError, format_validation_error
 
     try:
         factory = registry.import_path(config.path)
@@ -87,13 +85,6 @@ def probe(judge: Judge, who: str) -> str:
     """Call a built judge once on a sample request (a generated on-target piece), so that a broken
     judge shows in a dry run, before SFT. A bug raises a ScenarioError naming `who`; a failed
     verdict (an outage) is reported, not raised: the service may be down only now."""
-    import asyncio
-    import random
-
-    from testbed.judging.adapter import JudgePluginError
-    from testbed.scenario.schema import ScenarioError
-    from testbed.types import JudgeRequest
-    from testbed.world import generate, prompts, render_prompt
 
     spec = prompts("train")[0]
     request = JudgeRequest(

@@ -73,7 +73,6 @@ def train_bpe(texts: list[str], vocab_size: int) -> Any:
 
 
 def build_model(tokenizer: Any, seed: int) -> Any:
-
     torch.manual_seed(seed)
     config = Qwen2MoeConfig(
         vocab_size=len(tokenizer),

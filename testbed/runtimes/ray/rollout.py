@@ -10,13 +10,19 @@ actor's node may not have.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import ray
 import torch
 
+from testbed import registry
 from testbed.cpu_numerics import configure_torch
+from testbed.device import for_this_process
+from testbed.judging.build import build_judge
+from testbed.runtimes.loop import seed_everything
+from testbed.scenario.schema import parse_scenario
 from testbed.types import Trajectory
 
 
@@ -38,12 +44,7 @@ class LazyReview:
         self.scenario_data, self.judge, self.runner = scenario_data, None, None
 
     def __call__(self, starts: list, drafts: list[str]) -> list:
-        import asyncio
-
         if self.judge is None:
-            from testbed.judging.build import build_judge
-            from testbed.scenario.schema import parse_scenario
-
             self.judge = build_judge(parse_scenario(self.scenario_data, "<scenario>"))
             self.runner = asyncio.Runner()
         verdicts = list(self.runner.run(self.judge.judge([s.request(d) for s, d in zip(starts, drafts)])))
@@ -67,9 +68,6 @@ class RolloutActor:
         scenario_data: dict | None = None,
         device: str = "cpu",
     ):
-        from testbed import registry
-        from testbed.device import for_this_process
-        from testbed.runtimes.loop import seed_everything
 
         configure_torch(threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         policy = build_policy(policy_config, policy_state, for_this_process(device))  # runtime.device
