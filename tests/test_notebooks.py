@@ -18,7 +18,7 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 ANALYSIS = ROOT / "analysis"
-NOTEBOOKS = ("realignment", "compare_runs")
+NOTEBOOKS = ("notebook_realignment", "notebook_compare_runs")
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,7 @@ def test_realignment_notebook_runs(tiny_run):
     report's figures (the run's figures/, written by the run) and the docs' images stay as they were."""
     report_figures, docs = snapshot(tiny_run / "figures"), snapshot(ROOT / "docs")
     assert len(report_figures) >= 5
-    nb = execute("realignment", {"TESTBED_RUN_DIR": str(tiny_run), "TESTBED_NOTEBOOK_OUT": None})
+    nb = execute("notebook_realignment", {"TESTBED_RUN_DIR": str(tiny_run), "TESTBED_NOTEBOOK_OUT": None})
     assert not outputs(nb, lambda o: o.output_type == "error")
     assert len(outputs(nb, lambda o: "image/png" in o.get("data", {}))) >= 5
     out = tiny_run / "notebook_figures" / "realignment"
@@ -137,7 +137,7 @@ def test_notebook_figures_never_go_to_the_reports_folder(tmp_path, monkeypatch):
 
 def test_compare_notebook_runs(tiny_run, tmp_path):
     env = {"TESTBED_RUN_DIRS": os.pathsep.join([str(tiny_run), str(tiny_run)]), "TESTBED_NOTEBOOK_OUT": str(tmp_path)}
-    nb = execute("compare_runs", env)
+    nb = execute("notebook_compare_runs", env)
     assert not outputs(nb, lambda o: o.output_type == "error")
     assert len(outputs(nb, lambda o: "image/png" in o.get("data", {}))) >= 5
     assert (tmp_path / "realignment.png").exists() and (tmp_path / "realignment_speed.png").exists()

@@ -67,7 +67,7 @@ a.arms
 # One row per run, arm and switch: the common bar, seeds that reached it, episodes (restricted mean,
 # censored seeds at the phase's length, and Kaplan-Meier median) and judge calls to it, mean reward
 # over the horizon, plateau and dip, the own-plateau metric, the old style's held-out half-life and
-# the crossover (definitions in `realignment.ipynb` and `summary.md`); brackets are 95% bootstrap
+# the crossover (definitions in `notebook_realignment.ipynb` and `summary.md`); brackets are 95% bootstrap
 # intervals over seeds. Arms of different runs share no seeds, so paired.csv compares them unpaired.
 
 # %%
