@@ -8,6 +8,7 @@ stay on the CPU, so a run saved on one device resumes on another.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -28,11 +29,9 @@ def for_this_process(spec: str) -> torch.device:
 
 
 def _in_ray_worker() -> bool:
-    import sys
-
     if "ray" not in sys.modules:  # never imports ray for the sync runtime
         return False
-    import ray
+    import ray  # already loaded (checked above): no start-up cost
 
     return ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
 

@@ -77,7 +77,7 @@ def check_scoring(model: HFModule, directory: Path) -> None:
 
 def load_project_checkpoint(directory: Path) -> tuple[HFModule, Any, dict]:
     """The project's own directory: the model and the word-level tokenizer.json."""
-    from testbed.models.tokenizer import WordTokenizer
+    from testbed.models.tokenizer import WordTokenizer  # loads the tokenizers library only for this format
 
     tok = WordTokenizer.load(directory / "tokenizer.json")
     return _load_model(directory), tok, {"checkpoint": str(directory)}

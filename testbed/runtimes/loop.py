@@ -34,6 +34,9 @@ from rich.progress import Progress, TaskID
 
 from testbed import device, registry
 from testbed.engines.mismatch import mismatch_probe
+from testbed.judging.build import build_gold_judge
+from testbed.models.modules import describe_split
+from testbed.models.sft import cache_root
 from testbed.models.tokenizer import WordTokenizer
 from testbed.protocols import DriftSchedule, Engine, Env, Judge, missing_methods
 from testbed.runtimes import checkpoint
@@ -145,7 +148,6 @@ class ArmRunner:
             self.evaluate_reference(starting_engine)
             seed_everything(self.seed)  # the warm-up (or its cache) must not change what RL samples
         self.log_parameter_split()
-        from testbed.judging.build import build_gold_judge
 
         self.gold = build_gold_judge(self.scenario)
         self.collector = Collector(
@@ -181,8 +183,6 @@ class ArmRunner:
     def log_parameter_split(self) -> None:
         counts = self.parameter_split()
         if counts:
-            from testbed.models.modules import describe_split
-
             self.log(f"{self.arm.name} seed {self.seed}: {describe_split(counts)}")
 
     def warm_up(self, policy_key: str, starting_engine: Engine) -> None:
@@ -464,7 +464,6 @@ def warm_up_job(
     """What job (arm, seed) computes before RL when it runs first: its trainer's warm-up, exactly
     as `run_arm` computes it (or finds it in the cache), with its bars in `progress`. Returns the
     cache file, name -> bytes (empty for a trainer without a warm-up)."""
-    from testbed.models.sft import cache_root
 
     with tempfile.TemporaryDirectory(prefix="testbed-warmup-") as scratch:
         runner = SyncRunner(

@@ -35,7 +35,7 @@ def start_local(**kwargs: Any) -> None:
     process (the value ray read at import) and in the environment the Ray processes inherit. A
     node that came up elsewhere anyway is shut down: a local run never listens on an external
     interface."""
-    import ray
+    import ray  # on use, like every Ray import here: importing this module loads no Ray
     from ray._private import ray_constants
 
     saved_env, saved_mode = os.environ.get(CLUSTER_MODE_ENV), ray_constants.ENABLE_RAY_CLUSTER

@@ -35,12 +35,14 @@ import torch
 
 from testbed import device, registry
 from testbed.cpu_numerics import configure_torch
+from testbed.device import for_this_process
+from testbed.engines.mismatch import MismatchProbe, trainer_band
 from testbed.models.tokenizer import WordTokenizer
 from testbed.runtimes.collect import Round
 from testbed.runtimes.learn import RunStopped
 from testbed.runtimes.loop import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.runtimes.ray.learner import LearnerGroup
-from testbed.runtimes.ray.rollout import ActorEngine, RolloutActor
+from testbed.runtimes.ray.rollout import ActorEngine, RolloutActor, build_policy
 from testbed.scenario.schema import ArmConfig, Scenario
 
 ACTOR_DIED = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
@@ -77,14 +79,9 @@ class TrainerFactory:
         """The learner's mismatch probe on the trainer's policy, or None when it is off."""
         if not self.mismatch:
             return None
-        from testbed.engines.mismatch import MismatchProbe, trainer_band
-
         return MismatchProbe(trainer.policy, self.pad_id, self.temperature, trainer_band(trainer))
 
     def __call__(self) -> Any:
-        from testbed.device import for_this_process
-        from testbed.runtimes.ray.rollout import build_policy
-
         configure_torch(self.threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         policy = build_policy(self.policy_config, self.policy_state, for_this_process(self.device))
         return registry.build(
