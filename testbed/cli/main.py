@@ -13,6 +13,7 @@ torch (tests/test_packaging.py).
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -37,19 +38,14 @@ def _sweep(argv: list[str]) -> int:
 def _report(argv: list[str]) -> int:
     # One sweep directory: the grid report (analysis/sweep_report.py), as `testbed sweep --report`
     # writes it; anything else is run directories for analysis/report.py.
+    # analysis/ and judges/ stand beside the core, which names them by module path only (as registry.py does)
     if len(argv) == 1 and (Path(argv[0]) / "sweep.json").is_file():
-        from analysis.sweep_report import main as sweep_report
-
-        return sweep_report(argv)
-    from analysis.report import main
-
-    return main(argv)
+        return importlib.import_module("analysis.sweep_report").main(argv)
+    return importlib.import_module("analysis.report").main(argv)
 
 
 def _judge_server(argv: list[str]) -> int:
-    from judges.server import main
-
-    main(argv)  # serves until stopped (SIGINT/SIGTERM)
+    importlib.import_module("judges.server").main(argv)  # serves until stopped (SIGINT/SIGTERM)
     return 0
 
 
