@@ -93,6 +93,7 @@ class Trajectory:
     notes: list[str] = field(default_factory=list)
     turn_rewards: bool = False  # put each earlier draft's reward on its last token too
     gold_verdict: Verdict | None = None  # the gold judge's verdict (scenario.gold_judge), where it scored this episode
+    sim_times: dict[str, float] = field(default_factory=dict)  # the simulated runtime: sim_start_s, sim_done_s, ...
 
     @property
     def reward(self) -> float:

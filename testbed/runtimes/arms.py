@@ -18,6 +18,10 @@ def arm_runner(scenario: Scenario, arm: Any) -> Any:
         from testbed.runtimes.ray.runtime import run_arm_ray  # imports ray only when asked for
 
         return run_arm_ray
+    if scenario.runtime_for(arm).kind == "simulated":
+        from testbed.runtimes.simulated.runner import run_arm_simulated
+
+        return run_arm_simulated
     return run_arm
 
 

@@ -176,6 +176,8 @@ def episode_rows(trajs: list[Trajectory], learner_version: int | None, trained: 
                 "notes": " | ".join(traj.notes),
                 # the gold judge's verdict (scenario.gold_judge), where it scored this episode
                 **gold_columns(traj.gold_verdict),
+                # simulated seconds (runtime.kind: simulated): started, completed (judged), trained
+                **traj.sim_times,
             }
         )
     return rows

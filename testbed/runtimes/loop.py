@@ -263,9 +263,14 @@ class ArmRunner:
                 "rng": checkpoint.rng_state(),
                 "loop": state.to_checkpoint(),
                 "store": self.store.snapshot(),
+                **self.checkpoint_extra(),
             },
             final=final,
         )
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        """A runtime's own state beside the shared one (the simulated cluster's), restored by `restore`."""
+        return {}
 
     def stop(self, reason: str | None) -> None:
         """Past a failure budget: checkpoint, then stop the run. The episodes judged but not yet
@@ -307,10 +312,14 @@ class ArmRunner:
         version = self.trainer.version
         batch, dropped = take_batch(self.state.buffer, self.trainer.episodes_per_update, version, self.max_staleness)
         if dropped:
+            self.requeue(dropped)
             self.state.dropped_stale += len(dropped)
             self.record_untrained(dropped, version)
             self.store.append("dropped", dropped_rows(dropped, version))
         return batch
+
+    def requeue(self, dropped: list[Trajectory]) -> None:
+        """What a runtime does with the prompts of episodes dropped as too stale (none here)."""
 
     def record_trained(self, batch: list[Trajectory]) -> None:
         """The rows of a batch the trainer is about to train on, with each episode's staleness."""

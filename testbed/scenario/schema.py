@@ -27,6 +27,7 @@ from testbed.scenario.plugins import (
     Strict,
     old_spellings,
 )
+from testbed.scenario.simulation import SimulationConfig
 from testbed.world import STYLES
 from testbed.world.rules import HardTopics, NoisyTopics, WorldRules
 
@@ -146,9 +147,13 @@ class ArmConfig(Strict):
 class RuntimeConfig(Strict):
     """Where the loop runs. `sync`: one process, deterministic per seed (the reference). `ray`:
     rollout actors generate continuously while a learner trains (testbed/runtimes/ray); with one
-    rollout worker and `max_staleness: 0` it writes what `sync` writes."""
+    rollout worker and `max_staleness: 0` it writes what `sync` writes. `simulated`: one process
+    that models an asynchronous cluster in simulated time (`simulation`, testbed/runtimes/simulated)."""
 
-    kind: Literal["sync", "ray"] = "sync"
+    kind: Literal["sync", "ray", "simulated"] = "sync"
+    simulation: SimulationConfig = Field(
+        default_factory=SimulationConfig, description="the modelled cluster (runtime.kind: simulated)"
+    )
     rollout_workers: int = Field(1, ge=1, description="rollout actors, each an engine with its own copy of the policy")
     learner_workers: int = Field(1, ge=1, description="data-parallel learners (torch.distributed, gloo on CPU)")
     max_staleness: int | None = Field(

@@ -1,0 +1,243 @@
+"""A discrete-event model of an asynchronous RL cluster: `rollout_slots` episodes in flight, one
+learner, weight versions. It decides, in simulated seconds, when each episode starts (and so which
+policy version generates it), when it completes, when the learner takes it and when a new version
+is published. What runs on it (the prompts, the policy, the judge, the trainer) is a `Workload`.
+
+    slot free -> start (version now) -> generate -> complete at start + latency -> judged, queued
+    learner idle and a batch queued -> update (busy for its time + sync) -> version + 1
+
+- **Generation is batched without changing what is simulated.** An episode's latency factors are
+  drawn when it starts, so its earliest completion is known before its response exists. Started
+  episodes wait, ungenerated, until the next known event could come after one of them; then all
+  of them are generated at once, each with the weights of the version it started under (the
+  workload keeps those versions). A round that starts together is one batch, as in the
+  synchronous loop.
+- **Ties** at one instant: completions first (in start order), then a learner that is done (one
+  that takes no time is done at once), then new starts. With `rollout_slots` = one batch, equal
+  latencies and updates that take no time, it runs the synchronous loop's order exactly.
+- **Staleness.** `drop`: a free slot starts an episode at once; the workload drops, at dequeue,
+  what is too stale. `pace`: no episode starts while the updates due before it is trained
+  (learner busy, plus whole batches ahead of it) would exceed `max_staleness`.
+- **Groups.** A job is one episode, or a GRPO group of `group_size` episodes that start together;
+  each member frees its slot when it completes, and the group is queued when its last member is.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from testbed.runtimes.simulated.latency import Draws, draw, earliest_seconds, episode_seconds, update_seconds
+from testbed.scenario.simulation import SimulationConfig
+
+
+@dataclass
+class Job:
+    """Episodes that start together and are queued together: one rollout, or a GRPO group."""
+
+    seq: int  # start order
+    group: int  # the first group id of the job
+    starts: list[Any]  # the workload's episode starts
+    version: int  # the published version when it started: what generates it
+    start_s: float
+    draws: list[Draws]
+    trajs: list[Any] = field(default_factory=list)  # generated episodes, one per start
+    done_s: list[float] = field(default_factory=list)  # each member's completion
+    left: int = 0  # members still in flight
+
+
+class Workload(Protocol):
+    """What runs on the simulated cluster (the simulated runtime's arm runner, or a test's)."""
+
+    def issue(self, groups: int, pending: int) -> list[list[Any]]:
+        """Starts for up to `groups` jobs (fewer or none once the budget is spent)."""
+        ...
+
+    def generate(self, jobs: list[Job], version: int) -> None:
+        """Fill each job's `trajs` with the weights of `version`."""
+        ...
+
+    def arrive(self, jobs: list[Job], now: float) -> None:
+        """Judge and queue jobs whose last member completed at `now`, in this order."""
+        ...
+
+    def queued(self) -> int:
+        """Judged episodes waiting for the learner."""
+        ...
+
+    def take(self, version: int, now: float) -> list[Any] | None:
+        """The next batch (the too stale dropped), or None."""
+        ...
+
+    def train(self, batch: list[Any], now: float, done_s: float) -> int:
+        """One update on `batch`, started at `now`; returns the version it makes (a critic-only
+        warm-up update keeps the policy's), published at `done_s`."""
+        ...
+
+    def publish(self, version: int, now: float) -> None: ...
+
+    def between_events(self, now: float) -> None:
+        """Called before new starts at every step (the workload's evaluations)."""
+        ...
+
+
+def tokens_and_turns(traj: Any) -> tuple[int, int]:
+    return len(traj.response_tokens), max(1, traj.turns)
+
+
+def batch_tokens(batch: list[Any]) -> int:
+    return sum(len(t.prompt_tokens) + len(t.response_tokens) for t in batch)
+
+
+class SimulatedCluster:
+    """The event model (see the module docstring). `run(workload)` until nothing is left to do."""
+
+    def __init__(self, cfg: SimulationConfig, batch_size: int, group_size: int, max_staleness: int | None, seed: int):
+        if cfg.rollout_slots < group_size:
+            raise ValueError(
+                f"runtime.simulation.rollout_slots is {cfg.rollout_slots} but a group needs {group_size} "
+                "slots at once: set it to at least the trainer's group_size"
+            )
+        self.cfg, self.batch_size, self.group_size, self.max_staleness = cfg, batch_size, group_size, max_staleness
+        self.rng = np.random.default_rng([seed, 26])  # latency draws: their own stream, in start order
+        self.now, self.version, self.free = 0.0, 0, cfg.rollout_slots
+        self.pending: list[Job] = []  # started, not yet generated
+        self.events: list[tuple[float, int, int, Job]] = []  # (done_s, job seq, member, job)
+        self.in_flight = 0  # episodes started and not yet queued
+        self.learner_until: float | None = None
+        self.publishing = 0  # the version the update in progress makes
+        self.next_seq = self.next_group = 0
+        self.exhausted = False  # the workload issued nothing: its budget is spent
+        self.busy = {"learner_s": 0.0, "slot_s": 0.0}
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run(self, work: Workload) -> None:
+        while True:
+            if self.learner_until is not None and self.learner_until <= self.now:
+                self.finish_update(work)  # done at the instant of the completions just handled
+            self.start_update(work)
+            work.between_events(self.now)
+            self.start_rollouts(work)
+            if self.pending and self.must_generate():
+                self.generate(work)
+            if not self.step(work):
+                return
+
+    def step(self, work: Workload) -> bool:
+        """Advance to the next event and handle it; False when none is left."""
+        done_at = self.events[0][0] if self.events else None
+        if done_at is not None and (self.learner_until is None or done_at <= self.learner_until):
+            self.complete(done_at, work)
+        elif self.learner_until is not None:
+            self.now = max(self.now, self.learner_until)
+            self.finish_update(work)
+        else:
+            return False
+        return True
+
+    def known_next(self) -> float | None:
+        times = [t for t in (self.events[0][0] if self.events else None, self.learner_until) if t is not None]
+        return min(times) if times else None
+
+    def must_generate(self) -> bool:
+        """Whether a started episode could complete before (or at) the next known event."""
+        horizon = self.known_next()
+        if horizon is None:
+            return True
+        lat = self.cfg.latency
+        return any(job.start_s + min(earliest_seconds(lat, d) for d in job.draws) <= horizon for job in self.pending)
+
+    # -- rollouts ---------------------------------------------------------------------------------
+
+    def updates_ahead(self, queued: int, extra: int) -> int:
+        """Updates due before an episode started now is trained (whole batches ahead of it, FIFO)."""
+        return (self.learner_until is not None) + (queued + self.in_flight + extra) // self.batch_size
+
+    def startable(self, queued: int) -> int:
+        """Jobs that may start now: free slots, and under `pace` the staleness gate."""
+        n = self.free // self.group_size
+        if self.cfg.staleness_policy != "pace" or self.max_staleness is None:
+            return n
+        k = 0
+        while k < n and self.updates_ahead(queued, k * self.group_size) <= self.max_staleness:
+            k += 1
+        return k
+
+    def start_rollouts(self, work: Workload) -> None:
+        if self.exhausted:
+            return
+        n = self.startable(work.queued())
+        if n == 0:
+            return
+        groups = work.issue(n, self.in_flight)
+        if not groups:
+            self.exhausted = True
+            return
+        for starts in groups:
+            draws = [draw(self.cfg.latency, self.rng) for _ in starts]
+            job = Job(self.next_seq, self.next_group, starts, self.version, self.now, draws, left=len(starts))
+            self.next_seq += 1
+            self.next_group += 1
+            self.free -= len(starts)
+            self.in_flight += len(starts)
+            self.pending.append(job)
+
+    def generate(self, work: Workload) -> None:
+        """Generate every started episode, by the version it started under, and schedule its end."""
+        for version in sorted({job.version for job in self.pending}):
+            jobs = [job for job in self.pending if job.version == version]
+            work.generate(jobs, version)
+            for job in jobs:
+                for member, (traj, d) in enumerate(zip(job.trajs, job.draws)):
+                    seconds = episode_seconds(self.cfg.latency, d, *tokens_and_turns(traj))
+                    job.done_s.append(job.start_s + seconds)
+                    self.busy["slot_s"] += seconds
+                    heapq.heappush(self.events, (job.start_s + seconds, job.seq, member, job))
+        self.pending = []
+
+    def complete(self, at: float, work: Workload) -> None:
+        """Every member completing at `at`: free its slot; queue the jobs now complete."""
+        self.now = at
+        arrived = []
+        while self.events and self.events[0][0] == at:
+            _, _, _, job = heapq.heappop(self.events)
+            self.free += 1
+            job.left -= 1
+            if job.left == 0:
+                arrived.append(job)
+                self.in_flight -= len(job.starts)
+        if arrived:
+            work.arrive(sorted(arrived, key=lambda j: j.seq), at)
+
+    # -- the learner ------------------------------------------------------------------------------
+
+    def start_update(self, work: Workload) -> None:
+        if self.learner_until is not None:
+            return
+        batch = work.take(self.version, self.now)
+        if batch is None:
+            return
+        seconds = update_seconds(self.cfg.learner, batch_tokens(batch))
+        self.learner_until = self.now + seconds
+        self.busy["learner_s"] += seconds
+        self.publishing = work.train(batch, self.now, self.learner_until)
+        if seconds == 0:  # an update that takes no time publishes before anything else starts
+            self.finish_update(work)
+
+    def finish_update(self, work: Workload) -> None:
+        self.learner_until = None
+        self.version = self.publishing
+        work.publish(self.version, self.now)
+
+    def summary(self) -> dict[str, float]:
+        """Idle shares over the simulated run so far."""
+        span = max(self.now, 1e-12)
+        return {
+            "sim_seconds": round(self.now, 3),
+            "learner_idle_share": round(1 - self.busy["learner_s"] / span, 4),
+            "slot_idle_share": round(1 - self.busy["slot_s"] / (span * self.cfg.rollout_slots), 4),
+        }

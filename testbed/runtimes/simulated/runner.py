@@ -1,0 +1,206 @@
+"""The simulated runtime for one arm x seed: the real policy, judge and trainer on a modelled
+asynchronous cluster (cluster.py), in one process, deterministic per seed.
+
+The cluster decides when each episode starts, under which published version, when it completes
+and when the learner trains it; this runner is its workload: it issues prompts, generates each
+episode with the weights of the version it started under (kept by version until no started
+episode needs them), judges at completion, and trains. Every row carries simulated seconds:
+episodes `sim_start_s`, `sim_done_s`, `sim_trained_s`; updates `sim_s` (start) and
+`sim_published_s`. With `rollout_slots` = one batch, equal latencies and updates that take no
+time, it writes the synchronous loop's rows.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from itertools import groupby
+from typing import Any
+
+import torch
+
+from testbed import device
+from testbed.engines.mismatch import mismatch_probe
+from testbed.models.tokenizer import WordTokenizer
+from testbed.runtimes.collect import Round
+from testbed.runtimes.loop import ArmRunner, make_engine, make_trainer, seed_everything
+from testbed.runtimes.simulated.cluster import Job, SimulatedCluster
+from testbed.scenario.schema import ArmConfig, Scenario
+from testbed.types import Trajectory
+from testbed.world import prompts
+
+
+def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+class SimRunner(ArmRunner):
+    """One arm x seed on the simulated cluster (see the module docstring)."""
+
+    def __init__(
+        self, scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module, tokenizer: Any, **kw: Any
+    ):
+        super().__init__(scenario, arm, seed, **kw)
+        seed_everything(seed)
+        rt = scenario.runtime_for(arm)
+        self.policy = copy.deepcopy(base_policy).to(device.for_this_process(rt.device))  # the learner's
+        self.trainer = make_trainer(arm, self.policy, tokenizer, scenario, seed)
+        self.probe = mismatch_probe(scenario, self.policy, tokenizer, self.trainer)
+        # The rollouts' copy: loaded with the weights of whichever version generates next.
+        self.engine = self.eval_engine = make_engine(scenario, copy.deepcopy(self.policy), tokenizer)
+        self.versions: dict[int, dict[str, torch.Tensor]] = {0: weights(self.policy)}
+        self.loaded = 0  # the version in the engine's copy
+        self.specs = {spec.prompt_id: spec for spec in prompts("train")}  # the env's prompts, for requeues
+        self.requeued: list[str] = []  # prompt ids of episodes dropped as too stale, issued again first
+        self.staleness: Counter = Counter()
+        self.cluster = SimulatedCluster(
+            rt.simulation, self.trainer.episodes_per_update, self.trainer.group_size, self.max_staleness, seed
+        )
+
+    # -- checkpoints: the cluster and the versions it still needs ---------------------------------
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        return {
+            "simulation": {
+                "cluster": self.cluster,
+                "versions": self.versions,
+                "requeued": self.requeued,
+                "staleness": dict(self.staleness),
+            }
+        }
+
+    def restore(self, resume: dict[str, Any]) -> None:
+        super().restore(resume)
+        saved = resume.get("simulation")
+        if saved is None:
+            raise ValueError("the checkpoint has no simulated cluster: it was not written by runtime.kind simulated")
+        self.cluster, self.versions, self.requeued = saved["cluster"], saved["versions"], saved["requeued"]
+        self.staleness = Counter(saved["staleness"])
+
+    # -- the workload the cluster runs ------------------------------------------------------------
+
+    def loop(self) -> None:
+        self.cluster.run(self)
+
+    def use_version(self, version: int) -> None:
+        if self.loaded != version:
+            self.engine.load_weights(self.versions[version], version)
+            self.loaded = version
+
+    def issue(self, groups: int, pending: int) -> list[list[Any]]:
+        """Starts for up to `groups` jobs: the prompts of dropped episodes first, then new ones;
+        never more episodes than the budget has left once the `pending` ones are judged."""
+        size, left, clock = self.trainer.group_size, self.budget - self.env.clock - pending, self.env.clock + pending
+        starts: list[Any] = []
+        again = 0
+        while self.requeued and again < groups and len(starts) < left:
+            starts += self.env.eval_starts([self.specs[self.requeued.pop(0)]] * size, clock + len(starts))
+            starts, again = starts[:left], again + 1
+        if again < groups and len(starts) < left:
+            with self.timer.part("bookkeeping"):
+                starts += self.collector.issue(groups - again, 0, pending + len(starts)).starts
+        return [starts[i : i + size] for i in range(0, len(starts), size)]
+
+    def generate(self, jobs: list[Job], version: int) -> None:
+        self.use_version(version)
+        starts = [s for job in jobs for s in job.starts]
+        with self.timer.part("generation"):
+            trajs = self.env.rollout(self.engine, starts)
+        for job in jobs:
+            job.trajs, trajs = trajs[: len(job.starts)], trajs[len(job.starts) :]
+
+    def arrive(self, jobs: list[Job], now: float) -> None:
+        """Judge the jobs complete at `now`; consecutive groups in one call, as one round."""
+        judged: list[Trajectory] = []
+        runs = groupby(enumerate(jobs), key=lambda pair: pair[1].group - pair[0])
+        with self.timer.part("judging"):
+            for _, run in runs:
+                chunk = [job for _, job in run]
+                round_ = Round([s for j in chunk for s in j.starts], chunk[0].group, self.trainer.group_size)
+                judged += self.collector.judge(round_, [t for j in chunk for t in j.trajs])
+        for job in jobs:
+            for traj, done in zip(job.trajs, job.done_s):
+                traj.sim_times = {"sim_start_s": job.start_s, "sim_done_s": done}
+        self.record_round(judged)
+
+    def queued(self) -> int:
+        return len(self.state.buffer)
+
+    def take(self, version: int, now: float) -> list[Trajectory] | None:
+        return self.next_batch()
+
+    def requeue(self, dropped: list[Trajectory]) -> None:
+        """Issue the prompt of each dropped episode (each dropped group) again, before new ones."""
+        seen: set[int] = set()
+        for traj in dropped:
+            if traj.group_id not in seen:
+                seen.add(traj.group_id)
+                self.requeued.append(traj.prompt_id)
+
+    def train(self, batch: list[Trajectory], now: float, done_s: float) -> int:
+        stale = [self.trainer.version - t.policy_version for t in batch]
+        self.staleness.update(stale)
+        for traj in batch:
+            traj.sim_times["sim_trained_s"] = now
+        self.record_trained(batch)
+        mismatch = self.probe(batch, self.trainer.version) if self.probe is not None else {}
+        with self.timer.part("training"):
+            metrics = self.trainer.update(batch)
+        self.versions[self.trainer.version] = weights(self.policy)
+        self.record_update(
+            {
+                **metrics,
+                **mismatch,
+                "staleness_mean": sum(stale) / len(stale),
+                "staleness_max": max(stale),
+                "sim_s": now,
+                "sim_published_s": done_s,
+            }
+        )
+        return self.trainer.version
+
+    def publish(self, version: int, now: float) -> None:
+        """Forget the versions no started, ungenerated episode needs (the published one stays)."""
+        keep = min([version, *(job.version for job in self.cluster.pending)])
+        self.versions = {v: w for v, w in self.versions.items() if v >= keep}
+
+    def between_events(self, now: float) -> None:
+        if self.env.clock < self.budget:  # the last evaluation is run()'s, at the budget
+            self.evaluate_if_due()
+        self.show_progress()
+
+    def evaluate_if_due(self, t: int | None = None) -> None:
+        """Held-out evaluation of the published version (what the rollouts have)."""
+        if t is None and self.env.clock < self.state.next_eval:
+            return
+        self.use_version(self.cluster.version)
+        super().evaluate_if_due(t)
+
+    def totals(self) -> dict[str, Any]:
+        totals = super().totals()
+        totals["runtime"] = {
+            "kind": "simulated",
+            "rollout_slots": self.cluster.cfg.rollout_slots,
+            "staleness_policy": self.cluster.cfg.staleness_policy,
+            "max_staleness": self.max_staleness,
+            "staleness_histogram": {str(k): v for k, v in sorted(self.staleness.items())},
+            **self.cluster.summary(),
+        }
+        return totals
+
+
+def run_arm_simulated(
+    scenario: Scenario,
+    arm: ArmConfig,
+    seed: int,
+    *,
+    base_policy: torch.nn.Module,
+    tokenizer: WordTokenizer,
+    policy_key: str = "",
+    resume: dict | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
+    """`testbed.runtimes.loop.run_arm` on the simulated runtime: same arguments."""
+    runner = SimRunner(scenario, arm, seed, base_policy=base_policy, tokenizer=tokenizer, **kw)
+    runner.start(resume, policy_key, runner.engine)
+    return runner.run()
