@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from testbed.engines.perturb import LogitPerturbation
 from testbed.models.decoder import LeanDecoder
 from testbed.models.tokenizer import WordTokenizer
 from testbed.scenario.schema import SamplingConfig
@@ -67,12 +68,17 @@ class HFEngine:
         sampling: SamplingConfig,
         max_batch: int = 128,
         lean: bool = True,
+        logit_rounding: str | None = None,
+        logit_noise: float = 0.0,
+        noise_seed: int = 0,
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.sampling = sampling
         self.max_batch = max_batch
         self.version = 0
+        # Training-inference mismatch on purpose (testbed/engines/perturb.py); off by default.
+        self.perturb = LogitPerturbation(logit_rounding, logit_noise, noise_seed)  # type: ignore[arg-type]
         # The lean forward (testbed/models/decoder.py) where the model is the shape it knows.
         self.lean = LeanDecoder(model) if lean and LeanDecoder.supports(model) else None
         # A Hub tokenizer may end a response at several ids (its eos and the generation config's).
@@ -148,6 +154,8 @@ class HFEngine:
         active = torch.arange(batch, device=device)  # the original row of each row still in the batch
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
         for step in range(steps):
+            if self.perturb.active:
+                logits = self.perturb(logits)
             logp = F.log_softmax(logits.float() / temperature, dim=-1)
             # One uniform per row of the whole batch at every step: each row's draws are the same
             # whichever other rows are still running. Drawn by the CPU generator (the one checkpoints

@@ -1,0 +1,175 @@
+"""The simulated cluster's event model (testbed/runtimes/simulated/cluster.py) on a bare workload:
+its staleness and learner idle share against the queueing figures, drop against pace on a case
+built by hand, GRPO groups completing at their last member, and the latency model."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from testbed.runtimes.simulated.cluster import SimulatedCluster
+from testbed.runtimes.simulated.latency import Draws, draw, episode_seconds, update_seconds
+from testbed.scenario.simulation import LatencyConfig, LearnerTimeConfig, SimulationConfig
+
+
+class Bare:
+    """A workload without a policy: episode i has `tokens(i)` response tokens; the learner takes
+    batches of `batch` in completion order and drops (then issues again) what is too stale."""
+
+    def __init__(self, budget, batch, group=1, tokens=lambda prompt, member: 1, max_staleness=None):
+        self.budget, self.batch, self.group, self.tokens, self.max_staleness = (
+            budget,
+            batch,
+            group,
+            tokens,
+            max_staleness,
+        )
+        self.issued, self.again, self.queue, self.version = 0, [], [], 0
+        self.trained, self.dropped, self.starts, self.arrivals, self.published = [], [], [], [], []
+
+    def issue(self, groups, pending):
+        out = []
+        for _ in range(groups):
+            if self.again:
+                out.append([self.again.pop(0)] * self.group)
+            elif self.issued < self.budget:
+                out.append([self.issued] * self.group)
+                self.issued += 1
+        return out
+
+    def generate(self, jobs, version):
+        for job in jobs:
+            self.starts.append((job.starts[0], job.start_s, job.version))
+            job.trajs = [
+                SimpleNamespace(prompt=p, response_tokens=[0] * self.tokens(p, k), prompt_tokens=[], turns=1)
+                for k, p in enumerate(job.starts)
+            ]
+
+    def arrive(self, jobs, now):
+        for job in jobs:
+            self.arrivals.append((job, now))
+            self.queue += [(job, t) for t in job.trajs]
+
+    def queued(self):
+        return len(self.queue)
+
+    def take(self, version, now):
+        while self.queue and self.max_staleness is not None and version - self.queue[0][0].version > self.max_staleness:
+            job, traj = self.queue.pop(0)
+            self.dropped.append(traj.prompt)
+            if traj is job.trajs[0]:
+                self.again.append(traj.prompt)
+        if len(self.queue) < self.batch:
+            return None
+        batch, self.queue = self.queue[: self.batch], self.queue[self.batch :]
+        self.trained += [(job.trajs[0].prompt, version - job.version, job.start_s) for job, _ in batch]
+        return [traj for _, traj in batch]
+
+    def train(self, batch, now, done_s):
+        self.version += 1
+        return self.version
+
+    def publish(self, version, now):
+        self.published.append((version, now))
+
+    def between_events(self, now):
+        pass
+
+
+def sim(slots=8, policy="drop", latency=None, learner=None):
+    return SimulationConfig.model_validate(
+        {"rollout_slots": slots, "staleness_policy": policy, "latency": latency or {}, "learner": learner or {}}
+    )
+
+
+def test_staleness_and_learner_idle_share_match_the_queueing_figures():
+    """N slots with exponential latencies of mean m complete as a Poisson stream of rate N/m. Each
+    update finishes with every started, untrained episode one version older: the N in flight plus
+    those queued during its u seconds (N u / m on average), so the mean staleness is
+    (N + N u / m) / B (B: batch), and the learner is busy N u / (m B) of the time."""
+    n, m, b, u = 8, 1.0, 4, 0.05
+    cfg = sim(
+        n,
+        latency={"per_token_s": 0, "per_turn_s": m, "distribution": "exponential", "judge_s": 0},
+        learner={"fixed_s": u, "per_token_s": 0, "sync_s": 0},
+    )
+    work = Bare(budget=30_000, batch=b)
+    cluster = SimulatedCluster(cfg, b, 1, None, seed=0)
+    cluster.run(work)
+    staleness = np.array([s for _, s, _ in work.trained])
+    assert len(staleness) == 30_000
+    rate = n / m
+    assert staleness.mean() == pytest.approx((n + rate * u) / b, abs=0.04)
+    assert cluster.summary()["learner_idle_share"] == pytest.approx(1 - rate * u / b, abs=0.01)
+    assert cluster.summary()["slot_idle_share"] < 0.01  # a slot starts again the instant it is free
+
+
+def long_first(prompt, member):
+    return 10 if prompt == 0 else 1
+
+
+HAND = {
+    "latency": {"per_token_s": 1.0, "per_turn_s": 0, "judge_s": 0},
+    "learner": {"fixed_s": 0.5, "per_token_s": 0, "sync_s": 0},
+}
+
+
+def test_drop_drops_and_requeues_the_long_episode():
+    """Two slots, batches of one, max_staleness 0: episode 0 takes 10 s, the others 1 s. Under
+    `drop` the learner moves on while episode 0 runs; it completes 10 versions behind, is dropped,
+    and its prompt is issued again (the requeue that favours short rollouts)."""
+    work = Bare(budget=12, batch=1, tokens=long_first, max_staleness=0)
+    SimulatedCluster(sim(2, "drop", **HAND), 1, 1, 0, seed=0).run(work)
+    assert 0 in work.dropped
+    assert [p for p, _, _ in work.starts].count(0) >= 2  # issued again after the drop
+    assert all(s == 0 for _, s, _ in work.trained)  # the bound holds for what is trained
+
+
+def test_pace_never_starts_an_episode_that_the_bound_would_drop():
+    """The same case under `pace`: a second episode would be trained a version after it started,
+    so none starts while one is in flight or queued; nothing is dropped, nothing is stale, and
+    every start comes after the previous version is published."""
+    work = Bare(budget=12, batch=1, tokens=long_first, max_staleness=0)
+    SimulatedCluster(sim(2, "pace", **HAND), 1, 1, 0, seed=0).run(work)
+    assert work.dropped == [] and len(work.trained) == 12
+    assert all(s == 0 for _, s, _ in work.trained)
+    published = [t for _, t in work.published]
+    for (_, start, version), before in zip(work.starts[1:], published):
+        assert version >= 1 and start >= before  # never started before the version it needs
+    assert work.starts[1][1] == pytest.approx(10.5)  # episode 0 (10 s) then its update (0.5 s)
+
+
+def test_a_group_is_queued_when_its_last_member_completes_and_each_member_frees_its_slot():
+    work = Bare(budget=6, batch=4, group=4, tokens=lambda p, member: 1 + 3 * member)  # members: 1, 4, 7, 10 s
+    cluster = SimulatedCluster(sim(6, "drop", **HAND), 4, 4, None, seed=0)
+    cluster.run(work)
+    for job, at in work.arrivals:
+        assert at == max(job.done_s) == job.start_s + 10
+    # 6 slots, groups of 4: the second group starts when two members of the first have finished (t = 4)
+    assert work.starts[1][1] == pytest.approx(4.0)
+
+
+def test_too_few_slots_for_a_group_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match="rollout_slots"):
+        SimulatedCluster(sim(2), 4, 4, None, seed=0)
+
+
+def test_latency_model_by_hand():
+    cfg = LatencyConfig(per_token_s=0.02, per_turn_s=0.5, judge_s=0.2)
+    assert episode_seconds(cfg, Draws(generation=2.0, judge_s=0.3), tokens=50, turns=2) == pytest.approx(
+        (0.5 * 2 + 0.02 * 50) * 2.0 + 0.3
+    )
+    assert update_seconds(LearnerTimeConfig(fixed_s=1.0, per_token_s=0.001, sync_s=2.0), 1000) == pytest.approx(4.0)
+    rng = np.random.default_rng(0)
+    lognormal = [draw(LatencyConfig(spread=0.5), rng).generation for _ in range(20_000)]
+    assert np.median(lognormal) == pytest.approx(1.0, abs=0.03) and np.std(np.log(lognormal)) == pytest.approx(
+        0.5, abs=0.02
+    )
+    exponential = [draw(LatencyConfig(distribution="exponential"), rng).generation for _ in range(20_000)]
+    assert np.mean(exponential) == pytest.approx(1.0, abs=0.03) and np.median(exponential) == pytest.approx(
+        np.log(2), abs=0.03
+    )
+    stragglers = [draw(LatencyConfig(straggler_share=0.1, straggler_factor=10), rng).generation for _ in range(5000)]
+    assert np.mean(np.array(stragglers) == 10) == pytest.approx(0.1, abs=0.02)
