@@ -405,6 +405,7 @@ def runtime_plan(scenario: Scenario) -> dict[str, Any]:
         "torch_threads": rt.torch_threads,
         "numerics": scenario.numerics,
         "address": public_args(rt.address or os.environ.get("RAY_ADDRESS"), "address") if ray else None,
+        **({"simulation": rt.simulation.model_dump()} if rt.kind == "simulated" else {}),
     }
 
 

@@ -148,6 +148,17 @@ def arms_table(plan: dict[str, Any]) -> Table:
     return _rows(_table(f"Arms (seeds {', '.join(map(str, plan['seeds']))})"), rows)
 
 
+def simulation_rows(sim: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The simulated cluster's settings (runtime.kind: simulated), one row each part."""
+    if not sim:
+        return []
+    return [
+        ("simulated cluster", f"{sim['rollout_slots']} rollout slots, staleness policy {sim['staleness_policy']}"),
+        ("  latency (s)", ", ".join(f"{k} {v}" for k, v in sim["latency"].items())),
+        ("  learner (s)", ", ".join(f"{k} {v}" for k, v in sim["learner"].items())),
+    ]
+
+
 def budget_table(plan: dict[str, Any]) -> Table:
     rt, ep, calls = plan["runtime"], plan["episodes"], plan["judge_calls"]
     ray = f"Ray{' at ' + _args(rt['address']) if rt['address'] else ' (local)'}" if rt["ray"] else "no Ray"
@@ -165,6 +176,7 @@ def budget_table(plan: dict[str, Any]) -> Table:
             + (f", GPUs per actor {rt['actor_gpus']:g}, per task {rt['task_gpus']:g}" if rt["ray"] else ""),
         ),
         ("episodes", f"{_n(ep['per_arm_seed'])} per arm x seed x {ep['arm_seeds']} = {_n(ep['total'])}"),
+        *simulation_rows(rt.get("simulation")),
         (
             "evaluation",
             f"every {_n(ep['eval']['every'])} episodes on {ep['eval']['prompts']} held-out prompts: {evals} "

@@ -75,6 +75,7 @@ class SimRunner(ArmRunner):
         if saved is None:
             raise ValueError("the checkpoint has no simulated cluster: it was not written by runtime.kind simulated")
         self.cluster, self.versions, self.requeued = saved["cluster"], saved["versions"], saved["requeued"]
+        self.loaded = -1  # the engine's copy holds the starting weights: load the version needed
         self.staleness = Counter(saved["staleness"])
 
     # -- the workload the cluster runs ------------------------------------------------------------
@@ -147,6 +148,7 @@ class SimRunner(ArmRunner):
         with self.timer.part("training"):
             metrics = self.trainer.update(batch)
         self.versions[self.trainer.version] = weights(self.policy)
+        self.cluster.publishing = self.trainer.version  # before record_update: a checkpoint there holds it
         self.record_update(
             {
                 **metrics,

@@ -1,0 +1,139 @@
+"""What the simulated cluster did to each arm (runtime.kind: simulated; the episode rows carry
+`sim_start_s`, `sim_done_s`, `sim_trained_s`): staleness, drops, DIS masking, the requeue bias and
+realignment in simulated seconds beside episodes, with intervals over seeds.
+
+- **Requeue bias**: the share of long responses (at least the run's 75th percentile of judged response tokens)
+  among the episodes trained on, against among those generated and judged. Drop-and-requeue
+  throws away the long, slow rollouts that went stale, so the first can fall below the second.
+- **Realignment in seconds**: `episodes_to_bar` (analysis/realign.py) measured on the simulated
+  clock: the seconds from the judging of the switch's first episode to that of the episode that
+  reached the bar (a censored switch counts to the end of its follow-up, as in episodes).
+
+    python -m analysis.cluster RUN_DIR [RUN_DIR ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis import realign
+from analysis.bootstrap import bootstrap_mean
+from analysis.markdown import md_table
+from analysis.run_data import RunData, load_run
+
+SIM_COLUMNS = ("sim_start_s", "sim_done_s")
+FIGURES = {
+    "staleness_mean": "staleness of trained episodes (mean)",
+    "stale_share": "trained with staleness > 0 (share)",
+    "dropped_share": "judged episodes dropped as too stale (share)",
+    "dis_masked": "DIS-masked tokens (share, mean over updates)",
+    "long_trained": "long responses among trained (share)",
+    "long_generated": "long responses among generated (share)",
+    "episodes_to_bar": "episodes to the bar (mean over switches)",
+    "seconds_to_bar": "simulated seconds to the bar (mean over switches)",
+    "sim_hours": "simulated hours for the budget",
+}
+
+
+def is_simulated(run: RunData) -> bool:
+    return not run.episodes.empty and all(c in run.episodes for c in SIM_COLUMNS)
+
+
+def seconds_between(ok: pd.DataFrame, start: int, episodes: float) -> float:
+    """Simulated seconds from the judging of episode `start` to that of `start + episodes - 1`."""
+    if not np.isfinite(episodes):
+        return float("nan")
+    done = ok.set_index("t")["sim_done_s"].sort_index()
+    if start not in done.index:
+        return float("nan")
+    end = done.index[done.index <= start + int(episodes) - 1].max()
+    return float(done.loc[end] - done.loc[start])
+
+
+def per_seed(run: RunData) -> pd.DataFrame:
+    """One row per arm x seed of the figures in `FIGURES`."""
+    ep = run.episodes
+    ok = ep[ep["judge_error"].isna()]
+    long_cut = ok["response_tokens"].quantile(0.75)
+    switches = realign.switch_metrics(ep, run.switch_points, run.budget, run.evals, run.updates)
+    rows = []
+    for (arm, seed), mine in ok.groupby(["arm", "seed"]):
+        trained = mine[mine["trained"].astype(bool)]
+        up = run.updates[(run.updates["arm"] == arm) & (run.updates["seed"] == seed)]
+        sw = switches[(switches["arm"] == arm) & (switches["seed"] == seed)]
+        seconds = [seconds_between(mine, int(r.t), r.episodes_to_bar) for r in sw.itertuples()]
+        rows.append(
+            {
+                "arm": arm,
+                "seed": seed,
+                "staleness_mean": trained["staleness"].mean(),
+                "stale_share": (trained["staleness"] > 0).mean(),
+                "dropped_share": float((mine["staleness"].notna() & ~mine["trained"].astype(bool)).mean()),
+                "dis_masked": up["dis_masked_frac"].mean() if "dis_masked_frac" in up else float("nan"),
+                "long_trained": (trained["response_tokens"] >= long_cut).mean(),
+                "long_generated": (mine["response_tokens"] >= long_cut).mean(),
+                "episodes_to_bar": sw["episodes_to_bar"].mean(),
+                "seconds_to_bar": float(np.nanmean(seconds)) if np.isfinite(seconds).any() else float("nan"),
+                "sim_hours": mine["sim_done_s"].max() / 3600,
+                "staleness_histogram": trained["staleness"].value_counts().sort_index().to_dict(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def summary(table: pd.DataFrame, reps: int = 2000, confidence: float = 0.95) -> pd.DataFrame:
+    """Per arm: each figure's mean over seeds and its bootstrap interval (`lo`, `hi`)."""
+    rows = []
+    for arm, mine in table.groupby("arm", sort=False):
+        row: dict = {"arm": arm, "seeds": len(mine)}
+        for name in FIGURES:
+            values = mine[name].dropna().to_numpy(dtype=float)
+            row[name] = values.mean() if len(values) else float("nan")
+            lo, hi = bootstrap_mean(values, reps, confidence, seed=0) if len(values) > 1 else (np.nan, np.nan)
+            row[f"{name}_lo"], row[f"{name}_hi"] = lo, hi
+        histogram: dict = {}
+        for h in mine["staleness_histogram"]:
+            for k, v in h.items():
+                histogram[int(k)] = histogram.get(int(k), 0) + v
+        total = sum(histogram.values()) or 1
+        row["staleness_histogram"] = " ".join(f"{k}:{v / total:.2f}" for k, v in sorted(histogram.items()))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def markdown(summary_table: pd.DataFrame) -> str:
+    """The per-arm table, each figure as `mean [lo, hi]`."""
+
+    def cell(row: pd.Series, name: str) -> str:
+        value, lo, hi = row[name], row[f"{name}_lo"], row[f"{name}_hi"]
+        if not np.isfinite(value):
+            return "-"
+        return f"{value:.3g} [{lo:.3g}, {hi:.3g}]" if np.isfinite(lo) else f"{value:.3g}"
+
+    header = ["figure", *summary_table["arm"].astype(str)]
+    body = [[label, *(cell(r, name) for _, r in summary_table.iterrows())] for name, label in FIGURES.items()]
+    body.append(["staleness histogram (trained)", *summary_table["staleness_histogram"]])
+    body.append(["seeds", *(str(int(s)) for s in summary_table["seeds"])])
+    return md_table(header, body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.cluster", description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="run directories with simulated arms")
+    args = parser.parse_args(argv)
+    for path in args.runs:
+        run = load_run(path)
+        if not is_simulated(run):
+            print(f"{path}: no simulated arms (runtime.kind: simulated)", file=sys.stderr)
+            return 2
+        print(f"## {path.name}\n\n{markdown(summary(per_seed(run)))}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
