@@ -1,11 +1,12 @@
 """Style markers of natural English for the open-world judge, beyond the world's own lexicon.
 
 Each marked style has a lexicon of weighted words (1.0: only that register uses it; less: the
-register favours it but plain prose uses it too) and a few patterns: emoticons, emoji, tildes and
-stretched letters ("sooo") for cute; '!' and villain laughter for chuunibyou; archaic verb forms
-(-eth, "thou" + -est/-st) and clipped forms (o'er, 'tis) for classical; citations and percentages
-for academic, with academic structure (nominalisations, hedges, evidence: judges/open_structure.py).
-The world's markers (testbed.world.styles) are all included at weight 1.
+register favours it but plain prose uses it too) and a few patterns: emoticons, emoji, kaomoji,
+tildes and stretched letters ("sooo") for cute; villain laughter for chuunibyou, and '!' for
+whichever of the two leads; archaic verb forms (-eth, "thou" + -est/-st) and clipped forms (o'er,
+'tis) for classical; citations and percentages for academic, with academic structure
+(nominalisations, hedges, evidence: judges/open_structure.py). The world's markers
+(testbed.world.styles) are all included at weight 1.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 from collections import Counter
 
 from judges.open_structure import academic_structure
+from judges.open_text import KAOMOJI
 from testbed.world.styles import STYLE_SPECS
 
 MARKED: tuple[str, ...] = ("academic", "cute", "chuunibyou", "classical")  # the rubric's order
@@ -87,7 +89,7 @@ _ETH_EXCEPTIONS = frozenset("teeth beneath seth beth kenneth elizabeth macbeth".
 _THOU_VERB = re.compile(r"\bthou (art|[a-z]{2,}st)\b")  # "thou art", "thou writest", "thou wouldst"
 _EMOTICONS = re.compile(
     r"\([^\s()]{0,4}[\^_][^\s()]{0,4}\)|<3+|[:;=]-?[()dp3](?![a-z])"
-    r"|[\U0001F300-\U0001FAFF\u2600-\u27BF]|~+"
+    r"|[\U0001F300-\U0001FAFF\u2600-\u27BF]|~+|" + KAOMOJI
 )
 _CITATION = re.compile(r"\([a-z][a-z .&]*,? (?:19|20)\d\d[a-z]?\)|\[\d+(?:[,-]\d+)*\]|\bet al\b")
 EMOTICON_W, BANG_W, STRETCH_W, ETH_W, THOU_VERB_W, CITATION_W, PERCENT_W = 1.0, 0.3, 0.7, 1.0, 0.7, 1.0, 0.5
@@ -118,14 +120,16 @@ def style_scores(counts: Counter[str], low: str) -> tuple[list[float], int, list
         )
     if "thou " in low:
         _add(scores, found, CLA, "thou+verb", THOU_VERB_W, sum(1 for w in _THOU_VERB.findall(low) if w not in MARKERS))
-    _add(scores, found, CHUU, "!", BANG_W, low.count("!"))
     _add(scores, found, ACA, "percent", PERCENT_W, low.count("%") + counts.get("percent", 0))
     cute, cute_found = _cute_marks(low)
     scores[CUTE] += cute
     found[CUTE] += cute_found
+    # '!' is excitement, a villain's or a child's: it amplifies whichever of the two the rest of the
+    # piece already shows more of (chuunibyou on a tie, as when nothing else is marked)
+    _add(scores, found, CUTE if scores[CUTE] > scores[CHUU] else CHUU, "!", BANG_W, low.count("!"))
     if "(" in low or "[" in low or "et al" in low:
         _add(scores, found, ACA, "citation", CITATION_W, len(_CITATION.findall(low)))
-    mass, structure = academic_structure(low, MARKERS)
+    mass, structure = academic_structure(low, counts, MARKERS)
     scores[ACA] += mass
     found[ACA] += structure
     return scores, strong, found

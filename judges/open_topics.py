@@ -37,6 +37,7 @@ TOPIC_MIN = 1.0
 RELATED_W = 0.5
 SIMILAR_FROM = 0.74  # a cosine (GloVe 50d) below this is no evidence; chosen on the dev half
 WORLD_WORDS: frozenset[str] = frozenset(vocabulary())
+MEMO_MAX = 50_000  # words remembered per topic
 
 _FIELDS: dict[str, tuple[str, str]] = {  # topic -> (core words, related words)
     "coffee": (
@@ -236,17 +237,36 @@ def topicality(words: AbstractSet[str], topic: str) -> float:
     vocabulary and the field."""
     fld = field(topic)
     exact = sum(fld[w] for w in fld.keys() & words)
-    others = [w for w in words if w not in WORLD_WORDS and w not in fld and w not in FUNCTION_WORDS]
-    ids = rows(others) if others else []
-    if not ids:
+    # one set at a time: set(small).difference(big) walks the small set, several at once walk them all
+    others = set(words).difference(WORLD_WORDS).difference(fld).difference(FUNCTION_WORDS)
+    if not others:
         return exact
+    memo = _memo(topic)
+    missing = [w for w in others if w not in memo]
+    if missing:
+        memo.update(_matches(missing, topic))
+    return exact + sum(memo[w] for w in others)
+
+
+@functools.lru_cache(maxsize=256)
+def _memo(topic: str) -> dict[str, float]:
+    """word -> its match to the topic: words repeat across pieces, so each is computed once."""
+    return {}
+
+
+def _matches(words: list[str], topic: str) -> dict[str, float]:
+    """Each word's best weight x ramp(cosine) against the topic's description; 0 without a vector."""
+    index = table()[0]
+    out = dict.fromkeys(words, 0.0)
+    have = [w for w in words if index.get(w, -1) >= COMMON]
     desc, weights = _description(topic)
-    if not len(weights):
-        return exact
-    sims = table()[1][ids] @ desc.T  # [words, description words]: cosines of unit vectors
-    np.subtract(sims, SIMILAR_FROM, out=sims)
-    np.clip(sims, 0.0, None, out=sims)
-    return exact + float((sims * weights).max(axis=1).sum()) / (1.0 - SIMILAR_FROM)
+    if have and len(weights):
+        sims = table()[1][rows(have)] @ desc.T  # [words, description words]: cosines of unit vectors
+        ramp = np.clip((sims - SIMILAR_FROM) / (1.0 - SIMILAR_FROM), 0.0, None) * weights
+        out.update(zip(have, ramp.max(axis=1).tolist()))
+    if len(_memo(topic)) > MEMO_MAX:  # a long run of fresh words: start the memo again
+        _memo(topic).clear()
+    return out
 
 
 @functools.lru_cache(maxsize=256)
@@ -254,5 +274,5 @@ def _description(topic: str) -> tuple[np.ndarray, np.ndarray]:
     """(unit vectors [m, 50], weights [m]) of the field words that have a vector."""
     fld = field(topic)
     index, vecs = table()
-    words = [w for w in sorted(fld) if w in index]
-    return vecs[rows(words)], np.array([fld[w] for w in words if index[w] >= COMMON], dtype=np.float32)
+    words = [w for w in sorted(fld) if index.get(w, -1) >= COMMON]
+    return vecs[rows(words)], np.array([fld[w] for w in words], dtype=np.float32)
