@@ -1,10 +1,12 @@
 """Style markers of natural English for the open-world judge, beyond the world's own lexicon.
 
 Each marked style has a lexicon of weighted words (1.0: only that register uses it; less: the
-register favours it but plain prose uses it too) and a few patterns: emoticons, emoji, tildes and
-stretched letters ("sooo") for cute; '!' and villain laughter for chuunibyou; archaic verb forms
-(-eth, "thou" + -est/-st) and clipped forms (o'er, 'tis) for classical; citations and percentages
-for academic. The world's markers (testbed.world.styles) are all included at weight 1.
+register favours it but plain prose uses it too) and a few patterns: emoticons, emoji, kaomoji,
+tildes and stretched letters ("sooo") for cute; villain laughter for chuunibyou, and '!' for
+whichever of the two leads; archaic verb forms (-eth, "thou" + -est/-st) and clipped forms (o'er,
+'tis) for classical; citations and percentages for academic, with academic structure
+(nominalisations, hedges, evidence: judges/open_structure.py). The world's markers
+(testbed.world.styles) are all included at weight 1.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from judges.open_structure import academic_structure
+from judges.open_text import KAOMOJI
 from testbed.world.styles import STYLE_SPECS
 
 MARKED: tuple[str, ...] = ("academic", "cute", "chuunibyou", "classical")  # the rubric's order
@@ -85,39 +89,67 @@ _ETH_EXCEPTIONS = frozenset("teeth beneath seth beth kenneth elizabeth macbeth".
 _THOU_VERB = re.compile(r"\bthou (art|[a-z]{2,}st)\b")  # "thou art", "thou writest", "thou wouldst"
 _EMOTICONS = re.compile(
     r"\([^\s()]{0,4}[\^_][^\s()]{0,4}\)|<3+|[:;=]-?[()dp3](?![a-z])"
-    r"|[\U0001F300-\U0001FAFF\u2600-\u27BF]|~+"
+    r"|[\U0001F300-\U0001FAFF\u2600-\u27BF]|~+|" + KAOMOJI
 )
 _CITATION = re.compile(r"\([a-z][a-z .&]*,? (?:19|20)\d\d[a-z]?\)|\[\d+(?:[,-]\d+)*\]|\bet al\b")
 EMOTICON_W, BANG_W, STRETCH_W, ETH_W, THOU_VERB_W, CITATION_W, PERCENT_W = 1.0, 0.3, 0.7, 1.0, 0.7, 1.0, 0.5
 
 
-def style_scores(counts: Counter[str], low: str) -> tuple[list[float], int]:
-    """(marker mass per style in MARKED order, occurrences of weight-1 marker words): `counts` the
-    Counter of the piece's words, `low` the normalised piece (for marks and patterns)."""
+def style_scores(counts: Counter[str], low: str) -> tuple[list[float], int, list[list[str]]]:
+    """(marker mass per style in MARKED order, occurrences of weight-1 marker words, the markers
+    found per style): `counts` the Counter of the piece's words, `low` the normalised piece (for
+    marks and patterns). The markers are what the style decision used: lexicon words, then
+    patterns as 'name xN'."""
     scores = [0.0, 0.0, 0.0, 0.0]
+    found: list[list[str]] = [[], [], [], []]
     strong = 0
     for w in counts.keys() & MARKERS.keys():
         i, wt = MARKERS[w]
         c = counts[w]
         scores[i] += wt * c
+        found[i].append(w)
         strong += c if wt >= 1.0 else 0
     if "eth" in low:
-        scores[CLA] += ETH_W * sum(1 for w in _ETH.findall(low) if w not in MARKERS and w not in _ETH_EXCEPTIONS)
+        _add(
+            scores,
+            found,
+            CLA,
+            "-eth",
+            ETH_W,
+            sum(1 for w in _ETH.findall(low) if w not in MARKERS and w not in _ETH_EXCEPTIONS),
+        )
     if "thou " in low:
-        scores[CLA] += THOU_VERB_W * sum(1 for w in _THOU_VERB.findall(low) if w not in MARKERS)
-    scores[CHUU] += BANG_W * low.count("!")
-    scores[ACA] += PERCENT_W * (low.count("%") + counts.get("percent", 0))
-    scores[CUTE] += _cute_marks(low)
+        _add(scores, found, CLA, "thou+verb", THOU_VERB_W, sum(1 for w in _THOU_VERB.findall(low) if w not in MARKERS))
+    _add(scores, found, ACA, "percent", PERCENT_W, low.count("%") + counts.get("percent", 0))
+    cute, cute_found = _cute_marks(low)
+    scores[CUTE] += cute
+    found[CUTE] += cute_found
+    # '!' is excitement, a villain's or a child's: it amplifies whichever of the two the rest of the
+    # piece already shows more of (chuunibyou on a tie, as when nothing else is marked)
+    _add(scores, found, CUTE if scores[CUTE] > scores[CHUU] else CHUU, "!", BANG_W, low.count("!"))
     if "(" in low or "[" in low or "et al" in low:
-        scores[ACA] += CITATION_W * len(_CITATION.findall(low))
-    return scores, strong
+        _add(scores, found, ACA, "citation", CITATION_W, len(_CITATION.findall(low)))
+    mass, structure = academic_structure(low, counts, MARKERS)
+    scores[ACA] += mass
+    found[ACA] += structure
+    return scores, strong, found
 
 
-def _cute_marks(low: str) -> float:
+def _add(scores: list[float], found: list[list[str]], i: int, name: str, weight: float, n: int) -> None:
+    if n:
+        scores[i] += weight * n
+        found[i].append(f"{name} x{n}")
+
+
+def _cute_marks(low: str) -> tuple[float, list[str]]:
     """Emoticons, emoji, tildes, and stretched words the lexicon does not already count."""
-    mass = 0.0
+    mass, found = 0.0, []
     if not low.isascii() or any(c in low for c in "(<:;=~"):  # what every emoticon needs: most pieces have none
-        mass += EMOTICON_W * len(_EMOTICONS.findall(low))
+        n = len(_EMOTICONS.findall(low))
+        mass += EMOTICON_W * n
+        found += [f"emoticon x{n}"] if n else []
     if _TRIPLE.search(low):  # rare: only then look for the words
-        mass += STRETCH_W * sum(1 for m in _STRETCH.finditer(low) if m.group(0) not in MARKERS)
-    return mass
+        n = sum(1 for m in _STRETCH.finditer(low) if m.group(0) not in MARKERS)
+        mass += STRETCH_W * n
+        found += [f"stretched x{n}"] if n else []
+    return mass, found

@@ -16,13 +16,17 @@ from dataclasses import dataclass
 
 from wordfreq import get_frequency_dict
 
+# A kaomoji the emoticon pattern below misses: symbols in brackets with no letter or digit ("(＾▽＾)",
+# "(ᵔᴥᵔ)", "(;_;)"), or two carets ("^^", "^_^")
+KAOMOJI = r"\([^\sa-z0-9()]{1,8}\)|\^[_.-]?\^"
 # Alternatives in order of frequency (sre tries them in order): words (inner apostrophes kept:
 # "can't", "o'er"), runs of final punctuation, commas, emoticons (kaomoji, hearts, smileys), emoji,
-# tildes, archaic clipped forms ('tis), numbers ("8:15"), other marks.
+# tildes, archaic clipped forms ('tis), other kaomoji, numbers ("8:15"), other marks.
 _TOKEN = re.compile(  # the leading \s* skips a run of spaces in one step (findall returns the group)
     r"\s*([a-z]+(?:'[a-z]+)*|[.!?]+|,|\([^\s()]{0,4}[\^_][^\s()]{0,4}\)|<3+|[:;=]-?[()dp3](?![a-z])"
-    r"|[\U0001F300-\U0001FAFF\u2600-\u27BF]\ufe0f?|~+|'(?:tis|twas|twixt|neath|gainst)\b"
-    r"|[0-9]+(?:[.:,][0-9]+)*|[;:\"()\[\]%])"
+    r"|[\U0001F300-\U0001FAFF\u2600-\u27BF]\ufe0f?|~+|'(?:tis|twas|twixt|neath|gainst)\b|"
+    + KAOMOJI
+    + r"|[0-9]+(?:[.:,][0-9]+)*|[;:\"()\[\]%])"
 )
 _WORD_START = frozenset("abcdefghijklmnopqrstuvwxyz0123456789'")
 FINAL = frozenset(".!?")
@@ -46,7 +50,7 @@ def words_of(toks: list[str]) -> list[str]:
 
 def is_emoticon(tok: str) -> bool:
     c = tok[0]
-    return (c in "(<:;=~" and len(tok) > 1) or c == "~" or ord(c) >= 0x2600
+    return (c in "(<:;=~^" and len(tok) > 1) or c == "~" or ord(c) >= 0x2600
 
 
 def is_final(tok: str) -> bool:

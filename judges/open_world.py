@@ -104,7 +104,7 @@ class OpenWorldJudge:
         words = words_of(toks)
         counts = Counter(words)
         sh = shape(toks, counts, LEXICON_WORDS)
-        scores, strong = style_scores(counts, low)
+        scores, strong, found = style_scores(counts, low)
         style = judged_style(scores, sh.words, cfg.dominance)
         style_match = int(style == req.target_style)
 
@@ -131,8 +131,10 @@ class OpenWorldJudge:
         quality, style_match, noise = label_noise_flips(cfg.seed, cfg.label_noise, prompt, text, quality, style_match)
 
         sc = ",".join(f"{_SHORT[s]}:{v:.3g}" for s, v in zip(MARKED, scores))
+        used = ";".join(f"{_SHORT[s]}:{','.join(sorted(f))}" for s, f in zip(MARKED, found) if f)
         raw = (
-            f"mode=open style={style} [{sc}] words={sh.words} known={sh.known:.2f} function={sh.function:.2f} "
+            f"mode=open style={style} [{sc}] markers=[{used}] "
+            f"words={sh.words} known={sh.known:.2f} function={sh.function:.2f} "
             f"disorder={sh.disorder} topic={topic} field={field_w:.2f} fail={'+'.join(failed) or 'none'}{noise}"
         )
         return Verdict(

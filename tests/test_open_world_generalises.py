@@ -1,0 +1,140 @@
+"""The open-world judge beyond the words it was built beside (issue 29): topicality by word
+vectors for words the world does not know, academic structure and the markers a style decision
+used, kaomoji sign-offs, the new hand-written corpus and the benchmark's Cohen's kappa."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from judges.open_styles import MARKERS
+from judges.open_text import normalise, tokens, words_of
+from judges.open_topics import TOPIC_MIN, WORLD_WORDS, field, topicality
+from judges.open_world import OpenWorldJudge
+from testbed.types import JudgeRequest
+from testbed.world import STYLES, TOPICS, generate
+
+ROOT = Path(__file__).resolve().parents[1]
+ALL = tuple(STYLES)
+# no word of the thunderstorm's field ("storm", "rain", "wind", "thunder"): only its meaning
+HURRICANE = (
+    "The hurricane arrived after dark. Gusts shook the fence, showers lashed the glass and by "
+    "midnight the street was flooding."
+)
+
+
+def _words(text: str) -> set[str]:
+    return set(words_of(tokens(normalise(text))))
+
+
+def _req(text: str, topic: str, target: str = "plain") -> JudgeRequest:
+    return JudgeRequest(f"write a short piece about {topic}. styles: {', '.join(ALL)}.", text, target, ALL, topic)
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def judge() -> OpenWorldJudge:
+    return OpenWorldJudge()
+
+
+def test_a_topic_named_only_by_meaning_is_on_topic_and_elsewhere_is_not(judge):
+    words = _words(HURRICANE)
+    fld = field("a thunderstorm")
+    assert not fld.keys() & words  # by identity it says nothing about the topic
+    assert topicality(words, "a thunderstorm") >= TOPIC_MIN
+    assert "topic" not in judge.score(_req(HURRICANE, "a thunderstorm")).reasons
+    for other in ("knitting", "the library", "homework"):
+        assert topicality(words, other) < TOPIC_MIN / 2
+        assert "topic" in judge.score(_req(HURRICANE, other)).reasons
+
+
+def test_the_worlds_own_words_count_by_identity_only():
+    """The generator's pieces are judged by the field alone, so its figures cannot move."""
+    rng = random.Random(5)
+    for i in range(60):
+        topic, style = TOPICS[i % len(TOPICS)], STYLES[i % len(STYLES)]
+        words = _words(generate(style, topic, rng))
+        assert words <= WORLD_WORDS | {w for w in words if w[0].isdigit()}
+        for asked in (topic, TOPICS[(i + 7) % len(TOPICS)]):
+            fld = field(asked)
+            assert topicality(words, asked) == pytest.approx(sum(fld[w] for w in fld.keys() & words))
+
+
+def test_an_academic_piece_without_academic_words_reads_academic_and_says_why(judge):
+    text = (
+        "The persistence of older bicycles in urban fleets appears to reflect their lower rates of "
+        "theft; owners report that a worn appearance possibly deters opportunistic thieves, although "
+        "the contribution of maintenance remains unclear."
+    )
+    assert not _words(text) & MARKERS.keys()  # none of the lexicon's words, of any style
+    v = judge.score(_req(text, "the old bicycle", "academic"))
+    assert (v.style, v.quality) == ("academic", 1)
+    markers = v.raw.split("markers=[", 1)[1].split("]", 1)[0]
+    assert markers.startswith("aca:") and all(m in markers for m in ("nominal x", "hedge x", "evidence x"))
+    diary = "I missed the bus this morning, so I walked to work and made the appointment with a minute to spare."
+    assert judge.score(_req(diary, "the bus ride")).style == "plain"  # one long noun is not a register
+
+
+def test_kaomoji_end_a_piece_and_excitement_follows_the_leading_style(judge):
+    cute = "My hamster stuffed three sunflower seeds in each cheek and then fell asleep in his tiny wheel, hehe (＾▽＾)"
+    v = judge.score(_req(cute, "a long nap", "cute"))
+    assert "ending" not in v.reasons and v.style == "cute"
+    assert "ending" in judge.score(_req(cute.removesuffix(" (＾▽＾)") + " and", "a long nap", "cute")).reasons
+    loud = "We baked a cake with pink frosting for Mia!! She squealed and hugged everyone, yay!! Best party ever!!"
+    assert judge.score(_req(loud, "a birthday party", "cute")).style == "cute"  # '!' no longer pulls to mixed
+    villain = "Kneel before the cake, mortals! Its flames were foretold! Fuhahaha!"
+    assert judge.score(_req(villain, "a birthday party", "chuunibyou")).style == "chuunibyou"
+
+
+def test_the_voices_corpus_is_two_disjoint_halves_in_every_style_and_bad_kind():
+    rows = {
+        split: [json.loads(line) for line in (ROOT / f"judges/data/open_world_voices_{split}.jsonl").open()]
+        for split in ("dev", "heldout")
+    }
+    both = rows["dev"] + rows["heldout"]
+    assert len(both) >= 200 and len({r["id"] for r in both}) == len(both)
+    assert len({r["text"] for r in both}) == len(both)  # no piece in both halves
+    for split, part in rows.items():
+        assert {r["split"] for r in part} == {split}
+        assert {r["style"] for r in part if r["good"]} == set(STYLES)
+        kinds = Counter(r["kind"] for r in part if not r["good"])
+        assert len(kinds) >= 8 and kinds["off_topic"] >= 5
+        assert all(r["topic"] in TOPICS and r["style"] in r["candidates"] for r in part)
+
+
+def test_cohen_kappa_and_the_figures_it_reports():
+    stats = _load("agreement_stats")
+    assert stats.cohen_kappa([1, 0, 1, 0], [1, 0, 1, 0]) == 1.0
+    assert stats.cohen_kappa([1, 1, 0, 0], [1, 0, 1, 0]) == 0.0  # agreement at chance
+    # the textbook table: 20 yes/yes, 5 yes/no, 10 no/yes, 15 no/no -> p_o 0.7, p_e 0.5, kappa 0.4
+    a = ["y"] * 25 + ["n"] * 25
+    b = ["y"] * 20 + ["n"] * 5 + ["y"] * 10 + ["n"] * 15
+    assert stats.cohen_kappa(a, b) == pytest.approx(0.4)
+    with pytest.raises(ValueError):
+        stats.cohen_kappa([1], [1, 0])
+    judge = OpenWorldJudge()
+    rows = [
+        {"good": True, "style": "plain", "kind": "good"},
+        {"good": True, "style": "cute", "kind": "good"},
+        {"good": False, "style": "plain", "kind": "off_topic"},
+    ]
+    texts = [
+        "Every afternoon I make a pot of tea, warm the cup first and drink it slowly by the window.",
+        "Tea party with my teddy bear, hehe! Tiny cups, fluffy cushions and sweet little biscuits (^_^)",
+        "The council fixed the potholes on our road after eight months and three complaints.",
+    ]
+    verdicts = [judge.score(_req(t, "tea", r["style"])) for t, r in zip(texts, rows)]
+    fig = stats.figures(rows, verdicts)
+    assert fig["style_all"] == (2, 2) and fig["good_pass"] == (2, 2) and fig["bad_fail_all"] == (1, 1)
+    assert fig["quality_kappa"] == 1.0 and fig["style_kappa"]["cute"] == 1.0
