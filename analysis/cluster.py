@@ -122,6 +122,26 @@ def markdown(summary_table: pd.DataFrame) -> str:
     return md_table(header, body)
 
 
+def report_section(runs: list[RunData], out: Path) -> str:
+    """The report's section for the runs with simulated arms (written also to `cluster.csv`); "" if none."""
+    tables, sections = [], []
+    for run in filter(is_simulated, runs):
+        name = run.name or run.path.name
+        table = summary(per_seed(run))
+        tables.append(table.assign(run=name))
+        title = f" ({name})" if len(runs) > 1 else ""
+        sections.append(f"## Simulated cluster{title}\n\n{markdown(table)}\n")
+    if not tables:
+        return ""
+    pd.concat(tables).to_csv(out / "cluster.csv", index=False)
+    note = (
+        "Mean over seeds [95% bootstrap interval]. Long responses: at least the run's 75th percentile of "
+        "judged response tokens. Seconds to the bar: simulated, from the switch's first judged episode "
+        "(analysis/cluster.py).\n"
+    )
+    return "\n" + "\n".join(sections) + "\n" + note
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.cluster", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run directories with simulated arms")

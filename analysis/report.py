@@ -66,7 +66,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import goodhart, nonstationary, realign, training_data
+from analysis import cluster, goodhart, nonstationary, realign, training_data
 
 # ----------------------------------------------------------------------------------------------
 # analysis
@@ -348,7 +348,8 @@ def report(
     if not a.goodhart.empty:
         a.goodhart.to_csv(out / "goodhart.csv", index=False)
     written = make_figures(a, out / "figures", log=console.print) if figures else []
-    (out / "summary.md").write_text(summary_markdown(a, written, out))
+    simulated = cluster.report_section(runs, out)  # runtime.kind: simulated only
+    (out / "summary.md").write_text(summary_markdown(a, written, out) + simulated)
     print_tables(a, console)
     console.print(f"report: {out} ({len(written)} figures, {time.time() - started:.1f} s)", highlight=False)
     return out

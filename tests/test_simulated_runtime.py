@@ -9,10 +9,13 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from analysis import cluster
+from analysis.run_data import load_run
 from testbed.cli.run import main
 from testbed.judging.build import build_judge
 from testbed.models.policy import token_logprobs
@@ -112,6 +115,21 @@ def test_an_asynchronous_run_is_deterministic_under_load_and_drops_and_requeues(
     grpo = trained[trained["arm"] == "grpo"]
     assert grpo.groupby("group_id")["sim_done_s"].nunique().max() > 1
     assert grpo.groupby("group_id")["sim_trained_s"].nunique().eq(1).all()
+    # the cluster report reads the same rows
+    figures = cluster.per_seed(load_run(first)).set_index("arm")
+    rm = trained[trained["arm"] == "rm"]
+    assert figures.loc["rm", "staleness_mean"] == pytest.approx(rm["staleness"].mean())
+    assert figures.loc["rm", "dropped_share"] == pytest.approx(
+        len(dropped[dropped["arm"] == "rm"]) / len(a[(a["arm"] == "rm") & a["judge_error"].isna()])
+    )
+    assert "staleness histogram (trained)" in cluster.markdown(cluster.summary(figures.reset_index(), reps=100))
+
+
+def test_seconds_between_episodes_by_hand():
+    ok = pd.DataFrame({"t": [0, 1, 2, 3, 4], "sim_done_s": [0.0, 1.0, 3.0, 6.0, 10.0]})
+    assert cluster.seconds_between(ok, 1, 3) == 5.0  # episodes 1..3: judged at 1 s and at 6 s
+    assert cluster.seconds_between(ok, 2, 10) == 7.0  # censored at the last judged episode
+    assert np.isnan(cluster.seconds_between(ok, 1, float("nan")))
 
 
 class RecordingRunner(SimRunner):
