@@ -173,3 +173,21 @@ def test_latency_model_by_hand():
     )
     stragglers = [draw(LatencyConfig(straggler_share=0.1, straggler_factor=10), rng).generation for _ in range(5000)]
     assert np.mean(np.array(stragglers) == 10) == pytest.approx(0.1, abs=0.02)
+
+
+def test_the_queue_limit_bounds_episodes_in_flight_and_queued():
+    """A slow learner (5 s an update) and fast rollouts (1 s): without a limit the slots keep
+    generating; with one, no slot starts while the episodes in flight and queued are at it."""
+    cfg = sim(8, "drop", latency={"per_token_s": 0, "per_turn_s": 1.0, "judge_s": 0}, learner={"fixed_s": 5.0})
+
+    class Watched(Bare):
+        def issue(self, groups, pending):
+            out = super().issue(groups, pending)
+            self.held = max(getattr(self, "held", 0), pending + len(self.queue) + len(out))
+            return out
+
+    limited, unlimited = Watched(budget=40, batch=2), Watched(budget=40, batch=2)
+    SimulatedCluster(cfg, 2, 1, None, seed=0, queue_limit=6).run(limited)
+    SimulatedCluster(cfg, 2, 1, None, seed=0).run(unlimited)
+    assert limited.held <= 6 < unlimited.held
+    assert len(limited.trained) == len(unlimited.trained) == 40  # the limit delays, it loses nothing

@@ -15,7 +15,8 @@ is published. What runs on it (the prompts, the policy, the judge, the trainer) 
 - **Ties** at one instant: completions first (in start order), then a learner that is done (one
   that takes no time is done at once), then new starts. With `rollout_slots` = one batch, equal
   latencies and updates that take no time, it runs the synchronous loop's order exactly.
-- **Staleness.** `drop`: a free slot starts an episode at once; the workload drops, at dequeue,
+- **Staleness.** `drop`: a free slot starts an episode at once (while the episodes in flight and
+  queued stay under the queue limit, the Ray runtime's `queue_size`); the workload drops, at dequeue,
   what is too stale. `pace`: no episode starts while the updates due before it is trained
   (learner busy, plus whole batches ahead of it) would exceed `max_staleness`.
 - **Groups.** A job is one episode, or a GRPO group of `group_size` episodes that start together;
@@ -95,13 +96,22 @@ def batch_tokens(batch: list[Any]) -> int:
 class SimulatedCluster:
     """The event model (see the module docstring). `run(workload)` until nothing is left to do."""
 
-    def __init__(self, cfg: SimulationConfig, batch_size: int, group_size: int, max_staleness: int | None, seed: int):
+    def __init__(
+        self,
+        cfg: SimulationConfig,
+        batch_size: int,
+        group_size: int,
+        max_staleness: int | None,
+        seed: int,
+        queue_limit: int | None = None,
+    ):
         if cfg.rollout_slots < group_size:
             raise ValueError(
                 f"runtime.simulation.rollout_slots is {cfg.rollout_slots} but a group needs {group_size} "
                 "slots at once: set it to at least the trainer's group_size"
             )
         self.cfg, self.batch_size, self.group_size, self.max_staleness = cfg, batch_size, group_size, max_staleness
+        self.queue_limit = queue_limit  # episodes in flight and queued, at most (None: no limit)
         self.rng = np.random.default_rng([seed, 26])  # latency draws: their own stream, in start order
         self.now, self.version, self.free = 0.0, 0, cfg.rollout_slots
         self.pending: list[Job] = []  # started, not yet generated
@@ -158,8 +168,11 @@ class SimulatedCluster:
         return (self.learner_until is not None) + (queued + self.in_flight + extra) // self.batch_size
 
     def startable(self, queued: int) -> int:
-        """Jobs that may start now: free slots, and under `pace` the staleness gate."""
+        """Jobs that may start now: free slots, room under the queue limit, and under `pace` the
+        staleness gate."""
         n = self.free // self.group_size
+        if self.queue_limit is not None:
+            n = min(n, max(0, self.queue_limit - queued - self.in_flight) // self.group_size)
         if self.cfg.staleness_policy != "pace" or self.max_staleness is None:
             return n
         k = 0

@@ -53,9 +53,10 @@ class SimRunner(ArmRunner):
         self.specs = {spec.prompt_id: spec for spec in prompts("train")}  # the env's prompts, for requeues
         self.requeued: list[str] = []  # prompt ids of episodes dropped as too stale, issued again first
         self.staleness: Counter = Counter()
-        self.cluster = SimulatedCluster(
-            rt.simulation, self.trainer.episodes_per_update, self.trainer.group_size, self.max_staleness, seed
-        )
+        epu, lag = self.trainer.episodes_per_update, self.max_staleness
+        # as on Ray: at most runtime.queue_size episodes in flight and queued (default (max_staleness + 2) x batch)
+        limit = rt.queue_size or (None if lag is None else (lag + 2) * epu)
+        self.cluster = SimulatedCluster(rt.simulation, epu, self.trainer.group_size, lag, seed, queue_limit=limit)
 
     # -- checkpoints: the cluster and the versions it still needs ---------------------------------
 
