@@ -61,7 +61,12 @@ def main_(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=640)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--spread", type=float, default=0.1, help="log-normal sigma of the simulated round time")
+    parser.add_argument(
+        "--spread",
+        type=float,
+        default=0.0,
+        help="log-normal sigma of each simulated episode's time (0: a round completes together)",
+    )
     args = parser.parse_args(argv)
     import ray
 
