@@ -7,6 +7,7 @@ server is called every `flush_seconds`, not every update."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,18 @@ from testbed.tracking.run_info import RunInfo, headline, report_files
 
 BATCH = 1000  # MLflow's limit on metrics per log_batch
 PARAMS_BATCH = 100  # ... and on parameters
+
+
+def built_whole(db: Path, client: Any) -> None:
+    """MLflow builds a new store's schema with dozens of migrations; a process killed in the middle
+    leaves a database no later start can upgrade. So the schema is built under a temporary name and
+    the file renamed once complete (a half-built one from a killed start is simply built again)."""
+    if db.exists():
+        return
+    partial = db.with_name(f"{db.name}.building-{os.getpid()}")
+    partial.unlink(missing_ok=True)
+    client(tracking_uri=f"sqlite:///{partial}").search_experiments()  # the first call builds the schema
+    os.replace(partial, db)
 
 
 class MLflowBackend:
@@ -28,6 +41,7 @@ class MLflowBackend:
         local = info.run_dir / "mlflow"
         if info.config.mlflow_uri is None:
             local.mkdir(exist_ok=True)
+            built_whole(local.resolve() / "mlflow.db", MlflowClient)
         self.uri = info.config.mlflow_uri or f"sqlite:///{local.resolve() / 'mlflow.db'}"
         self.artifacts = None if info.config.mlflow_uri else (local / "artifacts").resolve().as_uri()
         self.client = MlflowClient(tracking_uri=self.uri)

@@ -8,6 +8,7 @@ rows written before the kill that they had not flushed yet, and the cursors skip
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,14 +44,17 @@ class TrackingSession:
     def __init__(self, info: RunInfo, store: RunStore):
         self.info, self.store = info, store
         self.mirror = RowMirror(info.config, info.switches)
-        self.writer = BackgroundWriter(
-            factories(info), TrackingState(store.root), info.config.flush_seconds, info.config.queue_size
-        )
+        state, config = TrackingState(store.root), info.config
+        self.writers = [
+            BackgroundWriter(name, factory, state, config.flush_seconds, config.queue_size)
+            for name, factory in factories(info).items()
+        ]
 
     def append(self, table: str, rows: list[dict[str, Any]]) -> None:
-        """The store's sink: this table's new rows, as points for the background writer."""
+        """The store's sink: this table's new rows, as points for every backend's writer."""
         for item in self.mirror.points(table, rows):
-            self.writer.put(item)
+            for writer in self.writers:
+                writer.put(item)
 
     def replay(self) -> None:
         for table in REPLAYED:
@@ -62,8 +66,11 @@ class TrackingSession:
         """Finish every tracker run: with the report's files if the run is done, else as interrupted."""
         manifest = self.store.read_manifest()
         done = manifest.get("status") == "done"
-        self.writer.put(Finish(self.store.root if done else None))
-        self.writer.close(CLOSE_TIMEOUT_S)
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        for writer in self.writers:
+            writer.put(Finish(self.store.root if done else None))
+        for writer in self.writers:  # side by side: the slowest sets the wait, within one deadline
+            writer.close(max(deadline - time.monotonic(), 0.1))
 
 
 def start_tracking(

@@ -4,7 +4,9 @@ headline figures. Offline by default (RUN/wandb/offline-run-*; `wandb sync` uplo
 online mode needs WANDB_API_KEY in the environment, which wandb reads itself: no key is a setting.
 
 Every curve's x-axis is `t` (`define_metric`). A resumed run opens the same run ids again; offline,
-that is a new folder with the same id, and `wandb sync` of the folders appends them in order."""
+that is a new folder with the same id, and `wandb sync` of the folders appends them in order. What
+a killed process had handed to wandb's service may never have reached its file, so a resumed run
+reads its files (wandb_log.py) to know which points to log again."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 
 from testbed.tracking.points import Point
 from testbed.tracking.run_info import RunInfo, headline, report_files
+from testbed.tracking.wandb_log import logged_cursors, run_folders
 
 
 class WandbBackend:
@@ -25,6 +28,7 @@ class WandbBackend:
 
         self.wandb, self.info = wandb, info
         self.runs: dict[str, Any] = {}
+        self.held: dict[str, dict[str, tuple[int, int]]] = {}  # a resumed run: what its files hold
 
     def init(self, run_id: str, name: str, job_type: str, config: dict[str, Any]) -> Any:
         run = self.wandb.init(
@@ -55,12 +59,16 @@ class WandbBackend:
 
     def open(self, key: str, arm: str, seed: int, saved: dict[str, Any], cursors: dict[str, Any]) -> dict[str, Any]:
         run_id = saved.get("id") or uuid.uuid4().hex[:12]
+        if saved:  # what reached the files, not what the killed process had queued for wandb's service
+            self.held[key] = logged_cursors(run_folders(self.info.run_dir / "wandb", run_id))
         switches = {f"switch{k}": f"t={t}: {a} -> {b}" for k, (t, a, b) in enumerate(self.info.switches, start=1)}
         config = {"arm": arm, "seed": seed, "git_commit": self.info.git_commit, **switches}
         self.runs[key] = self.init(run_id, f"{self.info.group}/{key}", arm, config)
         return {"id": run_id}
 
     def skip(self, point: Point, cursor: tuple[int, int]) -> bool:
+        if point.key in self.held:
+            return point.seq <= self.held[point.key].get(point.stream, (-1, -1))[0]
         return point.seq <= cursor[0]
 
     def log(self, point: Point) -> None:

@@ -56,37 +56,34 @@ STOP = object()
 
 
 class BackgroundWriter:
-    """`factories` build the backends in the writer's thread: importing a tracker library and opening
-    its store take seconds, which the loop does not wait for."""
+    """One backend's thread and queue, so a slow tracker delays neither the loop nor the others.
+    `factory` builds the backend in this thread: importing a tracker library and opening its store
+    take seconds, which the loop does not wait for."""
 
     def __init__(
-        self,
-        factories: dict[str, Callable[[], Backend]],
-        state: TrackingState,
-        flush_seconds: float,
-        queue_size: int,
+        self, name: str, factory: Callable[[], Backend], state: TrackingState, flush_seconds: float, queue_size: int
     ):
-        self.factories, self.state, self.flush_seconds = factories, state, flush_seconds
-        self.live: list[Backend] = []
+        self.name, self.factory, self.state, self.flush_seconds = name, factory, state, flush_seconds
+        self.backend: Backend | None = None  # None until started, and again once it failed
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
-        self.failures: list[str] = []
+        self.failure: str | None = None
         self.dropped = 0
-        self.thread = threading.Thread(target=self.run, name="testbed-tracking", daemon=True)
+        # logged but not flushed yet: goes into the shared state only after this backend's flush, so
+        # the state file never claims a point a killed process still held in memory
+        self.unflushed: dict[tuple[str, str], tuple[int, int]] = {}
+        self.thread = threading.Thread(target=self.run, name=f"testbed-tracking-{name}", daemon=True)
         self.thread.start()
 
     def put(self, item: Point | Opened | Finish) -> None:
         """Queue without waiting: a full queue (a tracker far behind) drops the point, with one warning."""
+        if self.failure is not None:
+            return
         try:
             self.queue.put_nowait(item)
         except queue.Full:
             self.dropped += 1
             if self.dropped == 1:
-                warnings.warn(
-                    "tracking: the trackers are behind by a full queue; points are dropped from the trackers "
-                    "(never from the run directory)",
-                    TrackingWarning,
-                    stacklevel=2,
-                )
+                self.warn(f"tracking: {self.name} is a full queue behind; its points are dropped (never a row)")
 
     def close(self, timeout: float) -> None:
         """Write what is queued, finish, and stop; past `timeout` seconds the run ends without waiting."""
@@ -94,22 +91,17 @@ class BackgroundWriter:
             self.queue.put(STOP, timeout=timeout)
         self.thread.join(timeout)
         if self.thread.is_alive():
-            warnings.warn(
-                f"tracking: the trackers did not finish within {timeout:.0f} s; the run ends without waiting",
-                TrackingWarning,
-                stacklevel=2,
-            )
+            self.warn(f"tracking: {self.name} did not finish within {timeout:.0f} s; the run ends without it")
 
     def run(self) -> None:
-        for name, factory in self.factories.items():
-            try:
-                self.live.append(factory())
-            except Exception as exc:  # the library itself fails to load or to find its store
-                self.fail(name, "start", exc)
-        for backend in list(self.live):
-            self.attempt(backend, "start", self.started)
+        try:
+            self.backend = self.factory()
+        except Exception as exc:  # the library itself fails to load or to find its store
+            self.fail("start", exc)
+            return
+        self.attempt("start", self.started)
         last_flush = time.monotonic()
-        while True:
+        while self.backend is not None:
             try:
                 item = self.queue.get(timeout=self.flush_seconds)
             except queue.Empty:
@@ -124,54 +116,70 @@ class BackgroundWriter:
         self.flush()
 
     def apply(self, item: Point | Opened | Finish) -> None:
-        if isinstance(item, Finish):
+        backend = self.backend
+        if backend is None:
+            return
+        if isinstance(item, Opened):
+            self.attempt("open a run", lambda: self.opened(backend, item))
+        elif isinstance(item, Point):
+            cursor = self.unflushed.get((item.key, item.stream)) or self.state.cursor(self.name, item.key, item.stream)
+            if not backend.skip(item, cursor):
+                self.attempt("write", lambda: self.logged(backend, item))
+        else:
             self.flush()
-        for backend in list(self.live):
-            if isinstance(item, Opened):
-                self.attempt(backend, "open a run", lambda b: self.opened(b, item))
-            elif isinstance(item, Point):
-                cursor = self.state.cursor(backend.name, item.key, item.stream)
-                if not backend.skip(item, cursor):
-                    self.attempt(backend, "write", lambda b: self.logged(b, item))
-            else:
-                self.attempt(backend, "finish", lambda b: b.finish(item.run_dir))
+            self.attempt("finish", lambda: backend.finish(item.run_dir))
 
-    def started(self, backend: Backend) -> None:
-        parent = self.state.backend(backend.name)["parent"]
-        parent.update(backend.start(parent))
+    def started(self) -> None:
+        assert self.backend is not None
+        with self.state.lock:
+            parent = dict(self.state.backend(self.name)["parent"])
+        ids = self.backend.start(parent)
+        with self.state.lock:
+            self.state.backend(self.name)["parent"].update(ids)
 
     def opened(self, backend: Backend, item: Opened) -> None:
-        runs = self.state.backend(backend.name)["runs"]
-        cursors = self.state.cursors(backend.name, item.key)
-        runs[item.key] = backend.open(item.key, item.arm, item.seed, runs.get(item.key, {}), cursors)
+        with self.state.lock:
+            saved = dict(self.state.backend(self.name)["runs"].get(item.key, {}))
+            cursors = self.state.cursors(self.name, item.key)
+        ids = backend.open(item.key, item.arm, item.seed, saved, cursors)
+        with self.state.lock:
+            self.state.backend(self.name)["runs"][item.key] = ids
 
     def logged(self, backend: Backend, point: Point) -> None:
         backend.log(point)
-        self.state.advance(backend.name, point.key, point.stream, point.seq, point.step)
+        self.unflushed[(point.key, point.stream)] = (point.seq, point.step)
 
     def flush(self) -> None:
-        for backend in list(self.live):
-            self.attempt(backend, "flush", lambda b: b.flush())
+        backend = self.backend
+        if backend is None:
+            return
+        self.attempt("flush", backend.flush)
+        if self.backend is None:
+            return
+        for (key, stream), (seq, step) in self.unflushed.items():
+            self.state.advance(self.name, key, stream, seq, step)
+        self.unflushed = {}
         try:
             self.state.save()
         except OSError as exc:
             self.warn(f"tracking: cannot save {self.state.path.name} ({exc}); a --resume may log some points twice")
 
-    def attempt(self, backend: Backend, what: str, action: Any) -> None:
+    def attempt(self, what: str, action: Callable[[], Any]) -> None:
         try:
-            action(backend)
+            action()
         except Exception as exc:  # any library's failure: warn once, switch this backend off
-            self.live.remove(backend)
-            self.fail(backend.name, what, exc)
+            self.fail(what, exc)
 
-    def fail(self, name: str, what: str, exc: Exception) -> None:
-        message = (
-            f"tracking: {name} failed to {what} ({type(exc).__name__}: {str(exc)[:300]}); it is off for the "
+    def fail(self, what: str, exc: Exception) -> None:
+        self.backend = None
+        self.failure = (
+            f"tracking: {self.name} failed to {what} ({type(exc).__name__}: {str(exc)[:300]}); it is off for the "
             "rest of this run. Training goes on and every row is still written to the run directory."
         )
-        self.failures.append(message)
-        self.state.data["failures"] = [*self.state.data.get("failures", []), message]
-        self.warn(message)
+        self.state.note_failure(self.failure)
+        with contextlib.suppress(OSError):
+            self.state.save()
+        self.warn(self.failure)
 
     def warn(self, message: str) -> None:
         warnings.warn(message, TrackingWarning, stacklevel=2)
