@@ -36,7 +36,7 @@ class TrackingConfig(BaseModel):
         "offline", description="online needs WANDB_API_KEY in the environment (never a setting, never logged)"
     )
     wandb_entity: str | None = None
-    group: str | None = Field(None, description="the W&B group and MLflow parent's name (default: the run's name)")
+    group: str | None = Field(None, description="the W&B group (default: the run directory's name; a sweep: its name)")
     parent_run: str | None = Field(
         None, description="an MLflow run to nest this run under (a sweep sets it: one parent, a child per point)"
     )

@@ -64,7 +64,7 @@ class MLflowBackend:
         tags = {"testbed.run_dir": self.info.name, "mlflow.source.git.commit": str(self.info.git_commit)}
         if self.info.config.parent_run:
             tags["mlflow.parentRunId"] = self.info.config.parent_run
-        self.parent = self.client.create_run(experiment_id, run_name=self.info.group, tags=tags).info.run_id
+        self.parent = self.client.create_run(experiment_id, run_name=self.info.name, tags=tags).info.run_id
         params = [Param(k, v) for k, v in self.info.params().items()]
         for i in range(0, len(params), PARAMS_BATCH):
             self.client.log_batch(self.parent, params=params[i : i + PARAMS_BATCH])

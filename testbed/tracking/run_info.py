@@ -21,7 +21,7 @@ class RunInfo:
     run_dir: Path
     name: str  # the run directory's name
     experiment: str  # MLflow experiment, W&B project
-    group: str  # W&B group, MLflow parent run's name
+    group: str  # the W&B group (a sweep: its name)
     scenario: dict[str, Any]  # resolved, defaults filled in
     scenario_yaml: str
     git_commit: str | None

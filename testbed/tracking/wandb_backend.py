@@ -54,7 +54,7 @@ class WandbBackend:
     def start(self, saved: dict[str, Any]) -> dict[str, Any]:
         run_id = saved.get("id") or uuid.uuid4().hex[:12]
         config = {**self.info.scenario, "git_commit": self.info.git_commit}
-        self.runs["scenario"] = self.init(run_id, f"{self.info.group}/scenario", "scenario", config)
+        self.runs["scenario"] = self.init(run_id, f"{self.info.name}/scenario", "scenario", config)
         return {"id": run_id}
 
     def open(self, key: str, arm: str, seed: int, saved: dict[str, Any], cursors: dict[str, Any]) -> dict[str, Any]:
@@ -63,7 +63,7 @@ class WandbBackend:
             self.held[key] = logged_cursors(run_folders(self.info.run_dir / "wandb", run_id))
         switches = {f"switch{k}": f"t={t}: {a} -> {b}" for k, (t, a, b) in enumerate(self.info.switches, start=1)}
         config = {"arm": arm, "seed": seed, "git_commit": self.info.git_commit, **switches}
-        self.runs[key] = self.init(run_id, f"{self.info.group}/{key}", arm, config)
+        self.runs[key] = self.init(run_id, f"{self.info.name}/{key}", arm, config)
         return {"id": run_id}
 
     def skip(self, point: Point, cursor: tuple[int, int]) -> bool:

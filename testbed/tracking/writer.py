@@ -71,6 +71,7 @@ class BackgroundWriter:
         # logged but not flushed yet: goes into the shared state only after this backend's flush, so
         # the state file never claims a point a killed process still held in memory
         self.unflushed: dict[tuple[str, str], tuple[int, int]] = {}
+        self.cpu_seconds = 0.0  # this thread's CPU time, when it ends (benchmarks/tracking_overhead.py)
         self.thread = threading.Thread(target=self.run, name=f"testbed-tracking-{name}", daemon=True)
         self.thread.start()
 
@@ -94,6 +95,12 @@ class BackgroundWriter:
             self.warn(f"tracking: {self.name} did not finish within {timeout:.0f} s; the run ends without it")
 
     def run(self) -> None:
+        try:
+            self.write()
+        finally:
+            self.cpu_seconds = time.thread_time()
+
+    def write(self) -> None:
         try:
             self.backend = self.factory()
         except Exception as exc:  # the library itself fails to load or to find its store
