@@ -20,6 +20,7 @@ import pytest
 from testbed.cli import run
 from testbed.store import RunStore, read_table
 from testbed.tracking.config import TrackingConfig
+from testbed.tracking.run_info import RunInfo, public
 from testbed.tracking.session import start_tracking
 from testbed.tracking.wandb_log import run_folders
 from testbed.tracking.writer import TrackingWarning
@@ -195,3 +196,14 @@ def test_a_missing_tracker_library_or_a_misspelt_one_is_refused_before_anything_
     said = capsys.readouterr().err
     assert "tracking.backends" in said and "tensorbord" in said, said
     assert list(tmp_path.iterdir()) == []
+
+
+def test_no_secret_of_the_scenario_reaches_a_tracker(tmp_path):
+    scenario = {
+        "name": "x",
+        "judge": {"args": {"api_key": "sk-123", "api_key_env": "ZAI_API_KEY", "api_base": "http://u:pw@h/v1"}},
+    }
+    info = RunInfo(tmp_path, "x", "x", "x", public(scenario), "", None, TrackingConfig())
+    params = info.params()
+    assert params["judge.args.api_key"] == "<hidden>" and params["judge.args.api_key_env"] == "ZAI_API_KEY"
+    assert "pw" not in params["judge.args.api_base"] and "sk-123" not in json.dumps(params)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ from testbed.tracking.config import TrackingConfig
 from testbed.tracking.points import number, run_key
 
 MAX_PARAM = 500  # MLflow's limit on a parameter's value
+# A key with one of these words holds a secret: its value is never sent to a tracker (as the dry-run's plan)
+SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials", "auth"}
 # The report's headline figures per switch (docs/architecture.md, "Realignment metrics")
 HEADLINE = ("episodes_to_bar", "reached_bar", "judge_calls_to_bar", "auc_after", "plateau", "dip", "new_share_end")
 
@@ -44,6 +47,19 @@ class RunInfo:
 
         walk("", self.scenario)
         return flat
+
+
+def public(value: Any, key: str = "") -> Any:
+    """The scenario as trackers may see it: a secret-named key's value hidden, a URL's password too."""
+    if isinstance(value, dict):
+        return {k: public(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [public(v, key) for v in value]
+    if SECRET_WORDS & set(key.lower().split("_")) and not key.endswith("_env"):
+        return "<hidden>"
+    if isinstance(value, str):
+        return re.sub(r"(://[^/@:\s]+):[^/@\s]*@", r"\1:<hidden>@", value)
+    return value
 
 
 def report_files(run_dir: Path) -> list[Path]:

@@ -12,10 +12,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import yaml
+
 from testbed.store import RunStore, read_table
 from testbed.tracking.config import TrackingConfig, check_extras
 from testbed.tracking.points import RowMirror
-from testbed.tracking.run_info import RunInfo
+from testbed.tracking.run_info import RunInfo, public
 from testbed.tracking.state import TrackingState
 from testbed.tracking.writer import Backend, BackgroundWriter, Finish
 
@@ -90,8 +92,8 @@ def start_tracking(
         name=store.root.name,
         experiment=config.experiment or str(scenario["name"]),
         group=config.group or store.root.name,
-        scenario=json.loads(json.dumps(scenario, default=str)),
-        scenario_yaml=(store.root / "scenario.yaml").read_text() if (store.root / "scenario.yaml").exists() else "",
+        scenario=public(json.loads(json.dumps(scenario, default=str))),
+        scenario_yaml=yaml.safe_dump(public(scenario), sort_keys=False),
         git_commit=manifest.get("git_commit"),
         config=config,
         switches=switches,
