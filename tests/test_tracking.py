@@ -172,8 +172,10 @@ def test_a_tracker_that_dies_mid_run_costs_no_row_and_warns_once(resumed_run, tm
         half = len(tables["updates"]) // 2
         for name, rows in tables.items():
             store.append(name, rows if name != "updates" else rows[:half])
-        while cursor(store.root, "mlflow") < half:  # MLflow has the first half
+        deadline = time.monotonic() + 120
+        while cursor(store.root, "mlflow") < half and time.monotonic() < deadline:  # MLflow has the first half
             time.sleep(0.05)
+        assert cursor(store.root, "mlflow") >= half, "MLflow never logged the first half"
         shutil.rmtree(store.root / "mlflow")  # its store is gone (a disk unmounted): every write fails
         for row in tables["updates"][half:]:
             store.append("updates", [row])
@@ -184,7 +186,8 @@ def test_a_tracker_that_dies_mid_run_costs_no_row_and_warns_once(resumed_run, tm
     said = [str(w.message) for w in caught if issubclass(w.category, TrackingWarning)]
     assert len(said) == 1 and said[0].startswith("tracking: mlflow failed to"), said
     logged = tensorboard_scalars(store.root / "tb" / KEY)
-    assert len(logged["train/reward_mean"]) == len(tables["updates"])
+    assert len(logged["train/reward_mean"]) == len(tables["updates"]), "TensorBoard lost points"
+    assert json.loads((store.root / "tracking.json").read_text())["failures"] == said
 
 
 def test_a_missing_tracker_library_or_a_misspelt_one_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):

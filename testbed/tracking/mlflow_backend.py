@@ -7,6 +7,7 @@ server is called every `flush_seconds`, not every update."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -25,6 +26,8 @@ def built_whole(db: Path, client: Any) -> None:
     the file renamed once complete (a half-built one from a killed start is simply built again)."""
     if db.exists():
         return
+    for name in ("mlflow", "alembic"):  # their INFO lines about building the schema would clutter the run's output
+        logging.getLogger(name).setLevel(logging.WARNING)
     partial = db.with_name(f"{db.name}.building-{os.getpid()}")
     partial.unlink(missing_ok=True)
     client(tracking_uri=f"sqlite:///{partial}").search_experiments()  # the first call builds the schema

@@ -71,7 +71,8 @@ class BackgroundWriter:
         # logged but not flushed yet: goes into the shared state only after this backend's flush, so
         # the state file never claims a point a killed process still held in memory
         self.unflushed: dict[tuple[str, str], tuple[int, int]] = {}
-        self.cpu_seconds = 0.0  # this thread's CPU time, when it ends (benchmarks/tracking_overhead.py)
+        # this thread's CPU time once its backend started and when it ends (benchmarks/tracking_overhead.py)
+        self.start_cpu_seconds = self.cpu_seconds = 0.0
         self.thread = threading.Thread(target=self.run, name=f"testbed-tracking-{name}", daemon=True)
         self.thread.start()
 
@@ -107,6 +108,7 @@ class BackgroundWriter:
             self.fail("start", exc)
             return
         self.attempt("start", self.started)
+        self.start_cpu_seconds = time.thread_time()
         last_flush = time.monotonic()
         while self.backend is not None:
             try:
