@@ -136,7 +136,8 @@ class BackgroundWriter:
                 self.attempt("write", lambda: self.logged(backend, item))
         else:
             self.flush()
-            self.attempt("finish", lambda: backend.finish(item.run_dir))
+            if self.backend is not None:  # the flush may have switched it off
+                self.attempt("finish", lambda: backend.finish(item.run_dir))
 
     def started(self) -> None:
         assert self.backend is not None
