@@ -30,7 +30,7 @@ from tests.tracker_readers import mlflow_scalars, tensorboard_scalars, wandb_sca
 ROLLING_EVERY = 16
 BASE = [
     "tests/data/tiny.yaml",
-    *("--set", "seeds=[0]", "--set", "budget.episodes=192", "--set", "eval.every=48", "--set", "eval.prompts=8"),
+    *("--set", "seeds=[0]", "--set", "budget.episodes=160", "--set", "eval.every=40", "--set", "eval.prompts=8"),
     *("--set", "reliability.checkpoint_every=2", "--set", "output.flush_rows=16"),
     *("--set", "tracking.flush_seconds=0.2", "--set", f"tracking.rolling_every={ROLLING_EVERY}"),
     *("--track", "tensorboard,mlflow", "--track", "wandb", "--no-report"),
@@ -147,7 +147,7 @@ def test_mlflow_holds_the_tables_after_a_kill_and_resume(resumed_run):
     client = MlflowClient(tracking_uri=uri)
     child, parent = client.get_run(run_id), client.get_run(state["parent"]["run_id"])
     assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id and child.info.status == "FINISHED"
-    assert parent.data.params["budget.episodes"] == "192" and "git_commit" in parent.data.params
+    assert parent.data.params["budget.episodes"] == "160" and "git_commit" in parent.data.params
 
 
 def test_wandb_offline_holds_the_tables_after_a_kill_and_resume(resumed_run):
