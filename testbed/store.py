@@ -130,6 +130,7 @@ class RunStore:
         (self.root / "checkpoints").mkdir(exist_ok=True)
         self.tables = {name: Table(self.root, name, flush_rows, flush_seconds) for name in TABLES}
         self._lock: FileLock | None = None
+        self.sinks: list[Any] = []  # each gets `append(table, rows)` too: the trackers (testbed/tracking)
 
     def lock(self) -> None:
         """Hold the directory's lock until `unlock` (or the process ends: the OS drops it), so a
@@ -182,6 +183,12 @@ class RunStore:
 
     def append(self, table: str, rows: list[dict[str, Any]]) -> None:
         self.tables[table].append(rows)
+        for sink in list(self.sinks):  # a view of the rows: it never costs the tables a row
+            try:
+                sink.append(table, rows)
+            except Exception as exc:
+                self.sinks.remove(sink)
+                warnings.warn(f"tracking: off for the rest of this run ({type(exc).__name__}: {exc})", stacklevel=2)
 
     def flush(self) -> None:
         for table in self.tables.values():

@@ -31,10 +31,12 @@ from rich.markup import escape
 from testbed import cpu_numerics, registry
 from testbed.cli.plan import make_plan
 from testbed.cli.plan_print import print_plan
+from testbed.extras import MissingExtra
 from testbed.judging.adapter import JudgePluginError
 from testbed.judging.build import build_judge
 from testbed.runtimes.arms import arm_runner, resolved_dict, runtime_session
 from testbed.scenario.schema import Scenario, ScenarioError, load_scenario
+from testbed.tracking.config import check_extras
 
 # The modules that load torch, transformers or pandas (the runtimes, the store, the device check)
 # are imported inside the functions that use them, so --help and argument mistakes answer at once
@@ -197,6 +199,14 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
     parser.add_argument(
+        "--track",
+        action="append",
+        default=[],
+        metavar="BACKEND",
+        help="mirror the run to a tracker as it runs: tensorboard, mlflow or wandb (repeatable or comma-separated; "
+        "sets tracking.backends; needs pip install 'testbed[track]')",
+    )
+    parser.add_argument(
         "--no-report",
         action="store_true",
         help="skip the figures and tables at the end (the rows are "
@@ -207,7 +217,9 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def argument_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the arguments themselves, before any file is read."""
-    if args.resume and (args.scenario or args.overrides or args.out or args.run_name is not None or args.runtime):
+    if args.resume and (
+        args.scenario or args.overrides or args.out or args.run_name is not None or args.runtime or args.track
+    ):
         return "--resume takes only the run directory: the run continues with the scenario saved in it"
     if args.resume and args.dry_run:
         return "--dry-run plans a new run: give a scenario file, not --resume"
@@ -254,7 +266,10 @@ def start(args: argparse.Namespace, opened: dict[str, Any], reexec: bool = False
             )
         else:
             overrides = args.overrides + ([f"runtime.kind={args.runtime}"] if args.runtime else [])
+            if args.track:  # --track a --track b,c: tracking.backends=[a, b, c]
+                overrides.append(f"tracking.backends=[{','.join(args.track)}]")
             opened["scenario"] = load_scenario(args.scenario, overrides)
+        check_extras(opened["scenario"].tracking)  # a tracker's library is missing: exit 2, nothing trained
         if args.dry_run:
             return dry_run(args, opened["scenario"])  # the plan warns about the device
         if not args.resume and (code := check_numerics(args, opened["scenario"], reexec)) is not None:
@@ -269,6 +284,8 @@ def start(args: argparse.Namespace, opened: dict[str, Any], reexec: bool = False
         console.print(escape(str(exc)), highlight=False)
         return 0
     except (ScenarioError, registry.RegistryError, CorruptRunError, RunInUseError, ValueError, TypeError) as exc:
+        return error(str(exc))
+    except MissingExtra as exc:
         return error(str(exc))
     except OSError as exc:
         return error(f"cannot {f'resume {args.resume}' if args.resume else 'start the run'}: {exc}")
@@ -325,6 +342,8 @@ def close(opened: dict[str, Any]) -> None:
     if callable(closer):
         closer()
     if opened.get("store") is not None:
+        for sink in opened["store"].sinks:  # the trackers: the report if the run is done, then wait for them
+            sink.close()
         opened["store"].unlock()
 
 
@@ -358,11 +377,13 @@ def run_scenario(
     """Every arm x seed of a started run into its run directory, then the report."""
     from testbed.runtimes.learn import RunStopped
     from testbed.runtimes.starting import starting_policies
+    from testbed.tracking.session import start_tracking, switches_of
 
     manifest["switch_points"] = list(schedule.switch_points())
     manifest["budget"] = scenario.budget.episodes
     store.write_manifest(manifest)
     console.print(f"run directory: {store.root}")
+    start_tracking(scenario.tracking, store, resolved_dict(scenario), switches_of(schedule), console.print)
 
     cpu_numerics.configure_torch(scenario.runtime.torch_threads)
     manifest["numerics"] = cpu_numerics.describe()

@@ -50,7 +50,7 @@ from testbed.scenario.schema import Scenario, parse_scenario
 
 MAX_POINTS = 512  # a grid this large is a typo more often than a plan
 # What an arm x seed's rows depend on besides its own arm section (the rest: labels, output)
-_NOT_JOB = ("name", "description", "arms", "output")
+_NOT_JOB = ("name", "description", "arms", "output", "tracking")
 # Settings that change where and how fast a job runs, not its rows (parallel arms write the rows of
 # arms run in turn, tested in tests/test_ray_runtime.py): points that differ only there share work.
 _NOT_ROWS = {
@@ -260,8 +260,9 @@ def index_data(sweep: Sweep, points: list[Point], owners: dict[str, dict[str, st
     }
 
 
-def run_point(root: Path, point: Point, arms: list[str]) -> int:
-    """Run the point's own arms (those no earlier point computed) into runs/<label>."""
+def run_point(root: Path, point: Point, arms: list[str], links: dict[str, Any] | None = None) -> int:
+    """Run the point's own arms (those no earlier point computed) into runs/<label>; `links`: the
+    settings that make its trackers a child of the sweep (testbed/tracking/sweep_parent.py)."""
 
     run_dir = root / "runs" / point.label
     if run_dir.exists():
@@ -272,6 +273,8 @@ def run_point(root: Path, point: Point, arms: list[str]) -> int:
         return run.main(["--resume", str(run_dir)])
     data = copy.deepcopy(point.data)
     data["arms"] = [a for a in data["arms"] if a["name"] in arms]
+    if links:
+        data["tracking"] = {**data.get("tracking", {}), **links}
     path = root / "points" / f"{point.label}.run.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return run.main([str(path), "--out", str(root / "runs"), "--run-name", point.label])
@@ -296,6 +299,18 @@ def write_points(root: Path, sweep: Sweep, points: list[Point], owners: dict[str
 
 
 def run_sweep(root: Path, sweep: Sweep, points: list[Point], owners: dict[str, dict[str, str]], console: Any) -> int:
+    from testbed.tracking.sweep_parent import finish_sweep, link_points
+
+    tracking = points[0].data.get("tracking") or {}
+    links = link_points(root, tracking)
+    code = run_points(root, points, owners, console, links)
+    finish_sweep(root, tracking, done=code == 0)
+    return code
+
+
+def run_points(
+    root: Path, points: list[Point], owners: dict[str, dict[str, str]], console: Any, links: dict[str, Any]
+) -> int:
     for p in points:
         own = [arm for arm, owner in owners[p.label].items() if owner == p.label]
         if not own:
@@ -305,7 +320,7 @@ def run_sweep(root: Path, sweep: Sweep, points: list[Point], owners: dict[str, d
             )
             continue
         console.print(f"[bold]{p.label}[/] {', '.join(f'{k}={v}' for k, v in p.values.items())}: arms {', '.join(own)}")
-        code = run_point(root, p, own)
+        code = run_point(root, p, own, links)
         if code != 0:
             console.print(
                 f"[red]point {p.label} ended with exit code {code}[/]; continue with "
@@ -368,6 +383,13 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         help="override a field at every point (repeatable)",
     )
     parser.add_argument("--seeds", help="comma-separated seeds for every point, e.g. 0,1,2,3,4")
+    parser.add_argument(
+        "--track",
+        action="append",
+        default=[],
+        metavar="BACKEND",
+        help="trackers for every point (tensorboard, mlflow, wandb): the sweep is the parent, a child per point",
+    )
     parser.add_argument("--out", default="runs", help="parent directory of the sweep directory (default: runs)")
     parser.add_argument("--name", help="the sweep directory's name (default: <sweep>-<timestamp>)")
     parser.add_argument(
@@ -391,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         return run.error("give one of: a sweep or scenario file, --resume SWEEP_DIR, --report SWEEP_DIR")
     try:
         if args.file:
-            sweep = load_sweep(Path(args.file), args.grid, args.overrides, args.seeds)
+            track = [f"tracking.backends=[{','.join(args.track)}]"] if args.track else []
+            sweep = load_sweep(Path(args.file), args.grid, args.overrides + track, args.seeds)
             sweep.reuse = [str(Path(r).resolve()) for r in args.reuse]
             points = expand(sweep)
         else:

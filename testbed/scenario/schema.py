@@ -28,6 +28,7 @@ from testbed.scenario.plugins import (
     old_spellings,
 )
 from testbed.scenario.simulation import SimulationConfig
+from testbed.tracking.config import TrackingConfig
 from testbed.world import STYLES
 from testbed.world.rules import HardTopics, NoisyTopics, WorldRules
 
@@ -251,6 +252,7 @@ class Scenario(Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     reliability: ReliabilityConfig = Field(default_factory=ReliabilityConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)  # trackers mirror the rows (testbed/tracking)
     numerics: Literal["portable", "native"] = Field(
         "portable",
         description="CPU kernels: portable (the x86-64 baseline kernels: the same rows for a seed on "

@@ -30,6 +30,7 @@ from testbed.runtimes.arms import arm_runner, resolved_dict
 from testbed.runtimes.bars import StepBar, make_progress
 from testbed.runtimes.loop import first_jobs, warm_up_job
 from testbed.runtimes.ray.rollout import build_policy
+from testbed.runtimes.ray.row_relay import RelayedRows, RowRelay, forward
 from testbed.runtimes.sft_check import sft_evaluator
 from testbed.scenario.schema import PolicyConfig, parse_scenario
 from testbed.store import TABLES, RunStore, read_table
@@ -116,6 +117,7 @@ def run_arm_task(
     worker: tuple[int, str],
     board: Any,
     warmed: dict[str, bytes],
+    relay: Any = None,
 ) -> tuple[dict, dict[str, list[dict]]]:
 
     enter_task(*worker)
@@ -126,6 +128,8 @@ def run_arm_task(
     try:
         with tempfile.TemporaryDirectory(prefix="testbed-arm-") as scratch:
             store = RunStore(Path(scratch), scenario.output.flush_rows, scenario.output.flush_seconds)
+            if relay is not None:  # the driver's trackers see the rows as they come
+                store.sinks.append(RelayedRows(relay))
             progress = RemoteProgress(board)
             totals = arm_runner(scenario, arm)(
                 scenario,
@@ -142,6 +146,8 @@ def run_arm_task(
             )
             progress.flush()
             store.flush()
+            for sink in store.sinks:
+                sink.flush()
             tables = {name: read_table(store.root, name).to_dict("records") for name in TABLES}
     finally:
         close = getattr(judge, "close", None)
@@ -309,8 +315,9 @@ def run_arms_in_parallel(
     warmed = {name: blob for files in gather(warming, board, progress, bars) for name, blob in files.items()}
     install_cache_files(warmed)
     warmed_ref = ray.put(warmed)
+    relay = RowRelay.remote() if store.sinks else None  # only a tracked run relays its rows
     pending = {
-        run_arm_task.options(**slot).remote(data, arm.name, seed, *args(seed), worker, board, warmed_ref): (
+        run_arm_task.options(**slot).remote(data, arm.name, seed, *args(seed), worker, board, warmed_ref, relay): (
             arm.name,
             seed,
         )
@@ -321,16 +328,20 @@ def run_arms_in_parallel(
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
         if progress is not None:  # after a task returned, its bar's last post is in
             draw(progress, bars, ray.get(board.read.remote()))
+        if relay is not None:  # after a task returned, its last rows are in
+            forward(relay, store)
         if not ready:
             continue
         arm_name, seed = pending.pop(ready[0])
         totals, tables = ray.get(ready[0])
+        sinks, store.sinks = store.sinks, ([] if relay is not None else store.sinks)  # relayed already
         for name, rows in tables.items():
             if rows:
                 store.append(
                     name,
                     [{k: (None if v != v and isinstance(v, float) else v) for k, v in row.items()} for row in rows],
                 )
+        store.sinks = sinks
         store.flush()
         on_done(arm_name, seed, totals)
         log(f"{arm_name} seed {seed} finished: {totals['episodes']} episodes in {totals['wall_s']:.0f} s")
