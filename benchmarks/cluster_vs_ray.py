@@ -1,7 +1,7 @@
 """The simulated cluster against the Ray runtime: run the Ray runtime (2 rollout actors, one
 learner, `max_staleness` 2) through the real CLI, read the times it measured (a round's generation,
 an update) from its manifest, feed them to the simulated runtime with the same shape (2 actors =
-2 rounds of slots that complete together; Ray's issue gate = `pace`), and compare the staleness
+2 x 16 slots issued as rounds of 16 that complete together, `issue_size`; Ray's issue gate = `pace`), and compare the staleness
 histograms of the trained episodes (chi-square test of homogeneity). Not a unit test.
 
     python benchmarks/cluster_vs_ray.py [--budget 640] [--seeds 0 1] [--spread 0.1]
@@ -80,7 +80,8 @@ def main_(argv: list[str] | None = None) -> int:
             ray.shutdown()
         round_s, update_s = measured_times(ray_dir)
         sim = (
-            f"runtime.simulation={{rollout_slots: {2 * EPU}, staleness_policy: pace, latency: {{per_token_s: 0, "
+            f"runtime.simulation={{rollout_slots: {2 * EPU}, issue_size: {EPU}, staleness_policy: pace, "
+            "latency: {per_token_s: 0, "
             f"per_turn_s: {round_s:.4f}, spread: {args.spread}, judge_s: 0}}, learner: {{fixed_s: {update_s:.4f}, "
             "per_token_s: 0, sync_s: 0}}"
         )

@@ -8,6 +8,8 @@ Every setting is a time in simulated seconds, or a shape of its randomness. What
   `spread`, or exponential with mean 1), rare stragglers, plus the judge's own latency;
 - `learner`: the time of one update, linear in its batch's tokens, plus the weight sync that
   publishes the new version to the rollouts (the learner is busy for both);
+- `issue_size`: episodes that start together and are queued together (a rollout actor's static
+  batch, as on the Ray runtime); unset, one group: continuous batching, one episode per slot;
 - `staleness_policy`: `drop` starts a rollout whenever a slot is free and drops, at dequeue, an
   episode more than `runtime.max_staleness` versions old (its prompt is issued again); `pace`
   starts none while the updates due before it would train exceed the bound (AReaL's gate) and
@@ -49,6 +51,12 @@ class SimulationConfig(Strict):
     rollout_slots: int = Field(default=256, ge=1, description="episodes in flight at once")
     latency: LatencyConfig = Field(default_factory=lambda: LatencyConfig())
     learner: LearnerTimeConfig = Field(default_factory=lambda: LearnerTimeConfig())
+    issue_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="episodes started together and queued together when the last completes (a Ray rollout "
+        "actor's round: set it to episodes_per_update); default one group (one episode for single rollouts)",
+    )
     staleness_policy: Literal["drop", "pace"] = Field(
         default="drop", description="drop: start whenever a slot is free, drop the too stale; pace: gate the starts"
     )

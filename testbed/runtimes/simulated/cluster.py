@@ -19,8 +19,9 @@ is published. What runs on it (the prompts, the policy, the judge, the trainer) 
   queued stay under the queue limit, the Ray runtime's `queue_size`); the workload drops, at dequeue,
   what is too stale. `pace`: no episode starts while the updates due before it is trained
   (learner busy, plus whole batches ahead of it) would exceed `max_staleness`.
-- **Groups.** A job is one episode, or a GRPO group of `group_size` episodes that start together;
-  each member frees its slot when it completes, and the group is queued when its last member is.
+- **Groups.** A job is one episode, or a GRPO group of `group_size` episodes that start together
+  (or `issue_size` episodes: a rollout actor's round); each member frees its slot when it
+  completes, and the job is queued when its last member is.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ class Job:
 class Workload(Protocol):
     """What runs on the simulated cluster (the simulated runtime's arm runner, or a test's)."""
 
-    def issue(self, groups: int, pending: int) -> list[list[Any]]:
-        """Starts for up to `groups` jobs (fewer or none once the budget is spent)."""
+    def issue(self, jobs: int, pending: int) -> list[list[Any]]:
+        """Starts for up to `jobs` jobs of `job_size` episodes (fewer or none once the budget is spent)."""
         ...
 
     def generate(self, jobs: list[Job], version: int) -> None:
@@ -105,10 +106,16 @@ class SimulatedCluster:
         seed: int,
         queue_limit: int | None = None,
     ):
-        if cfg.rollout_slots < group_size:
+        self.job_size = cfg.issue_size or group_size  # episodes a job starts with
+        if self.job_size % group_size:
             raise ValueError(
-                f"runtime.simulation.rollout_slots is {cfg.rollout_slots} but a group needs {group_size} "
-                "slots at once: set it to at least the trainer's group_size"
+                f"runtime.simulation.issue_size is {cfg.issue_size}, not a multiple of the trainer's group_size "
+                f"({group_size}): a job starts whole groups"
+            )
+        if cfg.rollout_slots < self.job_size:
+            raise ValueError(
+                f"runtime.simulation.rollout_slots is {cfg.rollout_slots} but a job needs {self.job_size} "
+                "slots at once: set it to at least the trainer's group_size (and runtime.simulation.issue_size)"
             )
         self.cfg, self.batch_size, self.group_size, self.max_staleness = cfg, batch_size, group_size, max_staleness
         self.queue_limit = queue_limit  # episodes in flight and queued, at most (None: no limit)
@@ -170,13 +177,13 @@ class SimulatedCluster:
     def startable(self, queued: int) -> int:
         """Jobs that may start now: free slots, room under the queue limit, and under `pace` the
         staleness gate."""
-        n = self.free // self.group_size
+        n = self.free // self.job_size
         if self.queue_limit is not None:
-            n = min(n, max(0, self.queue_limit - queued - self.in_flight) // self.group_size)
+            n = min(n, max(0, self.queue_limit - queued - self.in_flight) // self.job_size)
         if self.cfg.staleness_policy != "pace" or self.max_staleness is None:
             return n
         k = 0
-        while k < n and self.updates_ahead(queued, k * self.group_size) <= self.max_staleness:
+        while k < n and self.updates_ahead(queued, k * self.job_size) <= self.max_staleness:
             k += 1
         return k
 
@@ -194,7 +201,7 @@ class SimulatedCluster:
             draws = [draw(self.cfg.latency, self.rng) for _ in starts]
             job = Job(self.next_seq, self.next_group, starts, self.version, self.now, draws, left=len(starts))
             self.next_seq += 1
-            self.next_group += 1
+            self.next_group += -(-len(starts) // self.group_size)
             self.free -= len(starts)
             self.in_flight += len(starts)
             self.pending.append(job)

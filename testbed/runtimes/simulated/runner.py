@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from itertools import groupby
 from typing import Any
 
 import torch
@@ -89,10 +88,11 @@ class SimRunner(ArmRunner):
             self.engine.load_weights(self.versions[version], version)
             self.loaded = version
 
-    def issue(self, groups: int, pending: int) -> list[list[Any]]:
-        """Starts for up to `groups` jobs: the prompts of dropped episodes first, then new ones;
+    def issue(self, jobs: int, pending: int) -> list[list[Any]]:
+        """Starts for up to `jobs` jobs: the prompts of dropped episodes first, then new ones;
         never more episodes than the budget has left once the `pending` ones are judged."""
         size, left, clock = self.trainer.group_size, self.budget - self.env.clock - pending, self.env.clock + pending
+        groups = jobs * (self.cluster.job_size // size)
         starts: list[Any] = []
         again = 0
         while self.requeued and again < groups and len(starts) < left:
@@ -101,7 +101,8 @@ class SimRunner(ArmRunner):
         if again < groups and len(starts) < left:
             with self.timer.part("bookkeeping"):
                 starts += self.collector.issue(groups - again, 0, pending + len(starts)).starts
-        return [starts[i : i + size] for i in range(0, len(starts), size)]
+        step = self.cluster.job_size
+        return [starts[i : i + step] for i in range(0, len(starts), step)]
 
     def generate(self, jobs: list[Job], version: int) -> None:
         self.use_version(version)
@@ -112,13 +113,19 @@ class SimRunner(ArmRunner):
             job.trajs, trajs = trajs[: len(job.starts)], trajs[len(job.starts) :]
 
     def arrive(self, jobs: list[Job], now: float) -> None:
-        """Judge the jobs complete at `now`; consecutive groups in one call, as one round."""
+        """Judge the jobs complete at `now`; jobs with consecutive group ids in one call, as one round."""
+        size = self.trainer.group_size
+        chunks: list[list[Job]] = []
+        for job in jobs:
+            last = chunks[-1][-1] if chunks else None
+            if last is not None and job.group == last.group + -(-len(last.starts) // size):
+                chunks[-1].append(job)
+            else:
+                chunks.append([job])
         judged: list[Trajectory] = []
-        runs = groupby(enumerate(jobs), key=lambda pair: pair[1].group - pair[0])
         with self.timer.part("judging"):
-            for _, run in runs:
-                chunk = [job for _, job in run]
-                round_ = Round([s for j in chunk for s in j.starts], chunk[0].group, self.trainer.group_size)
+            for chunk in chunks:
+                round_ = Round([s for j in chunk for s in j.starts], chunk[0].group, size)
                 judged += self.collector.judge(round_, [t for j in chunk for t in j.trajs])
         for job in jobs:
             for traj, done in zip(job.trajs, job.done_s):
