@@ -57,8 +57,9 @@ def table(run_dir: Path, name: str, keys: list[str]) -> pd.DataFrame:
 
 def test_one_batch_of_slots_in_lockstep_writes_the_synchronous_rows(tmp_path, monkeypatch, shared_cache):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-    sync = run(tmp_path, "sync")
-    simulated = run(tmp_path, "sim", "--set", "runtime.kind=simulated", "--set", LOCKSTEP)
+    small = ["--set", "budget.episodes=32", "--set", "eval.every=16"]
+    sync = run(tmp_path, "sync", *small)
+    simulated = run(tmp_path, "sim", *small, "--set", "runtime.kind=simulated", "--set", LOCKSTEP)
     episodes = table(simulated, "episodes", ["arm", "t"])
     pd.testing.assert_frame_equal(episodes[ROWS], table(sync, "episodes", ["arm", "t"])[ROWS])
     for name, keys in (("updates", ["arm", "update"]), ("evals", ["arm", "t", "style"])):
@@ -147,7 +148,7 @@ def test_every_episode_is_generated_by_the_weights_of_the_version_it_started_und
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     scenario = load_scenario(
         SCENARIO,
-        ["seeds=[0]", "budget.episodes=128", ARMS, "runtime.kind=simulated", ASYNC, "runtime.max_staleness=3"],
+        ["seeds=[0]", "budget.episodes=96", ARMS, "runtime.kind=simulated", ASYNC, "runtime.max_staleness=3"],
     )
     policy, tokenizer, _ = scenario_policy(scenario, 0)
     runner = RecordingRunner(
