@@ -27,6 +27,7 @@ from testbed.scenario.plugins import (
     Strict,
     old_spellings,
 )
+from testbed.scenario.sharding import FSDPConfig, LearnerStrategy
 from testbed.world import STYLES
 from testbed.world.rules import HardTopics, NoisyTopics, WorldRules
 
@@ -151,6 +152,10 @@ class RuntimeConfig(Strict):
     kind: Literal["sync", "ray"] = "sync"
     rollout_workers: int = Field(1, ge=1, description="rollout actors, each an engine with its own copy of the policy")
     learner_workers: int = Field(1, ge=1, description="data-parallel learners (torch.distributed, gloo on CPU)")
+    learner_strategy: LearnerStrategy = Field(
+        "replicate", description="replicate: DDP, a full copy per learner; fsdp: FSDP2, each learner holds 1/W"
+    )
+    fsdp: FSDPConfig = Field(default_factory=FSDPConfig, description="learner_strategy fsdp's settings")
     max_staleness: int | None = Field(
         None,
         ge=0,
