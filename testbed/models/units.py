@@ -40,13 +40,11 @@ def is_tied(model: nn.Module) -> bool:
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The transformer blocks of a causal LM, its decoder or a critic's backbone (`layers`), in order."""
-    for candidate in (model, getattr(model, "backbone", None), getattr(model, "model", None)):
+    """The transformer blocks (`layers`) of a decoder, a causal LM (its `model`) or a critic (its `backbone`)."""
+    for candidate in (model, getattr(model, "model", None), getattr(model, "backbone", None)):
         layers = getattr(candidate, "layers", None)
         if isinstance(layers, nn.ModuleList):
             return list(layers)
-        if candidate is not None and hasattr(candidate, "get_decoder") and candidate.get_decoder() is not candidate:
-            return decoder_layers(candidate.get_decoder())
     return []
 
 

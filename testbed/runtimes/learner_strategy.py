@@ -72,8 +72,8 @@ def replicate_trainer(trainer: Any) -> None:
         for unit in called_units(module):
             if any(p.requires_grad for p in unit.parameters()):
                 # A MoE rank may route no token to an expert: its parameter is then unused there.
-                # Buffers (rotary tables) are constants: no broadcast before each forward.
-                replicate(unit, find_unused_parameters=True, broadcast_buffers=False)
+                # Buffers (rotary tables) are equal constants: synced once at init, not before each forward.
+                replicate(unit, find_unused_parameters=True, forward_sync_buffers=False)
                 keep_output_recording(unit)
 
 

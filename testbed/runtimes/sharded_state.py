@@ -39,7 +39,7 @@ def published_policy(policy: nn.Module, rank: int) -> dict[str, torch.Tensor] | 
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         state = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return state if rank == 0 else None
+        return {k: v for k, v in state.items() if torch.is_tensor(v)} if rank == 0 else None
     if rank != 0:  # the others hold the same tensors; one copy travels
         return None
     return {k: v.detach().cpu() for k, v in policy.state_dict().items()}
