@@ -52,7 +52,8 @@ def trainer(model_name: str, kind: str):
 
 def run_rank(rank: int, world: int, port: int, cases: list, out: str) -> None:
     """Each case: (model, trainer kind, [per update: (shards, weights)]). Rank 0 writes, per case,
-    the full trainer state and the last update's metrics, and the local size of one sharded weight."""
+    the full trainer state, that state loaded into a fresh sharded trainer and gathered again, the
+    last update's metrics, and the local size of one sharded weight."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
@@ -66,8 +67,14 @@ def run_rank(rank: int, world: int, port: int, cases: list, out: str) -> None:
                 with shard_weight(weights[rank]):
                     metrics = t.update(shards[rank])
             state = full_state(t.state_dict())
+            # a checkpoint's round trip: the full state loads into a fresh sharded trainer
+            fresh = trainer(model_name, kind)
+            apply(fresh, "fsdp", FSDPConfig(param_dtype="float32"))
+            fresh.load_state_dict(state)
+            reloaded = full_state(fresh.state_dict())
             results[(model_name, kind)] = {
                 "state": state,
+                "reloaded": reloaded,
                 "metrics": metrics,
                 "local_numel": weight.to_local().numel(),
                 "full_numel": weight.numel(),

@@ -1,7 +1,8 @@
 """`learner_strategy: fsdp` on real parts: FSDP2's `fully_shard` per decoder layer in two gloo
 processes, each holding half of every weight, must train as one process on the whole batch does,
 for SAO (critic and KL reference sharded too), the running mean and GRPO, on the built policy and
-on the tiny Qwen2-MoE (a shared expert, transformers' own forward), after several updates."""
+on the tiny Qwen2-MoE (a shared expert, transformers' own forward), after several updates; and
+their gathered state loads into fresh sharded ranks and into one process unchanged."""
 
 import socket
 
@@ -11,7 +12,7 @@ import torch.multiprocessing as mp
 
 from testbed.runtimes.ray.learner import flat_state, shard_weights, split_batch
 from tests.sharded_ranks import CONFIGS, run_rank, trainer
-from tests.test_data_parallel import assert_close, batches
+from tests.test_data_parallel import assert_close, assert_same, batches
 
 MODELS = ["built", "qwen2_moe"]
 UPDATES = 3
@@ -52,6 +53,12 @@ def test_fsdp_on_two_ranks_equals_one_process(two_ranks, model_name, kind):
     # parameters (policy, critic, the KL reference) and optimiser moments, to float rounding
     assert_close(flat_state(got["state"]), flat_state(single.state_dict()))
     assert single.version == got["state"]["version"] == UPDATES
+    # a checkpoint moves between rank counts: 2 ranks' full state into 2 fresh ranks, bit for bit,
+    # and into one process (the single trainer's own format)
+    assert_same(flat_state(got["reloaded"]), flat_state(got["state"]))
+    other = trainer(model_name, kind)
+    other.load_state_dict(got["state"])
+    assert_same(flat_state(other.state_dict()), flat_state(got["state"]))
     metrics = got["metrics"]
     assert metrics["nonfinite"] is None
     for key in ("policy_grad_norm", "grad_norm", "router_aux_loss", "critic_grad_norm"):
