@@ -13,8 +13,10 @@ are built on the CPU under --work, or given. For each:
   1. the log-prob gap engine vs trainer on CUDA (the same sampled tokens scored by the engine's
      decoding and by the trainers' forward), and the gap CUDA vs CPU for the same tokens;
   2. scenarios/gpu_moe.yaml with `runtime.device=cuda`, the rubric judge (no internet there),
-     `--episodes` per arm, on the sync runtime and on the Ray runtime (runtime.actor_gpus 0.25:
-     two rollout actors and a learner share the one GPU): episodes/s per arm, the run's own
+     `--episodes` per arm, on the sync runtime, on the Ray runtime (runtime.actor_gpus 0.25:
+     two rollout actors and a learner share the one GPU) and, where there are three GPUs (NCCL
+     wants one per rank), on Ray with two FSDP2 learner ranks (`fsdp`, bfloat16 compute; on the
+     CPU too, over gloo): episodes/s per arm, the run's own
      `mismatch_abs_mean` (engine.mismatch on), and the driver's peak GPU memory (the Ray actors'
      memory is their own processes': `nvidia-smi` while it runs, if wanted).
 
@@ -112,9 +114,10 @@ def tiny_recipe(checkpoint: Path, episodes: int, kind: str, device: str) -> list
         "eval.prompts": 8,
         "sampling.max_new_tokens": 32,
         "engine.mismatch": "true",
-        "runtime.kind": kind,
+        "runtime.kind": "ray" if kind == "fsdp" else kind,
         "runtime.device": device,
-        "runtime.actor_gpus": 0.25 if device == "cuda" else 0,
+        # NCCL wants one GPU per learner rank: the fsdp run takes three GPUs, the others share one
+        "runtime.actor_gpus": (1 if kind == "fsdp" else 0.25) if device == "cuda" else 0,
         "runtime.torch_threads": 2,
         "arms.0.args.episodes_per_update": 8,
         "arms.0.args.value_pretrain_samples": 16,
@@ -123,6 +126,10 @@ def tiny_recipe(checkpoint: Path, episodes: int, kind: str, device: str) -> list
         "arms.1.args.episodes_per_update": 8,
         "arms.1.args.window": 16,
     }
+    if kind == "fsdp":  # two FSDP2 learner ranks, bfloat16 compute, float32 reductions
+        sets.update(
+            {"runtime.learner_workers": 2, "runtime.learner_strategy": "fsdp", "runtime.fsdp.param_dtype": "bfloat16"}
+        )
     return [part for key, value in sets.items() for part in ("--set", f"{key}={value}")]
 
 
@@ -166,6 +173,14 @@ def run_recipe(checkpoint: Path, episodes: int, kind: str, device: str, out: Pat
     return result
 
 
+def run_kinds(args: argparse.Namespace) -> tuple[str, ...]:
+    """sync, ray, and fsdp (Ray with two FSDP2 learner ranks) where there are three GPUs or the CPU."""
+    if args.no_ray:
+        return ("sync",)
+    gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    return ("sync", "ray", "fsdp") if args.device == "cpu" or gpus >= 3 else ("sync", "ray")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python benchmarks/gpu_check.py", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -197,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, directory in checkpoints(args).items():
         log(f"{name}: log-prob gaps on {args.device} ({directory})")
         entry: dict[str, Any] = {"directory": str(directory), "gaps": logprob_gaps(directory, args.device)}
-        for kind in ("sync",) if args.no_ray else ("sync", "ray"):
+        for kind in run_kinds(args):
             log(
                 f"{name}: scenarios/gpu_moe.yaml, {args.episodes} episodes per arm, runtime {kind}, device {args.device}"
             )
@@ -216,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = [
         f"{n}/{k}"
         for n, e in report["checkpoints"].items()
-        for k in ("sync", "ray")
+        for k in ("sync", "ray", "fsdp")
         if k in e and e[k]["exit_code"] != 0
     ]
     if failed:

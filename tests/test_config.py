@@ -51,9 +51,9 @@ def test_shipped_scenarios_load(shared_cache):
     from testbed.cli.sweep import expand, is_sweep_file, load_sweep
     from testbed.models.tiny_hub import tiny_hub_checkpoint
 
-    # The GPU recipe names a checkpoint the user fills in: the tiny Qwen2-MoE stands in for it.
+    # The GPU recipes name a checkpoint the user fills in: the tiny Qwen2-MoE stands in for it.
     stand_in = tiny_hub_checkpoint(shared_cache)
-    needs_checkpoint = {"gpu_moe.yaml": [f"policy.checkpoint={stand_in}"]}
+    needs_checkpoint = {name: [f"policy.checkpoint={stand_in}"] for name in ("gpu_moe.yaml", "gpu_moe_8x.yaml")}
     sweeps = 0
     for path in sorted((ROOT / "scenarios").glob("*.yaml")):
         if is_sweep_file(path):  # a sweep: every point of its grid is validated as a scenario

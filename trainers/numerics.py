@@ -7,8 +7,9 @@ skipped whole: parameters and optimiser state stay as they were, and the gradien
 The trainers count the skips and report them (metrics "nonfinite" and "skipped_steps").
 
 Under data parallelism (trainers/data_parallel.py; a no-op in a single process) the ranks agree
-on the loss's finiteness before backward, so that they skip together, and the weighted gradients
-are all-reduced before `inspect` and clipping, so that every rank clips the same total norm.
+on the loss's finiteness before backward, so that they skip together, and each rank's loss is
+scaled by its share of the batch, so that the gradient torch's engine (DDP or FSDP2) reduces in
+backward is the whole batch's before `inspect` and clipping: every rank clips the same total norm.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import math
 from collections.abc import Callable, Iterable
 
 import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from trainers import data_parallel
 
@@ -31,7 +34,7 @@ def guarded_step(
 ) -> tuple[float, str | None]:
     """Backward, clip to `max_grad_norm` and step, unless the loss or the total gradient norm is
     not finite. `inspect` (gradient diagnostics) runs between backward and clipping, on the
-    data-parallel batch's gradient when there is one.
+    data-parallel batch's gradient when there is one (reduced by DDP or FSDP2 in backward).
 
     Returns (total gradient norm before clipping, None) after a step, or (norm, "<what> loss")
     / (norm, "<what> grad norm") after a skip; the norm is nan when there was no backward.
@@ -40,19 +43,44 @@ def guarded_step(
     _clear_grads(params, optimizer)
     if not data_parallel.agree_finite(math.isfinite(float(loss.detach()))):
         return float("nan"), f"{what} loss"  # no backward: it would only produce NaN gradients
-    loss.backward()
-    if (weight := data_parallel.active_weight()) is not None:
-        data_parallel.reduce_gradients(params, weight)
+    scale = data_parallel.loss_scale()
+    (loss if scale is None else loss * scale).backward()  # DDP / FSDP2 average the ranks' gradients here
     if inspect is not None:
         inspect()
     # clip_grad_norm_ returns the norm before clipping, nan/inf as soon as one gradient element is
     # (and it has then scaled every gradient by nan); with error_if_nonfinite=False the call is ours.
-    norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
+    norm = clip_gradients(params, optimizer, max_grad_norm)
     if not math.isfinite(norm):
         _clear_grads(params, optimizer)
         return norm, f"{what} grad norm"
     optimizer.step()
     return norm, None
+
+
+def clip_gradients(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, max_norm: float) -> float:
+    """torch's clip_grad_norm_; for FSDP2's sharded parameters (DTensors), the norm of the full
+    gradient (each rank's squares summed over the mesh) and the same clipping on every shard.
+
+    Sharded, the gradients are read from the optimiser's parameters: `params` was listed after
+    the forward, when FSDP2 had swapped the unsharded weights of the root units in (they get no
+    gradient; their sharded parameters, which the optimiser holds, do)."""
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    if not any(isinstance(p, DTensor) for p in held):
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    grads = [p.grad for p in held if p.grad is not None]
+    sharded = [g for g in grads if isinstance(g, DTensor)]
+    squares = torch.stack([g.to_local().float().pow(2).sum() for g in sharded]).sum()
+    dist.all_reduce(squares, group=sharded[0].device_mesh.get_group())  # the shards' squares, summed
+    for g in grads:
+        if not isinstance(g, DTensor):  # a replicated gradient counts once
+            squares = squares + g.float().pow(2).sum()
+    total = squares.sqrt()
+    if torch.isfinite(total):
+        scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # as clip_grad_norm_ scales
+        with torch.no_grad():
+            for g in grads:
+                (g.to_local() if isinstance(g, DTensor) else g).mul_(scale.to(g.dtype))
+    return float(total)
 
 
 def _clear_grads(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer) -> None:

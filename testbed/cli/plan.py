@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import registry
+from testbed.cli.memory_plan import scenario_memory
 from testbed.judging.build import check_judge
 from testbed.models.modules import moe_shape
 from testbed.scenario.schema import Scenario, ScenarioError, WorldConfig
@@ -180,6 +181,7 @@ def make_plan(
         **judges,
         "schedule": schedule_plan(scenario, schedule),
         "runtime": runtime_plan(scenario),
+        "memory": scenario_memory(scenario, model),
         "seeds": list(scenario.seeds),
         "episodes": {
             "per_arm_seed": budget,

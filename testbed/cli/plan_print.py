@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from testbed.models.memory import size
+
 
 def _n(x: Any) -> str:
     return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else str(x)
@@ -189,6 +191,22 @@ def budget_table(plan: dict[str, Any]) -> Table:
     return _rows(_table("Runtime, episodes and judge calls"), rows)
 
 
+def memory_table(plan: dict[str, Any]) -> Table:
+    """Per arm and process: the bytes of each item, the total, against the device (testbed/models/memory.py)."""
+    memory = plan["memory"]
+    table = Table(title=f"memory plan (device memory from {memory['device_source']})", title_justify="left")
+    for column in ("arm", "process", "items", "total", "fits"):
+        table.add_column(column)
+    for arm, p in memory["arms"].items():
+        for process, entry in p["processes"].items():
+            items = ", ".join(f"{k} {size(v)}" for k, v in entry["items"].items() if v)
+            fits = "yes" if entry["total"] <= p["budget_bytes"] else "NO"
+            table.add_row(
+                escape(arm), process, escape(items), size(entry["total"]), f"{fits} (of {size(p['budget_bytes'])})"
+            )
+    return table
+
+
 def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     s = plan["scenario"]
@@ -197,7 +215,8 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
         f"{escape(s['description'])}",
         highlight=False,
     )
-    for table in (models_table(plan), judges_table(plan), schedule_table(plan), arms_table(plan), budget_table(plan)):
+    tables = [models_table(plan), judges_table(plan), schedule_table(plan), arms_table(plan), budget_table(plan)]
+    for table in tables + [memory_table(plan)]:
         console.print(table, highlight=False)
         console.print()
     for warning in plan["warnings"]:

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from testbed import cpu_numerics, registry
+from testbed.cli.memory_plan import refusal
 from testbed.cli.plan import make_plan
 from testbed.cli.plan_print import print_plan
 from testbed.extras import MissingExtra
@@ -296,6 +297,8 @@ def dry_run(args: argparse.Namespace, scenario: Scenario) -> int:
     """Print the plan (testbed/cli/plan.py) and exit 0: nothing trained, no run directory, no cache written."""
 
     plan = make_plan(scenario, args.scenario, args.out, args.run_name)
+    if reason := refusal(plan["memory"]):  # before anything is built: a plan that cannot fit
+        return error(reason)
     if args.json:
         print(json.dumps(plan, indent=1))
     else:

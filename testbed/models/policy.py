@@ -10,6 +10,7 @@ from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 from testbed.models import lean_forward
 from testbed.models.modules import HFModule
 from testbed.models.tokenizer import WordTokenizer
+from testbed.models.units import engine_managed
 from testbed.scenario.schema import PolicyConfig
 
 
@@ -92,8 +93,9 @@ def hidden_states(
 ) -> tuple[torch.Tensor, tuple | None]:
     """(last hidden state [B, T, H], router logits per layer or None) of right-padded tokens: the
     lean forward (testbed/models/lean_forward.py) for the testbed's own Qwen3-MoE shape, the
-    backbone's own forward for any other model. Padding positions hold unspecified values."""
-    if lean_forward.supports(backbone):
+    backbone's own forward for any other model, and for a backbone that DDP or FSDP2 wraps (their
+    hooks run on module calls; testbed/models/units.py). Padding positions hold unspecified values."""
+    if lean_forward.supports(backbone) and not engine_managed(backbone):
         return lean_forward.backbone_forward(backbone, tokens, attention_mask, routing)
     kwargs = {"output_router_logits": True} if routing else {}
     out = backbone(input_ids=tokens, attention_mask=attention_mask, use_cache=False, **kwargs)

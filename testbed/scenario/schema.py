@@ -27,6 +27,7 @@ from testbed.scenario.plugins import (
     Strict,
     old_spellings,
 )
+from testbed.scenario.sharding import FSDPConfig, LearnerStrategy
 from testbed.scenario.simulation import SimulationConfig
 from testbed.tracking.config import TrackingConfig
 from testbed.world import STYLES
@@ -157,6 +158,13 @@ class RuntimeConfig(Strict):
     )
     rollout_workers: int = Field(1, ge=1, description="rollout actors, each an engine with its own copy of the policy")
     learner_workers: int = Field(1, ge=1, description="data-parallel learners (torch.distributed, gloo on CPU)")
+    learner_strategy: LearnerStrategy = Field(
+        "replicate", description="replicate: DDP, a full copy per learner; fsdp: FSDP2, each learner holds 1/W"
+    )
+    fsdp: FSDPConfig = Field(default_factory=FSDPConfig, description="learner_strategy fsdp's settings")
+    device_memory_gb: float | None = Field(
+        None, gt=0, description="memory per device the plan assumes where there is no CUDA (else the host's)"
+    )
     max_staleness: int | None = Field(
         None,
         ge=0,

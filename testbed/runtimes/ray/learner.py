@@ -4,9 +4,11 @@ torch.distributed process group (gloo on CPU, nccl where the actors have GPUs).
 An update splits the batch into contiguous shards (whole groups when the trainer's group size
 is above 1, so GRPO's group normalisation never spans two shards), and each worker runs the
 plain `trainer.update(shard)` inside `shard_weight(n_shard / n_batch action tokens)`. The
-trainers' guarded step then all-reduces the weighted gradients (trainers/data_parallel.py), so
-every worker takes the step one trainer would take on the whole batch and the workers' parameters
-stay bit-identical. With one worker there is no process group: it is a single remote trainer.
+trainer's models are on torch's engines (testbed/runtimes/learner_strategy.py: DDP for
+`replicate`, FSDP2 for `fsdp`), which average the ranks' gradients of the share-scaled losses
+(trainers/data_parallel.py), so every worker takes the step one trainer would take on the whole
+batch; under `replicate` the workers' parameters stay bit-identical. With one worker there is no
+process group: it is a single remote trainer.
 
 The trainer comes from `make_trainer`, a zero-argument picklable callable that must build the
 same trainer on every call (seed the model): the workers compare digests of their starting state
@@ -30,7 +32,10 @@ import ray
 import torch
 
 from testbed.cpu_numerics import configure_torch
+from testbed.runtimes import learner_strategy
 from testbed.runtimes.ray.shard import shard_weight
+from testbed.runtimes.sharded_state import full_state, published_policy
+from testbed.scenario.sharding import FSDPConfig
 from testbed.types import Trajectory
 
 EXPERT_LOAD = "expert_load"  # metrics with this in their name are also reported per worker
@@ -82,9 +87,9 @@ def flat_state(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 def gradients(trainer: Any) -> dict[str, torch.Tensor]:
     """The gradients left on the trainer's models (of its last optimiser step: guarded_step
-    clears them only at the next one), for checks and diagnostics."""
+    clears them only at the next one), for checks and diagnostics; full ones where sharded."""
     return {
-        f"{attr}.{name}": p.grad.detach().cpu().clone()
+        f"{attr}.{name}": full_state(p.grad.detach()).cpu().clone()
         for attr, module in vars(trainer).items()
         if isinstance(module, torch.nn.Module)
         for name, p in module.named_parameters()
@@ -146,10 +151,19 @@ def join_process_group(init_method: str, rank: int, world: int, timeout_s: float
 
 # -- the worker (a Ray actor) -------------------------------------------------------------------
 class LearnerWorker:
-    def __init__(self, make_trainer: Callable[[], Any], rank: int, world: int, torch_threads: int):
+    def __init__(
+        self,
+        make_trainer: Callable[[], Any],
+        rank: int,
+        world: int,
+        torch_threads: int,
+        strategy: str = "replicate",
+        fsdp: FSDPConfig | None = None,
+    ):
         configure_torch(torch_threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         self.rank, self.world = rank, world
         self.make_trainer = make_trainer
+        self.strategy, self.fsdp = strategy, fsdp
         self.trainer: Any = None
 
     def rendezvous_address(self) -> str:
@@ -162,12 +176,14 @@ class LearnerWorker:
         make_probe = getattr(self.make_trainer, "probe", None)  # engine.mismatch, where the factory offers it
         self.probe = make_probe(self.trainer) if callable(make_probe) else None
         t = self.trainer
-        return {
+        info = {
             "group_size": t.group_size,
             "episodes_per_update": t.episodes_per_update,
             "warmup_samples": getattr(t, "warmup_samples", 0),
-            "digest": self.digest(),
+            "digest": self.digest(),  # of the one-process trainer, before the engines take its models
         }
+        learner_strategy.apply(t, self.strategy, self.fsdp)
+        return info
 
     def update(self, shard: list[Trajectory], weight: float | None) -> tuple[dict, int, dict | None]:
         # before the update: the weights that generated the fresh episodes (rank 0's shard is reported)
@@ -177,9 +193,15 @@ class LearnerWorker:
         else:
             with shard_weight(weight):
                 metrics = self.trainer.update(shard)
-        policy = None
-        if self.rank == 0:  # the others hold the same tensors; one copy travels
-            policy = {k: v.detach().cpu() for k, v in self.trainer.state_dict()["policy"].items()}
+        model = getattr(self.trainer, "policy", None)
+        if isinstance(model, torch.nn.Module):
+            policy = published_policy(model, self.rank)  # a collective where sharded
+        else:  # a plug-in trainer: its state_dict's policy (the trainer protocol)
+            policy = (
+                {k: v.detach().cpu() for k, v in self.trainer.state_dict()["policy"].items()}
+                if self.rank == 0
+                else None
+            )
         return {**metrics, **mismatch}, self.trainer.version, policy
 
     def call(self, method: str, *args: Any) -> Any:
@@ -187,10 +209,11 @@ class LearnerWorker:
         from testbed.device import to_cpu
 
         value = getattr(self.trainer, method)
-        return to_cpu(value(*args) if callable(value) else value)  # the driver keeps its states on the CPU
+        # the driver keeps its states on the CPU, full (a collective where sharded)
+        return to_cpu(full_state(value(*args) if callable(value) else value))
 
     def flat_state(self) -> dict[str, Any]:
-        return flat_state(self.trainer.state_dict())
+        return flat_state(full_state(self.trainer.state_dict()))
 
     def digest(self) -> str:
         return digest(self.flat_state())
@@ -253,14 +276,18 @@ class LearnerGroup:
         actor_gpus: float = 0.0,
         timeout_s: float = 300.0,
         name: str | None = None,
+        strategy: str = "replicate",
+        fsdp: FSDPConfig | None = None,
     ):
         if workers < 1:
             raise ValueError("a learner needs at least one worker")
+        # Sharded ranks gather a state together: every call that returns one goes to all of them.
+        self.sharded = strategy == "fsdp" and workers > 1
         actor = ray.remote(LearnerWorker)
         self.workers = [
             actor.options(
                 num_cpus=actor_cpus, num_gpus=actor_gpus, name=f"{name}-learner{rank}" if name else None
-            ).remote(make_trainer, rank, workers, torch_threads)
+            ).remote(make_trainer, rank, workers, torch_threads, strategy, fsdp)
             for rank in range(workers)
         ]
         self.init_method: str | None = None
@@ -297,6 +324,10 @@ class LearnerGroup:
     def _rank0(self, method: str, *args: Any) -> Any:
         return ray.get(self.workers[0].call.remote(method, *args))
 
+    def _state(self, method: str, *args: Any) -> Any:
+        """Rank 0's answer to a call that returns a state (all ranks gather it where sharded)."""
+        return self._all(method, *args)[0] if self.sharded else self._rank0(method, *args)
+
     def _all(self, method: str, *args: Any) -> list[Any]:
         return _get_all([w.call.remote(method, *args) for w in self.workers])
 
@@ -304,25 +335,21 @@ class LearnerGroup:
         return self._rank0("version")
 
     def state_dict(self) -> dict[str, Any]:
-        return self._rank0("state_dict")
+        return self._state("state_dict")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._all("load_state_dict", ray.put(state))  # one copy in the object store for all
 
     def warmup(self, samples: list[Trajectory]) -> dict[str, Any]:
-        """The trainer's warm-up (SAO: value pretraining) on rank 0 alone, then its whole state on
-        every other rank: the warm-up is not data-parallel, and this keeps the ranks identical."""
-        report = self._rank0("warmup", samples)
-        if self.size > 1:
-            state = self.workers[0].call.remote("state_dict")
-            _get_all([w.call.remote("load_state_dict", state) for w in self.workers[1:]])
-        return report
+        """The trainer's warm-up (SAO: value pretraining), not data-parallel: every rank runs it on
+        all the samples, the engine averages W equal gradients, and the ranks stay identical."""
+        return self._all("warmup", samples)[0]
 
     def warmup_key(self) -> dict[str, Any]:
         return self._rank0("warmup_key")
 
     def warmup_state(self) -> dict[str, Any]:
-        return self._rank0("warmup_state")
+        return self._state("warmup_state")
 
     def load_warmup_state(self, state: dict[str, Any]) -> None:
         self._all("load_warmup_state", ray.put(state))

@@ -158,6 +158,8 @@ class RayRunner(ArmRunner):
             actor_cpus=rt.actor_cpus,
             actor_gpus=gpus,
             name=self.name,
+            strategy=rt.learner_strategy,
+            fsdp=rt.fsdp,
         )
         self.trainer = LearnerProxy(make_trainer(arm, policy, tokenizer, scenario, seed), self.learner)
         self.weights = [ray.put(state)]

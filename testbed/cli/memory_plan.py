@@ -1,0 +1,141 @@
+"""The memory plan of a scenario (in `--dry-run`) or of a config.json alone (this module's CLI).
+
+    python -m testbed.cli.memory_plan scenarios/model_configs/qwen3-30b-a3b --gpu-gb 141 --gpus 1 8
+
+The maths is testbed/models/memory.py; this reads the settings from a scenario, the device's
+memory (CUDA's where there is CUDA, else `runtime.device_memory_gb`, else the host's), and says
+what does not fit, naming the largest item and the settings that would shrink it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from testbed.models.memory import GB, ModelShape, Settings, plan, size
+from testbed.scenario.schema import Scenario
+
+PROMPT_TOKENS = 192  # a rendered prompt with its candidate styles, in a Hub tokenizer's tokens
+
+
+def device_bytes(runtime: Any) -> tuple[int, str]:
+    """(bytes of one device, where the figure comes from)."""
+    import torch
+
+    if runtime.device != "cpu" and torch.cuda.is_available():
+        return int(torch.cuda.mem_get_info()[1]), "torch.cuda.mem_get_info"
+    if runtime.device_memory_gb is not None:
+        return int(runtime.device_memory_gb * GB), "runtime.device_memory_gb"
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "the host's memory"
+
+
+def dtype_of(model: Any) -> str:
+    name = str(getattr(model.config, "torch_dtype", None) or getattr(model.config, "dtype", None) or "float32")
+    return name.removeprefix("torch.") if name.removeprefix("torch.") in ("bfloat16", "float16") else "float32"
+
+
+def settings_for(scenario: Scenario, arm: Any, model: Any) -> Settings:
+    rt = scenario.runtime_for(arm)
+    args = dict(arm.args)
+    per_update = int(args.get("episodes_per_update", 32))
+    # SAO's value pretraining runs the critic on batches of its own size
+    trained_batch = max(per_update, int(args.get("value_pretrain_batch", 64))) if arm.type == "sao" else per_update
+    return Settings(
+        dtype=dtype_of(model) if scenario.policy.checkpoint else "float32",
+        strategy=rt.learner_strategy,
+        learner_workers=rt.learner_workers if rt.kind == "ray" else 1,
+        rollout_workers=rt.rollout_workers if rt.kind == "ray" else 1,
+        param_dtype=rt.fsdp.param_dtype,
+        offload=rt.fsdp.offload,
+        activation_checkpointing=rt.fsdp.activation_checkpointing,
+        episodes_per_update=trained_batch,
+        round_episodes=per_update,
+        prompt_tokens=PROMPT_TOKENS if scenario.policy.checkpoint else scenario.policy.max_positions // 2,
+        new_tokens=scenario.sampling.max_new_tokens,
+        critic=args.get("critic_trainable", "moe") if arm.type == "sao" else None,
+        reference=float(args.get("kl_coef", 0.0)) > 0,
+        separate_processes=rt.kind == "ray",
+        device_share=min(1.0, rt.actor_gpus) if rt.kind == "ray" and rt.actor_gpus else 1.0,
+    )
+
+
+def scenario_memory(scenario: Scenario, model: Any) -> dict[str, Any]:
+    """Each arm's plan, the device's memory and its source (what the dry-run prints)."""
+    shape = ModelShape.of(model)
+    memory, source = device_bytes(scenario.runtime)
+    arms = {arm.name: plan(shape, settings_for(scenario, arm, model), memory) for arm in scenario.arms}
+    return {"device_source": source, "arms": arms}
+
+
+def refusal(memory: dict[str, Any]) -> str | None:
+    """Why the scenario cannot run on this device, naming the largest item, or None if it fits."""
+    for name, p in memory["arms"].items():
+        if not p["fits"]:
+            big = p["largest"]
+            total = p["processes"][big["process"]]["total"]
+            return (
+                f"memory plan: arm {name}'s {big['process']} needs {size(total)}, more than {size(p['budget_bytes'])} "
+                f"(the share a plan may fill of {size(p['device_bytes'])}, {memory['device_source']}); the largest "
+                f"item is {big['item']} ({size(big['bytes'])}). It would fit with: {'; '.join(p['fixes'])}"
+            )
+    return None
+
+
+def config_rows(directory: str, gpu_gb: float, gpus: list[int]) -> list[dict[str, Any]]:
+    """The docs' table: a config.json's learner rank under the settings that matter, per GPU count."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(directory))
+    shape, rows = ModelShape.of(model), []
+    for workers in gpus:
+        choices = [("replicate", False, False)] + ([("fsdp", True, False), ("fsdp", True, True)] if workers > 1 else [])
+        for strategy, ckpt, offload in choices:
+            s = Settings(
+                dtype="bfloat16",
+                strategy=strategy,
+                learner_workers=workers,
+                param_dtype="bfloat16",
+                offload=offload,
+                activation_checkpointing=ckpt,
+                prompt_tokens=PROMPT_TOKENS,
+                new_tokens=256,
+                critic="moe",
+            )
+            p = plan(shape, s, int(gpu_gb * GB))
+            learner = p["processes"]["learner rank"]
+            rows.append(
+                {
+                    "gpus": workers,
+                    "settings": f"{strategy}{' + checkpointing' if ckpt else ''}{' + offload' if offload else ''}",
+                    "learner_gb": learner["total"] / GB,
+                    "actor_gb": p["processes"]["rollout actor"]["total"] / GB,
+                    "fits": p["fits"],
+                }
+            )
+    return [{"parameters": shape.parameters, "moe_parameters": shape.moe_parameters}, *rows]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config_dirs", nargs="+", help="directories with a config.json")
+    parser.add_argument("--gpu-gb", type=float, default=141.0)
+    parser.add_argument("--gpus", type=int, nargs="+", default=[1, 8])
+    args = parser.parse_args(argv)
+    print("| model | parameters | GPUs | learner settings | learner rank GB | rollout actor GB | fits |")
+    print("|---|---|---|---|---|---|---|")
+    for directory in args.config_dirs:
+        head, *rows = config_rows(directory, args.gpu_gb, args.gpus)
+        for row in rows:
+            print(
+                f"| {os.path.basename(directory.rstrip('/'))} | {head['parameters'] / 1e9:.2f}B | {row['gpus']} | "
+                f"{row['settings']} | {row['learner_gb']:.1f} | {row['actor_gb']:.1f} | "
+                f"{'yes' if row['fits'] else 'no'} |"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

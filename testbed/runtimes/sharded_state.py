@@ -1,0 +1,81 @@
+"""Full (one-process) states from and into a trainer whose models FSDP2 shards.
+
+A sharded trainer's `state_dict()` holds DTensors: every rank 1/W of each parameter and optimiser
+moment. What leaves a learner (a published policy, a checkpoint, a state for a test to compare) is
+the full state, the same format a single process writes, so it loads into any number of ranks.
+Gathering is a collective: every rank calls these at the same point, in the same order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+
+def is_sharded(module: nn.Module) -> bool:
+    return any(isinstance(p, DTensor) for p in module.parameters())
+
+
+def full_state(obj: Any) -> Any:
+    """`obj` (nested dicts, lists, tuples, tensors, numbers) with every DTensor gathered to its full
+    tensor; anything else unchanged. A collective when `obj` holds DTensors."""
+    if isinstance(obj, DTensor):
+        return obj.full_tensor()
+    if isinstance(obj, dict):
+        return {k: full_state(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(full_state(v) for v in obj)
+    return obj
+
+
+def published_policy(policy: nn.Module, rank: int) -> dict[str, torch.Tensor] | None:
+    """The policy's full weights on the CPU for the rollout engines, on rank 0 (None elsewhere).
+    Sharded: `torch.distributed.checkpoint.state_dict` gathers one parameter at a time and moves it
+    to the CPU at once (`cpu_offload`), so an accelerator never holds more than one full tensor."""
+    if is_sharded(policy):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        state = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return {k: v for k, v in state.items() if torch.is_tensor(v)} if rank == 0 else None
+    if rank != 0:  # the others hold the same tensors; one copy travels
+        return None
+    return {k: v.detach().cpu() for k, v in policy.state_dict().items()}
+
+
+def _shard_like(value: Any, like: DTensor) -> Any:
+    if isinstance(value, DTensor) or not torch.is_tensor(value) or value.shape != like.shape:
+        return value
+    # Every rank holds the full tensor: each keeps its own shard, no communication (src_data_rank None).
+    return distribute_tensor(
+        value.to(device=like.device, dtype=like.dtype), like.device_mesh, list(like.placements), src_data_rank=None
+    )
+
+
+def _load_full_module_state(module: nn.Module, state_dict: dict, prefix: str, *_: Any) -> None:
+    for name, param in module.named_parameters():
+        key = prefix + name
+        if isinstance(param, DTensor) and key in state_dict:
+            state_dict[key] = _shard_like(state_dict[key], param)
+
+
+def _reshard_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if isinstance(param, DTensor) and param in optimizer.state:
+                state = optimizer.state[param]
+                for key, value in state.items():
+                    state[key] = _shard_like(value, param)
+
+
+def accept_full_states(modules: list[nn.Module], optimizers: list[torch.optim.Optimizer]) -> None:
+    """Let the trainer's own `load_state_dict` take full states: each sharded module cuts its
+    shard from a full tensor before loading, and each optimiser does the same for its moments
+    after loading (the trainers' code stays the one-process code)."""
+    for module in modules:
+        if is_sharded(module):
+            module.register_load_state_dict_pre_hook(_load_full_module_state)
+    for optimizer in optimizers:
+        optimizer.register_load_state_dict_post_hook(_reshard_optimizer_state)

@@ -1,0 +1,77 @@
+"""The memory plan (testbed/models/memory.py, in `--dry-run`): computed from a config.json alone on
+the meta device, so the plans of Qwen3-30B-A3B, OLMoE-1B-7B and Mixtral-8x7B need no weights;
+each GPU recipe fits the device it names, and an oversized setting is refused with exit 2, naming
+the largest item and the settings that would make it fit."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from testbed.cli import run as cli
+from testbed.cli.memory_plan import config_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "scenarios" / "model_configs"
+RECIPES = {"gpu_moe": "olmoe-1b-7b", "gpu_moe_8x": "qwen3-30b-a3b"}
+# per recipe: a setting that cannot fit, the item the refusal names, a fix it offers
+OVERSIZED = {
+    "gpu_moe": (
+        ["arms.0.args.episodes_per_update=64", "arms.0.args.value_pretrain_batch=64"],
+        "activations",
+        "smaller",
+    ),
+    "gpu_moe_8x": (["runtime.learner_strategy=replicate"], "policy optimiser", "learner_strategy: fsdp"),
+}
+
+
+def stand_in(tmp_path: Path, name: str) -> Path:
+    """A checkpoint directory with the model's real config.json and an empty weights file: the
+    dry run reads the config alone."""
+    directory = tmp_path / name
+    directory.mkdir()
+    shutil.copy(CONFIGS / name / "config.json", directory)
+    (directory / "model.safetensors").touch()
+    return directory
+
+
+def test_the_plans_of_three_real_moes_come_from_their_configs():
+    rows = {}
+    for name, billions in (("qwen3-30b-a3b", 30.5), ("olmoe-1b-7b", 6.9), ("mixtral-8x7b", 46.7)):
+        head, *plans = config_rows(str(CONFIGS / name), 141.0, [1, 8])
+        assert head["parameters"] / 1e9 == pytest.approx(billions, rel=0.01)
+        rows[name] = {(r["gpus"], r["settings"]): r for r in plans}
+    qwen = rows["qwen3-30b-a3b"]
+    # one 141 GB GPU cannot hold a full fine-tuning learner of Qwen3-30B-A3B; eight sharded ones can
+    assert not qwen[(1, "replicate")]["fits"] and qwen[(1, "replicate")]["learner_gb"] > 500
+    assert qwen[(8, "fsdp + checkpointing")]["fits"]
+    # sharding cuts a rank's parameters and optimiser state by about 1/W
+    assert qwen[(8, "fsdp + checkpointing")]["learner_gb"] < qwen[(1, "replicate")]["learner_gb"] / 6
+    assert rows["olmoe-1b-7b"][(8, "replicate")]["fits"]
+
+
+def dry_run(capsys, recipe: str, checkpoint: Path, *sets: str) -> tuple[int, str, str]:
+    args = [str(ROOT / "scenarios" / f"{recipe}.yaml"), "--set", f"policy.checkpoint={checkpoint}", "--dry-run"]
+    for s in sets:
+        args += ["--set", s]
+    code = cli.main([*args, "--json"])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_each_gpu_recipe_fits_and_an_oversized_setting_is_refused(capsys, monkeypatch, tmp_path, recipe):
+    monkeypatch.setenv("ZAI_API_KEY", "not-a-key")
+    monkeypatch.setenv("TESTBED_CACHE", str(tmp_path / "cache"))
+    checkpoint = stand_in(tmp_path, RECIPES[recipe])
+    code, out, err = dry_run(capsys, recipe, checkpoint)
+    assert code == 0, err
+    memory = json.loads(out)["memory"]
+    assert memory["device_source"] in ("runtime.device_memory_gb", "torch.cuda.mem_get_info")
+    assert all(p["fits"] for p in memory["arms"].values())
+    # refused before anything is built, the largest item and a fix named
+    sets, item, fix = OVERSIZED[recipe]
+    code, _, err = dry_run(capsys, recipe, checkpoint, *sets)
+    assert code == 2
+    assert "memory plan" in err and f"the largest item is {item}" in err and fix in err
