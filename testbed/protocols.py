@@ -66,7 +66,8 @@ class Engine(Protocol):
 
     def generate(self, prompts: list[str], n: int = 1) -> list[Trajectory]: ...
 
-    def load_weights(self, state_dict: dict[str, Any], version: int) -> None: ...
+    # None: the engine shares the trainer's module (the synchronous loop); only the version moves.
+    def load_weights(self, state_dict: dict[str, Any] | None, version: int) -> None: ...
 
     # Optional, for multi-turn envs: append an observation segment (the env's text) and a newly
     # sampled action segment to each trajectory, in place.

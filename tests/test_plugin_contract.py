@@ -260,7 +260,7 @@ def test_a_plugin_without_a_config_or_keywords_takes_no_args():
 def test_an_env_without_the_protocol_is_named(package):
     import importlib
 
-    from testbed.runtimes.loop import make_env
+    from testbed.runtimes.arm_runner import make_env
 
     (package / PACKAGE / "broken_env.py").write_text(
         "def make(judge, schedule, prompt_specs, *, seed):\n    return object()\n"

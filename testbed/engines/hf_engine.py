@@ -154,9 +154,7 @@ class HFEngine:
         active = torch.arange(batch, device=device)  # the original row of each row still in the batch
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
         for step in range(steps):
-            if self.perturb.active:
-                logits = self.perturb(logits)
-            logp = F.log_softmax(logits.float() / temperature, dim=-1)
+            logp = F.log_softmax(self.perturb(logits).float() / temperature, dim=-1)  # perturb: off by default
             # One uniform per row of the whole batch at every step: each row's draws are the same
             # whichever other rows are still running. Drawn by the CPU generator (the one checkpoints
             # save), so a run samples the same stream and resumes exactly on any device.

@@ -28,11 +28,8 @@ class LogitPerturbation:
         self.rounding, self.noise = rounding, noise
         self.generator = torch.Generator().manual_seed(seed) if noise > 0 else None
 
-    @property
-    def active(self) -> bool:
-        return self.rounding is not None or self.noise > 0
-
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logits as the engine samples from them (the same tensor when nothing is on)."""
         if self.rounding == "bfloat16":
             logits = logits.to(torch.bfloat16).float()
         if self.generator is not None:

@@ -38,9 +38,9 @@ from testbed.cpu_numerics import configure_torch
 from testbed.device import for_this_process
 from testbed.engines.mismatch import MismatchProbe, trainer_band
 from testbed.models.tokenizer import WordTokenizer
+from testbed.runtimes.arm_runner import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.runtimes.collect import Round
 from testbed.runtimes.learn import RunStopped
-from testbed.runtimes.loop import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.runtimes.ray.learner import LearnerGroup
 from testbed.runtimes.ray.rollout import ActorEngine, RolloutActor, build_policy
 from testbed.scenario.schema import ArmConfig, Scenario

@@ -21,8 +21,8 @@ import torch
 from testbed import device
 from testbed.engines.mismatch import mismatch_probe
 from testbed.models.tokenizer import WordTokenizer
+from testbed.runtimes.arm_runner import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.runtimes.collect import Round
-from testbed.runtimes.loop import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.runtimes.simulated.cluster import Job, SimulatedCluster
 from testbed.scenario.schema import ArmConfig, Scenario
 from testbed.types import Trajectory
