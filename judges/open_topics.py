@@ -12,13 +12,24 @@ A piece's topicality sums, over its distinct words, how much each one matches th
     write) counts only by identity: its weight in the field, else 0. The world's own pieces are
     therefore judged exactly as by the field alone;
   - any other word (the words people use that the world does not know: "flakes", "snowdrift",
-    "forty winks") counts by meaning: its best match among the description's words, weight x
-    ramp(cosine), the ramp rising from 0 at cosine SIMILAR_FROM to 1 at cosine 1, with the
-    static word vectors of judges/open_vectors.py.
+    "forty winks") counts by meaning, with the static word vectors of judges/open_vectors.py: its
+    best match among the description's words, weight x ramp(relative cosine). The relative cosine
+    is the word's cosine to a description word less the word's BACKGROUND: the median, over the
+    world's topics, of its best cosine to each topic's description. In 50 dimensions a common word
+    ("made", "same") sits near everything, at 0.8-0.9 from some word of most descriptions, so a raw
+    cosine says as much about the word as about the topic; what a word says about one topic is how
+    far it stands above its match to a typical topic. The ramp rises from 0 at RELATIVE_FROM to 1
+    at RELATIVE_FULL.
+A possessive counts as its noun ("molar's" as "molar"): the vectors have no "'s" forms.
 A piece is on topic when its topicality is >= TOPIC_MIN (one core word, or enough related ones).
-SIMILAR_FROM was chosen on the development half of judges/data/open_world_voices_*.jsonl and the
-original corpus (the largest value that passes as many good pieces while every off-topic one
-fails), never on the held-out half.
+RELATIVE_FROM and RELATIVE_FULL were chosen on development data only (the dev halves of
+judges/data/open_world_voices_*.jsonl, the first held-out half once it had been scored, and the
+original corpus: 265 good pieces, 20 off-topic ones): the ramp that passes the most good pieces
+with TOPIC_MIN kept at 1.0 while no off-topic piece passes and a piece is taken as on topic for a
+topic it is not about (each good piece against the 35 other topics) no more often than with the
+absolute ramp (cosine 0.74 -> 1) before it: 247 good pieces on topic (was 243), 3.3% of wrong
+topics (was 3.7%). Held-out set 2 (open_world_voices_heldout2.jsonl) was committed before this
+change and scored once, after it.
 """
 
 from __future__ import annotations
@@ -35,9 +46,9 @@ from testbed.world.vocabulary import vocabulary
 
 TOPIC_MIN = 1.0
 RELATED_W = 0.5
-SIMILAR_FROM = 0.74  # a cosine (GloVe 50d) below this is no evidence; chosen on the dev half
+RELATIVE_FROM, RELATIVE_FULL = 0.10, 0.40  # the ramp on a cosine less the word's background (dev data)
 WORLD_WORDS: frozenset[str] = frozenset(vocabulary())
-MEMO_MAX = 50_000  # words remembered per topic
+MEMO_MAX = 50_000  # words remembered per topic, and background cosines remembered
 
 _FIELDS: dict[str, tuple[str, str]] = {  # topic -> (core words, related words)
     "coffee": (
@@ -233,8 +244,10 @@ def field(topic: str) -> dict[str, float]:
 
 def topicality(words: AbstractSet[str], topic: str) -> float:
     """How much the distinct `words` of a piece are about `topic` (module doc): the field weight
-    of its words, plus the best similarity-weighted match of each word outside the world's
+    of its words, plus the best relative-similarity match of each word outside the world's
     vocabulary and the field."""
+    if any(w.endswith("'s") for w in words):
+        words = {w[:-2] if w.endswith("'s") else w for w in words}
     fld = field(topic)
     exact = sum(fld[w] for w in fld.keys() & words)
     # one set at a time: set(small).difference(big) walks the small set, several at once walk them all
@@ -254,19 +267,45 @@ def _memo(topic: str) -> dict[str, float]:
     return {}
 
 
+_BACKGROUND: dict[str, float] = {}  # word -> its background cosine (module doc), for any topic
+
+
 def _matches(words: list[str], topic: str) -> dict[str, float]:
-    """Each word's best weight x ramp(cosine) against the topic's description; 0 without a vector."""
-    index = table()[0]
+    """Each word's best weight x ramp(relative cosine) against the topic's description; 0 without a vector."""
+    index, vecs = table()
     out = dict.fromkeys(words, 0.0)
     have = [w for w in words if index.get(w, -1) >= COMMON]
     desc, weights = _description(topic)
     if have and len(weights):
-        sims = table()[1][rows(have)] @ desc.T  # [words, description words]: cosines of unit vectors
-        ramp = np.clip((sims - SIMILAR_FROM) / (1.0 - SIMILAR_FROM), 0.0, None) * weights
+        v = vecs[rows(have)]
+        rel = v @ desc.T - _background(have, v)[:, None]  # [words, description words]
+        ramp = np.clip((rel - RELATIVE_FROM) / (RELATIVE_FULL - RELATIVE_FROM), 0.0, 1.0) * weights
         out.update(zip(have, ramp.max(axis=1).tolist()))
     if len(_memo(topic)) > MEMO_MAX:  # a long run of fresh words: start the memo again
         _memo(topic).clear()
     return out
+
+
+def _background(words: list[str], v: np.ndarray) -> np.ndarray:
+    """Per word (unit vectors `v`), the median over the world's topics of its best cosine to each
+    topic's description: what it matches anyway."""
+    todo = [i for i, w in enumerate(words) if w not in _BACKGROUND]
+    if todo:
+        desc, starts = _world_descriptions()
+        best = np.maximum.reduceat(v[todo] @ desc.T, starts, axis=1)  # [words, topics]
+        mid = best.shape[1] // 2  # the median of an even count: the mean of the two middle values
+        part = np.partition(best, (mid - 1, mid), axis=1)
+        if len(_BACKGROUND) > MEMO_MAX:
+            _BACKGROUND.clear()
+        _BACKGROUND.update(zip((words[i] for i in todo), ((part[:, mid - 1] + part[:, mid]) / 2).tolist()))
+    return np.array([_BACKGROUND[w] for w in words], dtype=np.float32)
+
+
+@functools.cache
+def _world_descriptions() -> tuple[np.ndarray, np.ndarray]:
+    """(the description vectors of every world topic, stacked [m, 50]; each topic's first row)."""
+    parts = [_description(t)[0] for t in TOPICS]
+    return np.concatenate(parts), np.cumsum([0] + [len(p) for p in parts[:-1]])
 
 
 @functools.lru_cache(maxsize=256)
