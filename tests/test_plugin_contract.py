@@ -357,3 +357,22 @@ def test_episodes_only_when_told_and_checked_against_the_budget():
         )
     with pytest.raises(ScenarioError, match=r"schedule.args.phases.0.end: Input should be less than or equal to 1"):
         parse_scenario({**GOOD, "schedule": {"type": "piecewise", "args": {"phases": phases}}})  # no unit: fractions
+
+
+def test_an_installed_packages_entry_points_name_its_plugins(package, tmp_path, monkeypatch):
+    # What pip writes for a package that declares `[project.entry-points."testbed.judges"]`
+    dist = tmp_path / "outside_plugins-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: outside-plugins\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[testbed.judges]\nshort = {PACKAGE}.judge:make_judge\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.registered.cache_clear()  # the scan is read once per process
+    try:
+        assert registry.resolve("judge", "short") == f"{PACKAGE}.judge:make_judge"
+        assert registry.resolve("judge", "rubric") == registry.BUILTINS["judge"]["rubric"]  # built-ins first
+        assert callable(registry.load("judge", "short"))
+    finally:
+        monkeypatch.undo()
+        registry.registered.cache_clear()
+    with pytest.raises(registry.RegistryError, match="unknown judge 'short'"):
+        registry.resolve("judge", "short")
