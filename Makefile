@@ -19,10 +19,12 @@ endif
 
 .PHONY: run demo test lint bench notebooks clean vllm test-vllm
 
+# --no-compile: pip would byte-compile all ~29,000 modules of the dependencies (about two CPU-minutes);
+# Python compiles the few thousand a run imports, once, on first import.
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q --no-compile -c constraints.txt -e '.[dev]'
 	touch $@
 
 run: $(VENV)/.installed
@@ -41,7 +43,7 @@ test: $(VENV)/.installed
 # The lint gate: ruff (lint + format check; [tool.ruff] in pyproject.toml) and mypy ([tool.mypy]),
 # pinned in requirements-lint.txt. `make lint` checks only; `ruff check --fix` and `ruff format` fix.
 $(VENV)/.lint-installed: requirements-lint.txt $(VENV)/.installed
-	$(PY) -m pip install -q -c constraints.txt -r requirements-lint.txt
+	$(PY) -m pip install -q --no-compile -c constraints.txt -r requirements-lint.txt
 	touch $@
 
 lint: $(VENV)/.lint-installed
@@ -55,7 +57,7 @@ bench: $(VENV)/.installed
 # JupyterLab on analysis/ (the notebooks' figures go to notebook_figures/ beside a run's report,
 # never over its figures/). The `notebooks` extra is installed into the same venv, with the constraints.
 $(VENV)/.notebooks: $(VENV)/.installed
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,notebooks]'
+	$(PY) -m pip install -q --no-compile -c constraints.txt -e '.[dev,notebooks]'
 	touch $@
 
 NOTEBOOK_PORT ?= 8888
