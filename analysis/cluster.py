@@ -45,10 +45,12 @@ def is_simulated(run: RunData) -> bool:
 
 
 def seconds_between(ok: pd.DataFrame, start: int, episodes: float) -> float:
-    """Simulated seconds from the judging of episode `start` to that of `start + episodes - 1`."""
+    """Simulated seconds from the judging of episode `start` to that of `start + episodes - 1`
+    (`sim_judged_s`: a GRPO group is judged at its last member's completion; older runs have only
+    `sim_done_s`, each member's own completion)."""
     if not np.isfinite(episodes):
         return float("nan")
-    done = ok.set_index("t")["sim_done_s"].sort_index()
+    done = ok.set_index("t")["sim_judged_s" if "sim_judged_s" in ok else "sim_done_s"].sort_index()
     if start not in done.index:
         return float("nan")
     end = done.index[done.index <= start + int(episodes) - 1].max()
