@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 
-from testbed.envs.style_shift import StyleShiftEnv
-from testbed.protocols import Engine
+from testbed.protocols import Engine, Env
 from testbed.runtimes.collect import heldout_rows
 from testbed.world import PromptSpec
 
@@ -31,7 +30,7 @@ def phase_clocks(switch_points: list[int], budget: int) -> list[tuple[int, int]]
 
 
 def reference_rows(
-    env: StyleShiftEnv,
+    env: Env,
     engine: Engine,
     specs: list[PromptSpec],
     switch_points: list[int],
@@ -70,7 +69,7 @@ def reference_rows(
 
 
 def timed_reference_rows(
-    env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], schedule: Any, samples: int, seed: int
+    env: Env, engine: Engine, specs: list[PromptSpec], schedule: Any, samples: int, seed: int
 ) -> list[dict]:
     """`reference_rows` for a schedule in simulated seconds (`SimTimeSchedule`): one row per phase,
     every target pinned to the one in force at the phase's first second. Its episodes are not

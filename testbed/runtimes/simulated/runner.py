@@ -42,9 +42,9 @@ class SimRunner(ArmRunner):
         self, scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module, tokenizer: Any, **kw: Any
     ):
         # a schedule in simulated seconds realises its switches on this arm x seed's own clock
-        self.timed = isinstance(kw["schedule"], SimTimeSchedule)
-        if self.timed:
-            kw["schedule"] = kw["schedule"].fresh()
+        self.timed: SimTimeSchedule | None = None
+        if isinstance(kw["schedule"], SimTimeSchedule):
+            kw["schedule"] = self.timed = kw["schedule"].fresh()
         super().__init__(scenario, arm, seed, **kw)
         seed_everything(seed)
         rt = scenario.runtime_for(arm)
@@ -72,7 +72,7 @@ class SimRunner(ArmRunner):
                 "versions": self.versions,
                 "requeued": self.requeued,
                 "staleness": dict(self.staleness),
-                "schedule": self.schedule.state_dict() if self.timed else None,
+                "schedule": self.timed.state_dict() if self.timed else None,
             }
         }
 
@@ -85,7 +85,7 @@ class SimRunner(ArmRunner):
         self.loaded = -1  # the engine's copy holds the starting weights: load the version needed
         self.staleness = Counter(saved["staleness"])
         if self.timed:
-            self.schedule.load_state_dict(saved["schedule"])
+            self.timed.load_state_dict(saved["schedule"])
 
     # -- the workload the cluster runs ------------------------------------------------------------
 
@@ -95,7 +95,7 @@ class SimRunner(ArmRunner):
     def now_is(self, now: float) -> None:
         """Tell a schedule in simulated seconds the time before anything is issued, judged or evaluated."""
         if self.timed:
-            self.schedule.at(now, self.env.clock)
+            self.timed.at(now, self.env.clock)
 
     def use_version(self, version: int) -> None:
         if self.loaded != version:
@@ -215,17 +215,17 @@ class SimRunner(ArmRunner):
             **self.cluster.summary(),
         }
         if self.timed:  # where this arm x seed met each switch in seconds (analysis/cluster.py reads it)
-            totals["switch_seconds"] = self.schedule.switch_seconds()
-            totals["switch_points"] = [t for t in self.schedule.switch_points() if t < self.env.clock]
+            totals["switch_seconds"] = self.timed.switch_seconds()
+            totals["switch_points"] = [t for t in self.timed.switch_points() if t < self.env.clock]
         return totals
 
     def evaluate_reference(self, starting_engine: Any) -> None:
         """Per phase of a schedule in seconds: the reference with every target pinned to the phase's."""
         samples = self.scenario.eval.reference_samples
-        if not self.timed:
+        if self.timed is None:
             super().evaluate_reference(starting_engine)
         elif samples > 0:
-            rows = timed_reference_rows(self.env, starting_engine, self.heldout, self.schedule, samples, self.seed)
+            rows = timed_reference_rows(self.env, starting_engine, self.heldout, self.timed, samples, self.seed)
             self.store.append("reference", [{"arm": self.arm.name, "seed": self.seed, **r} for r in rows])
 
 
