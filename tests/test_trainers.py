@@ -298,12 +298,13 @@ def test_grpo_with_dis_masks_what_leaves_the_band_where_ppo_clip_keeps_it():
     behaviour = torch.tensor([[-1.0, -2.0], [-3.0, -1.0]])
     advantages = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
     mask = torch.ones(2, 2)
-    losses, grads = {}, {}
+    losses, grads, stats = {}, {}, {}
     for name, trainer in (("dis", dis), ("ppo", ppo)):
         logprobs = torch.tensor([[-1.0, -2.0], [-1.0, -1.0]], requires_grad=True)
-        loss, stats = trainer.policy_loss(logprobs, behaviour, advantages, mask)
+        loss, stats[name] = trainer.policy_loss(logprobs, behaviour, advantages, mask)
         loss.backward()
         losses[name], grads[name] = float(loss), logprobs.grad
+    assert stats["dis"]["dis_masked_frac"] == 0.25 and stats["ppo"]["clip_frac"] == 0.0  # 1 of 4 tokens; none
     # DIS: -(1/4) [1 x 1 x (-1) + 1 x 1 x (-2) + 0 + 1 x (-1) x (-1)] = 0.5; that token weighs 0
     assert losses["dis"] == pytest.approx(0.5)
     assert torch.allclose(grads["dis"], torch.tensor([[-0.25, -0.25], [0.0, 0.25]]))
