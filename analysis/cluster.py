@@ -5,9 +5,13 @@ realignment in simulated seconds beside episodes, with intervals over seeds.
 - **Requeue bias**: the share of long responses (at least the run's 75th percentile of judged response tokens)
   among the episodes trained on, against among those generated and judged. Drop-and-requeue
   throws away the long, slow rollouts that went stale, so the first can fall below the second.
-- **Realignment in seconds**: `episodes_to_bar` (analysis/realign.py) measured on the simulated
-  clock: the seconds from the judging of the switch's first episode to that of the episode that
-  reached the bar (a censored switch counts to the end of its follow-up, as in episodes).
+- **Realignment in seconds**: `episodes_to_bar` (analysis/realign.py, on the report's bar: the
+  reference table's) measured on the simulated clock: the seconds from the judging of the switch's
+  first episode to that of the episode that reached the bar (a censored switch counts to the end of
+  its follow-up, as in episodes). With a schedule in simulated seconds each arm x seed switches at
+  its own episode (the manifest's per-arm `switch_points`), and its realignment is measured from it.
+- **Paired comparisons**: episodes and seconds to the bar, arm against arm seed by seed, per switch
+  and pooled, with `analysis.paired`'s intervals (the report's for episodes).
 
     python -m analysis.cluster RUN_DIR [RUN_DIR ...]
 """
@@ -21,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import realign
+from analysis import paired, realign
 from analysis.bootstrap import bootstrap_mean
 from analysis.markdown import md_table
 from analysis.run_data import RunData, load_run
@@ -44,29 +48,71 @@ def is_simulated(run: RunData) -> bool:
     return not run.episodes.empty and all(c in run.episodes for c in SIM_COLUMNS)
 
 
+def judged_times(ok: pd.DataFrame) -> pd.Series:
+    """Each judged episode's simulated judging time by its clock t (`sim_judged_s`: a GRPO group is
+    judged at its last member's completion; older runs have only `sim_done_s`, each member's own)."""
+    return ok.set_index("t")["sim_judged_s" if "sim_judged_s" in ok else "sim_done_s"].sort_index()
+
+
 def seconds_between(ok: pd.DataFrame, start: int, episodes: float) -> float:
     """Simulated seconds from the judging of episode `start` to that of `start + episodes - 1`."""
     if not np.isfinite(episodes):
         return float("nan")
-    done = ok.set_index("t")["sim_done_s"].sort_index()
+    done = judged_times(ok)
     if start not in done.index:
         return float("nan")
     end = done.index[done.index <= start + int(episodes) - 1].max()
     return float(done.loc[end] - done.loc[start])
 
 
-def per_seed(run: RunData) -> pd.DataFrame:
-    """One row per arm x seed of the figures in `FIGURES`."""
+def switch_table(run: RunData) -> pd.DataFrame:
+    """`realign.switch_metrics` per arm, seed and switch (each pair at its own switch episodes),
+    with `seconds_to_bar` and `switch_s`, the simulated time the switch's first episode was judged."""
+    ep = run.episodes
+    ok = ep[ep["judge_error"].isna()]
+    table = realign.switch_metrics(ep, run.switches, run.budget, run.evals, run.updates, reference=run.reference)
+    seconds, at = [], []
+    for r in table.itertuples():
+        mine = ok[(ok["arm"] == r.arm) & (ok["seed"] == r.seed)]
+        seconds.append(seconds_between(mine, int(r.t), r.episodes_to_bar))
+        done = judged_times(mine)
+        at.append(float(done.loc[int(r.t)]) if int(r.t) in done.index else float("nan"))
+    return table.assign(seconds_to_bar=seconds, switch_s=at)
+
+
+def paired_switches(switches: pd.DataFrame, arms: list[str] | None = None) -> pd.DataFrame:
+    """Episodes and seconds to the bar, every pair of arms, per switch and pooled (analysis.paired)."""
+    return paired.paired_table(switches, ["episodes_to_bar", "seconds_to_bar"], "switch", arms=arms)
+
+
+def paired_markdown(table: pd.DataFrame) -> str:
+    """X - Y per metric and switch: the paired t interval that decides, the seeds and the verdict."""
+    body = [
+        [
+            f"{r.arm_x} - {r.arm_y}",
+            r.metric,
+            str(r.task),
+            f"{r.diff:.4g} [{r.diff_lo:.4g}, {r.diff_hi:.4g}]",
+            f"{r.pairing} {int(r.n)}",
+            r.verdict,
+        ]
+        for r in table.itertuples()
+    ]
+    return md_table(["X - Y", "metric", "switch", "diff [95%]", "seeds", "verdict"], body)
+
+
+def per_seed(run: RunData, switches: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per arm x seed of the figures in `FIGURES` (`switches`: `switch_table(run)`)."""
     ep = run.episodes
     ok = ep[ep["judge_error"].isna()]
     long_cut = ok["response_tokens"].quantile(0.75)
-    switches = realign.switch_metrics(ep, run.switch_points, run.budget, run.evals, run.updates)
+    switches = switch_table(run) if switches is None else switches
     rows = []
     for (arm, seed), mine in ok.groupby(["arm", "seed"]):
         trained = mine[mine["trained"].astype(bool)]
         up = run.updates[(run.updates["arm"] == arm) & (run.updates["seed"] == seed)]
         sw = switches[(switches["arm"] == arm) & (switches["seed"] == seed)]
-        seconds = [seconds_between(mine, int(r.t), r.episodes_to_bar) for r in sw.itertuples()]
+        seconds = sw["seconds_to_bar"].to_numpy(float)
         rows.append(
             {
                 "arm": arm,
@@ -127,10 +173,12 @@ def report_section(runs: list[RunData], out: Path) -> str:
     tables, sections = [], []
     for run in filter(is_simulated, runs):
         name = run.name or run.path.name
-        table = summary(per_seed(run))
+        switches = switch_table(run)
+        table = summary(per_seed(run, switches))
         tables.append(table.assign(run=name))
         title = f" ({name})" if len(runs) > 1 else ""
-        sections.append(f"## Simulated cluster{title}\n\n{markdown(table)}\n")
+        pairs = paired_switches(switches, run.arm_order())
+        sections.append(f"## Simulated cluster{title}\n\n{markdown(table)}\n\n{paired_markdown(pairs)}\n")
     if not tables:
         return ""
     pd.concat(tables).to_csv(out / "cluster.csv", index=False)
@@ -142,6 +190,23 @@ def report_section(runs: list[RunData], out: Path) -> str:
     return "\n" + "\n".join(sections) + "\n" + note
 
 
+def switch_points_markdown(switches: pd.DataFrame) -> str:
+    """Where each arm x seed met each switch, and its time to the bar in episodes and seconds."""
+    body = [
+        [
+            str(r.arm),
+            str(r.seed),
+            str(r.switch),
+            str(r.t),
+            f"{r.switch_s:.1f}",
+            f"{r.episodes_to_bar:.0f}{' (censored)' if r.censored else ''}",
+            f"{r.seconds_to_bar:.1f}",
+        ]
+        for r in switches.itertuples()
+    ]
+    return md_table(["arm", "seed", "switch", "episode", "judged at s", "episodes to bar", "seconds to bar"], body)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.cluster", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run directories with simulated arms")
@@ -151,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
         if not is_simulated(run):
             print(f"{path}: no simulated arms (runtime.kind: simulated)", file=sys.stderr)
             return 2
-        print(f"## {path.name}\n\n{markdown(summary(per_seed(run)))}\n")
+        switches = switch_table(run)
+        print(f"## {path.name}\n\n{markdown(summary(per_seed(run, switches)))}\n")
+        print(f"Switches (episode, simulated s) per arm x seed:\n\n{switch_points_markdown(switches)}\n")
+        print(f"Paired, seed by seed:\n\n{paired_markdown(paired_switches(switches, run.arm_order()))}\n")
     return 0
 
 

@@ -103,6 +103,7 @@ SWITCH_METRICS: dict[str, str] = {
 LOWER_IS_BETTER = frozenset(
     {
         "episodes_to_bar",
+        "seconds_to_bar",
         "judge_calls_to_bar",
         "episodes_to_own_plateau",
         "judge_calls_to_own_plateau",

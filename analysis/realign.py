@@ -72,7 +72,7 @@ interval (NaN bounds). Paired comparisons between arms are `analysis.paired`'s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -90,7 +90,15 @@ from analysis.curves import (  # noqa: F401
     target_share_curve,
     warmup_judge_calls,
 )
-from analysis.recovery import MIN_PLATEAU, bar_summary, common_bars, plateau, time_to_level
+from analysis.recovery import (
+    MIN_PLATEAU,
+    Switches,
+    bar_summary,
+    common_bars,
+    plateau,
+    switches_for,
+    time_to_level,
+)
 from analysis.shares import first_crossing as _first_crossing  # noqa: F401  (kept importable here)
 from analysis.shares import share_metrics
 
@@ -160,12 +168,19 @@ def phase_bounds(switch_points: Sequence[int], budget: int) -> list[int]:
     return [0, *[int(s) for s in switch_points], int(budget)]
 
 
-def auto_window(switch_points: Sequence[int], budget: int, window: int | None = None) -> int:
+def auto_window(switch_points: Switches, budget: int, window: int | None = None) -> int:
     """`window` (default 128), shrunk to a quarter of the shortest phase so that short runs keep
-    several windows per phase; at least 1."""
+    several windows per phase; at least 1. Per-pair switch points: the shortest phase of any pair
+    (one window for every arm, so that they are compared alike)."""
     window = DEFAULT_WINDOW if window is None else int(window)
-    bounds = phase_bounds(switch_points, budget)
-    lengths = [b - a for a, b in zip(bounds, bounds[1:]) if b > a]
+    pairs = list(switch_points.values()) if isinstance(switch_points, Mapping) else [switch_points]
+    lengths = [
+        b - a
+        for points in pairs
+        for bounds in [phase_bounds(points, budget)]
+        for a, b in zip(bounds, bounds[1:])
+        if b > a
+    ]
     if lengths:
         window = min(window, min(lengths) // 4)
     return max(1, window)
@@ -312,7 +327,7 @@ def _rows_of(df: pd.DataFrame | None, arm, seed) -> pd.DataFrame | None:
 
 def switch_metrics(
     episodes: pd.DataFrame,
-    switch_points: Sequence[int],
+    switch_points: Switches,
     budget: int,
     evals: pd.DataFrame | None = None,
     updates: pd.DataFrame | None = None,
@@ -327,12 +342,13 @@ def switch_metrics(
     `episodes` holds every arm of the run: the fallback bar (best plateau) is taken over them.
     `reference` is the run's `reference` table (None or empty: the best-plateau fallback).
     `window=None` uses `auto_window`; `horizon=None` the whole phase. An arm x seed with no
-    judged episodes is left out unless `seeds` names it (then its rows say status "no data")."""
+    judged episodes is left out unless `seeds` names it (then its rows say status "no data").
+    `switch_points` per (arm, seed) (a schedule in simulated seconds): each pair's switches, its
+    phases and its targets are its own; the window and the bar of a seed are common."""
     window = auto_window(switch_points, budget, window)
     horizon = int(budget) if horizon is None else int(horizon)
-    bounds = phase_bounds(switch_points, budget)
     evals = evals if evals is not None else pd.DataFrame()
-    targets = phase_targets(episodes, evals, switch_points, budget)
+    targets = [] if isinstance(switch_points, Mapping) else phase_targets(episodes, evals, switch_points, budget)
     ok = judged(episodes)
     bars = common_bars(ok, switch_points, window, fraction, reference)
     rows = []
@@ -341,7 +357,11 @@ def switch_metrics(
         all_rows = episodes[(episodes["arm"] == arm) & (episodes["seed"] == seed)]
         up, ev = _rows_of(updates, arm, seed), _rows_of(evals, arm, seed)
         ev = ev if ev is not None else pd.DataFrame()
-        for i, switch in enumerate(switch_points):
+        points = switches_for(switch_points, arm, seed)
+        bounds = phase_bounds(points, budget)
+        if isinstance(switch_points, Mapping):
+            targets = phase_targets(all_rows, ev, points, budget)
+        for i, switch in enumerate(points):
             metrics = _one_switch(
                 mine,
                 all_rows,

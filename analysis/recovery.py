@@ -29,7 +29,8 @@ Kaplan-Meier estimate.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -37,6 +38,24 @@ import pandas as pd
 MIN_PLATEAU = 0.1  # below this a "recovery" to a fraction of it is trivial
 REFERENCE, BEST_PLATEAU, NO_BAR = "reference", "best plateau", "none"
 REFERENCE_COLUMNS = ["seed", "phase", "reference_reward"]
+
+# The switch points of a run: one list for every arm and seed (a schedule in episodes), or one per
+# (arm, seed) (a schedule in simulated seconds: each arm x seed meets a switch at its own episode).
+Switches: TypeAlias = Sequence[int] | Mapping[tuple[Any, int], Sequence[int]]
+
+
+def switches_for(switch_points: Switches, arm: Any, seed: int) -> list[int]:
+    """The switch points of one arm x seed (none where a per-pair mapping lacks it)."""
+    if isinstance(switch_points, Mapping):
+        return [int(s) for s in switch_points.get((arm, int(seed)), [])]
+    return [int(s) for s in switch_points]
+
+
+def switch_count(switch_points: Switches) -> int:
+    """How many switches the run has (the most any arm x seed met)."""
+    if isinstance(switch_points, Mapping):
+        return max((len(s) for s in switch_points.values()), default=0)
+    return len(switch_points)
 
 
 def reference_rewards(reference: pd.DataFrame | None) -> pd.DataFrame:
@@ -66,18 +85,19 @@ def _bar(ref: float, best: float, fraction: float) -> tuple[float, str]:
 
 
 def common_bars(
-    ok: pd.DataFrame, switch_points: Sequence[int], window: int, fraction: float, reference: pd.DataFrame | None = None
+    ok: pd.DataFrame, switch_points: Switches, window: int, fraction: float, reference: pd.DataFrame | None = None
 ) -> dict[tuple, tuple[float, str]]:
     """{(seed, switch number 1..): (bar, bar_source)} from the judged episodes `ok` of all arms of
     one run (see the module docstring). A seed missing from the reference table falls back to the
-    best plateau on its own; `(nan, "none")` where neither is known."""
+    best plateau on its own; `(nan, "none")` where neither is known. Per-pair switch points: each
+    arm's plateau is taken before its own switch."""
     ref = reference_rewards(reference).drop(columns="run", errors="ignore")
     ref_at = {(int(s), int(p)): float(v) for s, p, v in ref[REFERENCE_COLUMNS].itertuples(index=False)}
     best: dict[tuple, float] = {}
     if not ok.empty:
-        for (_, seed), g in ok.sort_values("t").groupby(["arm", "seed"], sort=True):
+        for (arm, seed), g in ok.sort_values("t").groupby(["arm", "seed"], sort=True):
             t, r = g["t"].to_numpy(), g["reward"].to_numpy(float)
-            for i, switch in enumerate(switch_points):
+            for i, switch in enumerate(switches_for(switch_points, arm, seed)):
                 p = plateau(t, r, int(switch), window)
                 if np.isfinite(p):
                     best[seed, i + 1] = max(best.get((seed, i + 1), -np.inf), p)
@@ -86,7 +106,7 @@ def common_bars(
     return {
         (seed, k): _bar(ref_at.get((int(seed), k), np.nan), best.get((seed, k), np.nan), fraction)
         for seed in seeds
-        for k in range(1, len(switch_points) + 1)
+        for k in range(1, switch_count(switch_points) + 1)
     }
 
 

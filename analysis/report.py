@@ -103,7 +103,7 @@ def _run_tables(
     plateau), their aggregate, and its per-arm tables, labelled for the report."""
     ps = realign.switch_metrics(
         run.episodes,
-        run.switch_points,
+        run.switches,
         run.budget,
         run.evals,
         run.updates,
@@ -151,7 +151,7 @@ def analyse(
     for i, run in enumerate(runs):  # two runs with the same directory name get distinct labels
         if names.count(run.name) > 1:
             run.name = f"{run.name}#{i + 1}"
-    windows = {run.name: realign.auto_window(run.switch_points, run.budget, window) for run in runs}
+    windows = {run.name: realign.auto_window(run.switches, run.budget, window) for run in runs}
     parts = [_run_tables(run, labelled, windows[run.name], fraction, horizon, old_level) for run in runs]
 
     def cat(name: str) -> pd.DataFrame:

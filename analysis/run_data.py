@@ -34,6 +34,18 @@ class RunData:
         return [int(s) for s in self.manifest.get("switch_points") or []]
 
     @property
+    def switches(self) -> list[int] | dict[tuple[str, int], list[int]]:
+        """The switch points `realign.switch_metrics` takes: per (arm, seed) where the arms' totals
+        record their own (a schedule in simulated seconds), else the run's list."""
+        own = {
+            (str(arm), int(seed)): [int(s) for s in totals["switch_points"]]
+            for arm, seeds in (self.manifest.get("arms") or {}).items()
+            for seed, totals in seeds.items()
+            if isinstance(totals, dict) and "switch_points" in totals
+        }
+        return own or self.switch_points
+
+    @property
     def budget(self) -> int:
         budget = self.manifest.get("budget")
         if budget is None:

@@ -102,6 +102,15 @@ def test_public_args_hide_secrets_and_show_env_var_names(monkeypatch):
 # -- the CLI ----------------------------------------------------------------------------------------
 
 
+def test_a_schedule_in_simulated_seconds_is_planned_in_seconds(isolated, capsys):
+    code, raw, err = dry(capsys, str(ROOT / "scenarios" / "cluster_shift.yaml"), "--json")
+    assert code == 0, err
+    schedule = json.loads(raw)["schedule"]
+    # 0.4 and 0.7 of horizon_s = 134 s, rounded to whole seconds: the same for every arm
+    assert schedule["unit"] == "simulated seconds" and schedule["switch_points"] == [54, 94]
+    assert [(p["start"], p["end"]) for p in schedule["phases"]] == [(0, 54), (54, 94), (94, 134)]
+
+
 def test_the_default_scenario_prints_its_plan_and_writes_nothing(isolated, capsys):
     before = snapshot(isolated)
     code, table, err = dry(capsys, DEFAULT, "--out", str(isolated / "runs"))

@@ -287,3 +287,31 @@ def test_advantage_shrinkage_by_hand():
     )
     flat = advantage_shrinkage(before, fitted, mask, torch.tensor([1.0, 1.0]))
     assert flat["advantage_return_corr_pre"] != flat["advantage_return_corr_pre"]  # nan: no spread in the rewards
+
+
+def test_grpo_with_dis_masks_what_leaves_the_band_where_ppo_clip_keeps_it():
+    model = policy()
+    dis = GRPOTrainer(model, {"group_size": 4, "episodes_per_update": 8, "policy_loss": "dis"}, pad_id=TOK.pad_id)
+    ppo = GRPOTrainer(model, {"group_size": 4, "episodes_per_update": 8}, pad_id=TOK.pad_id)
+    assert ppo.cfg.policy_loss == "ppo_clip"  # the default is unchanged
+    # one token (row 2, first) has ratio e^2 = 7.39 to the engine's log-prob: over DIS's 1 + 5, with A = -1
+    behaviour = torch.tensor([[-1.0, -2.0], [-3.0, -1.0]])
+    advantages = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
+    mask = torch.ones(2, 2)
+    losses, grads, stats = {}, {}, {}
+    for name, trainer in (("dis", dis), ("ppo", ppo)):
+        logprobs = torch.tensor([[-1.0, -2.0], [-1.0, -1.0]], requires_grad=True)
+        loss, stats[name] = trainer.policy_loss(logprobs, behaviour, advantages, mask)
+        loss.backward()
+        losses[name], grads[name] = float(loss), logprobs.grad
+    assert stats["dis"]["dis_masked_frac"] == 0.25 and stats["ppo"]["clip_frac"] == 0.0  # 1 of 4 tokens; none
+    # DIS: -(1/4) [1 x 1 x (-1) + 1 x 1 x (-2) + 0 + 1 x (-1) x (-1)] = 0.5; that token weighs 0
+    assert losses["dis"] == pytest.approx(0.5)
+    assert torch.allclose(grads["dis"], torch.tensor([[-0.25, -0.25], [0.0, 0.25]]))
+    # PPO clip does not clip a negative advantage above the band: -(1/4) (1 + 1 - e^2 - 1)
+    e2 = float(torch.tensor(2.0).exp())
+    assert losses["ppo"] == pytest.approx((e2 - 1) / 4)
+    assert grads["ppo"][1, 0] == pytest.approx(e2 / 4)
+    # and a real update reports the masked share
+    metrics = dis.update(rollouts(model, 8, groups=4))
+    assert 0.0 <= metrics["dis_masked_frac"] <= 1.0 and "clip_frac" not in metrics

@@ -1,6 +1,8 @@
 """GRPO (docs/algorithms.md): G rollouts per prompt, group-normalised advantages
 A_i = (R_i - mean_j R_j) / (std_j R_j + eps) (or RLOO: R_i - mean_{j!=i} R_j) broadcast to the
-tokens, and the PPO-clip loss against the policy that generated the batch. An update takes
+tokens, and the PPO-clip loss against the policy that generated the batch (or, with
+`policy_loss: dis`, SAO's DIS loss against the same behaviour log-probs: "GRPO with DIS", the
+setting the SAO paper compares against at 16 prompts x 8). An update takes
 `episodes_per_update` judged episodes, whole groups of `group_size` (so the prompts per update are
 their quotient): the one size field every trainer has, so a sweep sets every arm's batch alike.
 
@@ -22,7 +24,7 @@ from testbed.types import Trajectory
 from trainers.advantages import broadcast_to_tokens, group_advantages
 from trainers.batching import collate
 from trainers.diagnostics import expert_load, grad_norms_by_family
-from trainers.losses import ppo_clip_loss, token_mean
+from trainers.losses import dis_policy_loss, ppo_clip_loss, token_mean
 from trainers.numerics import guarded_step
 from trainers.reference import reference_for
 from trainers.renamed import refuse_renamed
@@ -55,8 +57,14 @@ class GRPOConfig(BaseModel):
     )
     lr: float = Field(2e-4, gt=0)
     advantage: Literal["grpo", "rloo"] = "grpo"
+    policy_loss: Literal["ppo_clip", "dis"] = Field(
+        "ppo_clip",
+        description="'dis': SAO's DIS (tokens whose ratio to the engine's log-probs leaves the band get weight 0)",
+    )
     clip_low: float = Field(0.2, gt=0, lt=1)
     clip_high: float = Field(0.28, gt=0)
+    eps_low: float = Field(0.3, gt=0, lt=1, description="DIS band's lower side (policy_loss: dis)")
+    eps_high: float = Field(5.0, gt=0, description="DIS band's upper side (policy_loss: dis)")
     epochs: int = Field(1, ge=1, description="PPO epochs over each batch")
     max_grad_norm: float = Field(1.0, gt=0)
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
@@ -127,9 +135,7 @@ class GRPOTrainer:
             logprobs, entropy, router = token_logprobs_and_routing(
                 self.policy, data.tokens, data.attention_mask, self.temperature, where=data.action_mask
             )
-            loss, stats = ppo_clip_loss(
-                logprobs, data.behaviour_logprobs, advantages, data.action_mask, self.cfg.clip_low, self.cfg.clip_high
-            )
+            loss, stats = self.policy_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask)
             if self.reference is not None:
                 penalty, stats["kl_ref"] = self.reference.penalty(logprobs, ref_logprobs, data)
                 loss = loss + penalty
@@ -172,6 +178,14 @@ class GRPOTrainer:
             ),
             "response_tokens_mean": float(data.action_lengths.float().mean()),
         }
+
+    def policy_loss(
+        self, logprobs: torch.Tensor, behaviour: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """PPO clip (the default) or DIS, both against the log-probs the engine recorded."""
+        if self.cfg.policy_loss == "dis":
+            return dis_policy_loss(logprobs, behaviour, advantages, mask, self.cfg.eps_low, self.cfg.eps_high)
+        return ppo_clip_loss(logprobs, behaviour, advantages, mask, self.cfg.clip_low, self.cfg.clip_high)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -373,8 +373,12 @@ def judges_plan(scenario: Scenario) -> dict[str, Any]:
 
 
 def schedule_plan(scenario: Scenario, schedule: Any) -> dict[str, Any]:
-    """The target over the budget, in episodes: each stretch with the same style and candidates."""
-    budget = scenario.budget.episodes
+    """The target over the budget, in episodes: each stretch with the same style and candidates
+    (a schedule in simulated seconds: over its horizon, in seconds; each arm x seed meets its
+    switches at its own episode)."""
+    budget, unit = scenario.budget.episodes, "episodes"
+    if scenario.schedule.clock == "sim_seconds":
+        schedule, budget, unit = schedule.inner, scenario.schedule.horizon_s, "simulated seconds"
     phases: list[dict[str, Any]] = []
     for t in range(budget):
         target = schedule.target(t)
@@ -384,6 +388,7 @@ def schedule_plan(scenario: Scenario, schedule: Any) -> dict[str, Any]:
             phases.append({"start": t, "end": t + 1, "style": target.style, "candidates": list(target.candidates)})
     return {
         "type": scenario.schedule.type,
+        "unit": unit,
         "switch_points": list(schedule.switch_points()),
         "phases": phases[:MAX_PHASES],
         "phases_left_out": max(0, len(phases) - MAX_PHASES),

@@ -114,9 +114,10 @@ def judges_table(plan: dict[str, Any]) -> Table:
 
 def schedule_table(plan: dict[str, Any]) -> Table:
     s = plan["schedule"]
+    unit = s.get("unit", "episodes")
     table = _table(
-        f"Schedule ({s['type']}; switches at episodes {', '.join(map(_n, s['switch_points'])) or 'none'})",
-        "episodes",
+        f"Schedule ({s['type']}; switches at {unit} {', '.join(map(_n, s['switch_points'])) or 'none'})",
+        unit,
         "target",
         "candidates",
     )

@@ -383,6 +383,8 @@ def run_scenario(
     from testbed.tracking.session import start_tracking, switches_of
 
     manifest["switch_points"] = list(schedule.switch_points())
+    if callable(getattr(schedule, "switch_seconds", None)):  # on the simulated clock: per arm x seed in its totals
+        manifest["switch_seconds"] = schedule.switch_seconds()
     manifest["budget"] = scenario.budget.episodes
     store.write_manifest(manifest)
     console.print(f"run directory: {store.root}")

@@ -295,12 +295,12 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
 
     def retarget(self, start: EpisodeStart, t: int) -> EpisodeStart:
         """The same prompt text, judged at clock ``t``: its target is the one in force at ``t``
-        (which differs from the generation-time target when a switch fell in between)."""
-        if t == start.t:
+        (which differs from the generation-time target when a switch fell in between; on the
+        simulated clock, also at the same `t`, when a switch in seconds fell in between)."""
+        target = self._shown(start.prompt_id, self._target(t))
+        if t == start.t and target == start.target:
             return start
-        return EpisodeStart(
-            start.prompt_text, start.prompt_id, start.topic, t, self._shown(start.prompt_id, self._target(t))
-        )
+        return EpisodeStart(start.prompt_text, start.prompt_id, start.topic, t, target)
 
     async def astep_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
         """Judge ``responses[i]`` for ``starts[i]`` in ONE judge call; advance the clock by the

@@ -12,10 +12,11 @@ whether or how often the reference was evaluated.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from testbed.envs.style_shift import StyleShiftEnv
-from testbed.protocols import Engine
+from testbed.protocols import Engine, Env
 from testbed.runtimes.collect import heldout_rows
 from testbed.world import PromptSpec
 
@@ -29,7 +30,7 @@ def phase_clocks(switch_points: list[int], budget: int) -> list[tuple[int, int]]
 
 
 def reference_rows(
-    env: StyleShiftEnv,
+    env: Env,
     engine: Engine,
     specs: list[PromptSpec],
     switch_points: list[int],
@@ -64,4 +65,18 @@ def reference_rows(
                     "target_share": summary["share"],
                 }
             )
+    return rows
+
+
+def timed_reference_rows(
+    env: Env, engine: Engine, specs: list[PromptSpec], schedule: Any, samples: int, seed: int
+) -> list[dict]:
+    """`reference_rows` for a schedule in simulated seconds (`SimTimeSchedule`): one row per phase,
+    every target pinned to the one in force at the phase's first second. Its episodes are not
+    known before the run, so `start` and `end` are NaN and `start_s` gives the phase's start."""
+    rows = []
+    for phase, second in enumerate(schedule.phase_starts_s()):
+        with schedule.pinned(second):
+            row = reference_rows(env, engine, specs, [], 1, samples, seed + phase)[0]
+        rows.append({**row, "phase": phase, "start": float("nan"), "end": float("nan"), "start_s": second})
     return rows

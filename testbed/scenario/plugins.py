@@ -11,7 +11,7 @@ Settings of the section itself (gold_judge.share, engine.mismatch) stay beside `
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -73,10 +73,30 @@ class GoldJudgeConfig(JudgeConfig):
 
 class ScheduleSpec(PluginSpec):
     """The drift schedule (its args are checked given the budget: positions are fractions of it,
-    or episodes with `unit: episodes`)."""
+    or episodes with `unit: episodes`). On the simulated clock (`clock: sim_seconds`) the budget
+    is `horizon_s` simulated seconds: positions are fractions of it, or seconds with `unit: seconds`."""
 
     kind: ClassVar[str] = "schedule"
     type: str = "piecewise"
+    clock: Literal["episodes", "sim_seconds"] = Field(
+        "episodes",
+        description="what the schedule's positions count: judged episodes, or simulated seconds "
+        "(runtime.kind: simulated only; each arm x seed then switches at its own episode)",
+    )
+    horizon_s: int | None = Field(
+        None, gt=0, description="with clock: sim_seconds, the simulated seconds that fractions are fractions of"
+    )
+
+    @model_validator(mode="after")
+    def _horizon(self) -> ScheduleSpec:
+        if self.clock == "sim_seconds" and self.horizon_s is None:
+            raise ValueError("schedule.horizon_s: clock: sim_seconds needs the horizon its positions are fractions of")
+        if self.clock == "episodes" and self.horizon_s is not None:
+            raise ValueError("schedule.horizon_s: only with clock: sim_seconds (episode positions use budget.episodes)")
+        unit = self.args.get("unit")
+        if (unit == "seconds") != (self.clock == "sim_seconds") and unit in ("seconds", "episodes"):
+            raise ValueError(f"schedule.args.unit: {unit} does not go with schedule.clock: {self.clock}")
+        return self
 
 
 class EngineConfig(PluginSpec):
@@ -152,7 +172,7 @@ def old_spellings(data: dict[str, Any]) -> list[str]:
 def _old_section(section: str, value: dict[str, Any]) -> list[str]:
     old = [k for k in OLD_KEYS[section] if k in value]
     # a schedule's own keys used to sit beside `kind`; every other section already had `args`
-    moved = [k for k in value if section == "schedule" and k not in ("type", "args", *old)]
+    moved = [k for k in value if section == "schedule" and k not in ("type", "args", "clock", "horizon_s", *old)]
     if not old and not moved:
         return []
     impl = value.get("type") or next((value[k] for k in old), None) or SECTIONS[section].model_fields["type"].default

@@ -308,12 +308,25 @@ class Scenario(Strict):
                 f"tokens (its turns of sampling.max_new_tokens={self.sampling.max_new_tokens} and its notes), over "
                 f"policy.max_positions={self.policy.max_positions}: raise policy.max_positions"
             )
+        self._clock_fits_runtime()
         names = [a.name for a in self.arms]
         if len(set(names)) != len(names):
             raise ValueError(f"arm names must be unique, got {names}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be unique, got {self.seeds}")
         return self
+
+    def _clock_fits_runtime(self) -> None:
+        """A schedule in simulated seconds needs the simulated clock on every arm."""
+        if self.schedule.clock != "sim_seconds":
+            return
+        for i, arm in enumerate(self.arms):
+            kind = self.runtime_for(arm).kind
+            if kind != "simulated":
+                raise ValueError(
+                    f"schedule.clock: sim_seconds needs runtime.kind: simulated, but arm '{arm.name}' (arms.{i}) "
+                    f"runs on runtime.kind: {kind}, which has no simulated time (use clock: episodes there)"
+                )
 
     def schedule_object(self) -> Any:
         """The drift schedule, built (and checked against the world) when the scenario loaded."""
@@ -428,6 +441,10 @@ def _build_schedule(scenario: Scenario, source: str) -> Any:
     from testbed.envs.schedules import build_schedule, check_schedule, style_fields
 
     spec, budget = scenario.schedule, scenario.budget.episodes
+    timed = spec.clock == "sim_seconds"
+    if timed:  # the wrapped schedule's clock is one simulated second, its budget the horizon
+        assert spec.horizon_s is not None  # ScheduleSpec requires it
+        budget = spec.horizon_s
     config_cls = None
     try:
         schedule_obj = spec.load()
@@ -441,6 +458,10 @@ def _build_schedule(scenario: Scenario, source: str) -> Any:
                     )
         schedule = build_schedule(spec.type, spec.args, budget=budget, archetypes=scenario.world.archetypes)
         check_schedule(schedule, budget, scenario.world.styles)
+        if timed:
+            from testbed.envs.schedules.sim_time import SimTimeSchedule
+
+            schedule = SimTimeSchedule(schedule)
     except ValidationError as exc:
         body = format_validation_error(exc, config_cls or BaseModel, source).splitlines()[1:]
         raise ScenarioError(

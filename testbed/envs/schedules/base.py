@@ -1,5 +1,7 @@
 """What every drift schedule shares: clock and candidate checks, the Phase type, and the
-scenario-side args (positions as fractions of the episode budget, or episodes with `unit: episodes`)."""
+scenario-side args (positions as fractions of the episode budget, or episodes with `unit: episodes`;
+on the simulated clock, `schedule.clock: sim_seconds`, fractions of `schedule.horizon_s` or
+simulated seconds with `unit: seconds`)."""
 
 from __future__ import annotations
 
@@ -21,35 +23,39 @@ class StrictArgs(BaseModel):
 class ScheduleConfig(StrictArgs):
     """Base of every built-in schedule's `args`. Positions are fractions of the episode budget,
     so a scenario keeps its shape when the budget changes; `unit: episodes` gives them in judged
-    episodes instead, checked against the budget (passed as the validation context)."""
+    episodes instead, checked against the budget (passed as the validation context); `unit: seconds`
+    gives them in simulated seconds, checked against `schedule.horizon_s` (the budget of a schedule
+    on the simulated clock)."""
 
-    unit: Literal["fraction", "episodes"] = Field("fraction", description="what the positions count")
+    unit: Literal["fraction", "episodes", "seconds"] = Field("fraction", description="what the positions count")
 
     @model_validator(mode="before")
     @classmethod
     def _episodes_to_fractions(cls, data: Any, info: ValidationInfo) -> Any:
-        if not isinstance(data, dict) or data.get("unit") != "episodes":
+        if not isinstance(data, dict) or data.get("unit") not in ("episodes", "seconds"):
             return data
         budget = (info.context or {}).get("budget")
         if budget is None:
             raise ValueError(
-                "unit: episodes needs the budget to check the positions against (given when a scenario loads)"
+                f"unit: {data['unit']} needs the budget to check the positions against (given when a scenario loads)"
             )
-        return fractions_of(data, budget, "")
+        return fractions_of(data, budget, "", data["unit"])
 
 
-def fractions_of(data: dict[str, Any], budget: int, where: str) -> dict[str, Any]:
-    """`data` with its positions (POSITIONS, also inside `phases`) in episodes turned into
-    fractions of `budget`; a position outside 0..budget is named with its field."""
+def fractions_of(data: dict[str, Any], budget: int, where: str, unit: str = "episodes") -> dict[str, Any]:
+    """`data` with its positions (POSITIONS, also inside `phases`) in clock units (episodes, or
+    simulated seconds) turned into fractions of `budget`; a position outside 0..budget is named
+    with its field."""
     out = dict(data)
+    bound = "budget.episodes" if unit == "episodes" else "schedule.horizon_s"
     for key, value in data.items():
         if key in POSITIONS and isinstance(value, (int, float)) and not isinstance(value, bool):
             if not 0 <= value <= budget:
-                raise ValueError(f"{where}{key}: {value} episodes is outside the budget (0..budget.episodes={budget})")
+                raise ValueError(f"{where}{key}: {value} {unit} is outside the budget (0..{bound}={budget})")
             out[key] = value / budget
         elif key == "phases" and isinstance(value, list):
             out[key] = [
-                fractions_of(p, budget, f"{where}phases.{i}.") if isinstance(p, dict) else p
+                fractions_of(p, budget, f"{where}phases.{i}.", unit) if isinstance(p, dict) else p
                 for i, p in enumerate(value)
             ]
     return out

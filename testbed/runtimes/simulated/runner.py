@@ -5,7 +5,7 @@ The cluster decides when each episode starts, under which published version, whe
 and when the learner trains it; this runner is its workload: it issues prompts, generates each
 episode with the weights of the version it started under (kept by version until no started
 episode needs them), judges at completion, and trains. Every row carries simulated seconds:
-episodes `sim_start_s`, `sim_done_s`, `sim_trained_s`; updates `sim_s` (start) and
+episodes `sim_start_s`, `sim_done_s`, `sim_judged_s`, `sim_trained_s`; updates `sim_s` (start) and
 `sim_published_s`. With `rollout_slots` = one batch, equal latencies and updates that take no
 time, it writes the synchronous loop's rows.
 """
@@ -20,9 +20,11 @@ import torch
 
 from testbed import device
 from testbed.engines.mismatch import mismatch_probe
+from testbed.envs.schedules.sim_time import SimTimeSchedule
 from testbed.models.tokenizer import WordTokenizer
 from testbed.runtimes.arm_runner import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.runtimes.collect import Round
+from testbed.runtimes.reference_policy import timed_reference_rows
 from testbed.runtimes.simulated.cluster import Job, SimulatedCluster
 from testbed.scenario.schema import ArmConfig, Scenario
 from testbed.types import Trajectory
@@ -39,6 +41,10 @@ class SimRunner(ArmRunner):
     def __init__(
         self, scenario: Scenario, arm: ArmConfig, seed: int, *, base_policy: torch.nn.Module, tokenizer: Any, **kw: Any
     ):
+        # a schedule in simulated seconds realises its switches on this arm x seed's own clock
+        self.timed: SimTimeSchedule | None = None
+        if isinstance(kw["schedule"], SimTimeSchedule):
+            kw["schedule"] = self.timed = kw["schedule"].fresh()
         super().__init__(scenario, arm, seed, **kw)
         seed_everything(seed)
         rt = scenario.runtime_for(arm)
@@ -66,6 +72,7 @@ class SimRunner(ArmRunner):
                 "versions": self.versions,
                 "requeued": self.requeued,
                 "staleness": dict(self.staleness),
+                "schedule": self.timed.state_dict() if self.timed else None,
             }
         }
 
@@ -77,11 +84,18 @@ class SimRunner(ArmRunner):
         self.cluster, self.versions, self.requeued = saved["cluster"], saved["versions"], saved["requeued"]
         self.loaded = -1  # the engine's copy holds the starting weights: load the version needed
         self.staleness = Counter(saved["staleness"])
+        if self.timed:
+            self.timed.load_state_dict(saved["schedule"])
 
     # -- the workload the cluster runs ------------------------------------------------------------
 
     def loop(self) -> None:
         self.cluster.run(self)
+
+    def now_is(self, now: float) -> None:
+        """Tell a schedule in simulated seconds the time before anything is issued, judged or evaluated."""
+        if self.timed:
+            self.timed.at(now, self.env.clock)
 
     def use_version(self, version: int) -> None:
         if self.loaded != version:
@@ -91,6 +105,7 @@ class SimRunner(ArmRunner):
     def issue(self, jobs: int, pending: int) -> list[list[Any]]:
         """Starts for up to `jobs` jobs: the prompts of dropped episodes first, then new ones;
         never more episodes than the budget has left once the `pending` ones are judged."""
+        self.now_is(self.cluster.now)
         size, left, clock = self.trainer.group_size, self.budget - self.env.clock - pending, self.env.clock + pending
         groups = jobs * (self.cluster.job_size // size)
         starts: list[Any] = []
@@ -123,13 +138,15 @@ class SimRunner(ArmRunner):
             else:
                 chunks.append([job])
         judged: list[Trajectory] = []
+        self.now_is(now)  # judged at their completion: against the target in force then
         with self.timer.part("judging"):
             for chunk in chunks:
                 round_ = Round([s for j in chunk for s in j.starts], chunk[0].group, size)
                 judged += self.collector.judge(round_, [t for j in chunk for t in j.trajs])
         for job in jobs:
             for traj, done in zip(job.trajs, job.done_s):
-                traj.sim_times = {"sim_start_s": job.start_s, "sim_done_s": done}
+                # judged with its job: a GRPO group when its last member completes (its clock t is then)
+                traj.sim_times = {"sim_start_s": job.start_s, "sim_done_s": done, "sim_judged_s": now}
         self.record_round(judged)
 
     def queued(self) -> int:
@@ -175,6 +192,7 @@ class SimRunner(ArmRunner):
         self.versions = {v: w for v, w in self.versions.items() if v >= keep}
 
     def between_events(self, now: float) -> None:
+        self.now_is(now)
         if self.env.clock < self.budget:  # the last evaluation is run()'s, at the budget
             self.evaluate_if_due()
         self.show_progress()
@@ -196,7 +214,19 @@ class SimRunner(ArmRunner):
             "staleness_histogram": {str(k): v for k, v in sorted(self.staleness.items())},
             **self.cluster.summary(),
         }
+        if self.timed:  # where this arm x seed met each switch in seconds (analysis/cluster.py reads it)
+            totals["switch_seconds"] = self.timed.switch_seconds()
+            totals["switch_points"] = [t for t in self.timed.switch_points() if t < self.env.clock]
         return totals
+
+    def evaluate_reference(self, starting_engine: Any) -> None:
+        """Per phase of a schedule in seconds: the reference with every target pinned to the phase's."""
+        samples = self.scenario.eval.reference_samples
+        if self.timed is None:
+            super().evaluate_reference(starting_engine)
+        elif samples > 0:
+            rows = timed_reference_rows(self.env, starting_engine, self.heldout, self.timed, samples, self.seed)
+            self.store.append("reference", [{"arm": self.arm.name, "seed": self.seed, **r} for r in rows])
 
 
 def run_arm_simulated(
