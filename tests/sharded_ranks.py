@@ -13,6 +13,7 @@ from torch.distributed.tensor import DTensor
 from testbed.models.tiny_hub import build_model
 from testbed.runtimes.learner_strategy import apply
 from testbed.runtimes.ray.shard import shard_weight
+from testbed.runtimes.sharded_checkpoint import load_sharded, save_sharded
 from testbed.runtimes.sharded_state import full_state
 from testbed.scenario.sharding import FSDPConfig
 from tests.test_trainers import TOK, policy
@@ -29,6 +30,10 @@ CONFIGS = {
     "running_mean": {"episodes_per_update": 8, "window": 6},
     "grpo": {"group_size": 2, "episodes_per_update": 8, "epochs": 2, "router_aux_loss_coef": 0.05},
 }
+
+# The sharded-checkpoint cases: two models and two optimisers (SAO, with an RNG in its other
+# state), and the running mean's window on the other model family.
+DCP_CASES = [("built", "sao"), ("qwen2_moe", "running_mean")]
 
 
 class _WordVocab:
@@ -50,10 +55,12 @@ def trainer(model_name: str, kind: str):
     return CLASSES[kind](model(model_name), CONFIGS[kind], pad_id=TOK.pad_id)
 
 
-def run_rank(rank: int, world: int, port: int, cases: list, out: str) -> None:
+def run_rank(rank: int, world: int, port: int, cases: list, out: str, dcp_dir: str) -> None:
     """Each case: (model, trainer kind, [per update: (shards, weights)]). Rank 0 writes, per case,
     the full trainer state, that state loaded into a fresh sharded trainer and gathered again, the
-    last update's metrics, and the local size of one sharded weight."""
+    last update's metrics, and the local size of one sharded weight. Sharded checkpoints (DCP) in
+    `dcp_dir`: the ranks save theirs ("ranks-<case>"), and load one a single process wrote
+    ("single-<case>", its other state in "single-<case>.rest.pt"), gathered as "from_single"."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
@@ -72,9 +79,18 @@ def run_rank(rank: int, world: int, port: int, cases: list, out: str) -> None:
             apply(fresh, "fsdp", FSDPConfig(param_dtype="float32"))
             fresh.load_state_dict(state)
             reloaded = full_state(fresh.state_dict())
+            name, rest, from_single = f"{model_name}-{kind}", None, None
+            if (model_name, kind) in DCP_CASES:
+                rest = save_sharded(t, f"{dcp_dir}/ranks-{name}")
+                from_single = trainer(model_name, kind)
+                apply(from_single, "fsdp", FSDPConfig(param_dtype="float32"))
+                single_rest = torch.load(f"{dcp_dir}/single-{name}.rest.pt", weights_only=False)
+                load_sharded(from_single, f"{dcp_dir}/single-{name}", single_rest)
             results[(model_name, kind)] = {
                 "state": state,
                 "reloaded": reloaded,
+                "rest": rest,
+                "from_single": None if from_single is None else full_state(from_single.state_dict()),
                 "metrics": metrics,
                 "local_numel": weight.to_local().numel(),
                 "full_numel": weight.numel(),
