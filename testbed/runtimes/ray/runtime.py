@@ -28,6 +28,7 @@ import copy
 import dataclasses
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -38,6 +39,7 @@ from testbed.cpu_numerics import configure_torch
 from testbed.device import for_this_process
 from testbed.engines.mismatch import MismatchProbe, trainer_band
 from testbed.models.tokenizer import WordTokenizer
+from testbed.runtimes import checkpoint
 from testbed.runtimes.arm_runner import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.runtimes.collect import Round
 from testbed.runtimes.learn import RunStopped
@@ -103,6 +105,7 @@ class LearnerProxy:
         self.group_size, self.episodes_per_update = shadow.group_size, shadow.episodes_per_update
         self.warmup_samples = getattr(shadow, "warmup_samples", 0)
         self.version = 0
+        self.sharded_to: Path | None = None  # where the next state goes in shards (RayRunner.save_checkpoint)
 
     def __getattr__(self, name: str) -> Any:  # warmup, warmup_key, warmup_state on the shadow
         return getattr(self.shadow, name)
@@ -111,6 +114,8 @@ class LearnerProxy:
         self.shadow.load_warmup_state(state)
 
     def state_dict(self) -> dict:
+        if self.sharded_to is not None:
+            return self.learner.save_sharded(self.sharded_to)
         return self.learner.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
@@ -193,7 +198,9 @@ class RayRunner(ArmRunner):
         self.next_group = self.state.groups  # group ids of issued rounds, judged or not
         if resume is None and self.trainer.warmup_samples > 0:
             self.learner.load_warmup_state(device.to_cpu(self.trainer.shadow.warmup_state()))
-        if resume is not None:  # the actors start from the checkpoint's policy
+        if resume is not None and checkpoint.SHARDED in resume["trainer"]:  # the learners gather its policy
+            self.publish(self.learner.policy(), self.trainer.version)
+        elif resume is not None:  # the actors start from the checkpoint's policy
             if "policy" not in resume["trainer"]:
                 raise RunStopped(
                     "the Ray runtime resumes a trainer whose state_dict() holds its policy weights under 'policy'"
@@ -202,7 +209,13 @@ class RayRunner(ArmRunner):
 
     def save_checkpoint(self, **kw: Any) -> None:
         self.finish_update()  # the learner's state and the recorded updates must agree
-        super().save_checkpoint(**kw)
+        if self.learner.sharded_checkpoints:  # each rank writes its shards beside the checkpoint file
+            where = (self.store.root, self.arm.name, self.seed, self.state.updates)
+            self.trainer.sharded_to = checkpoint.sharded_dir(*where, final=kw.get("final", False))
+        try:
+            super().save_checkpoint(**kw)
+        finally:
+            self.trainer.sharded_to = None
 
     def publish(self, policy_state: dict, version: int) -> None:
         self.weights, self.trainer.version = [ray.put(policy_state)], version
