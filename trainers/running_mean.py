@@ -21,7 +21,8 @@ from trainers.advantages import SlidingWindowBaseline, broadcast_to_tokens
 from trainers.batching import collate
 from trainers.data_parallel import full_batch
 from trainers.losses import dis_policy_loss, reinforce_loss, token_mean
-from trainers.numerics import guarded_step
+from trainers.micro_batch import combine, refuse_router_loss, split
+from trainers.numerics import guarded_steps
 from trainers.reference import reference_for
 from trainers.renamed import refuse_renamed, renamed_to
 from trainers.router_balance import with_router_aux
@@ -53,6 +54,7 @@ class RunningMeanConfig(BaseModel):
 class RunningMeanTrainer:
     Config = RunningMeanConfig
     group_size = 1
+    micro_batch_tokens: int | None = None  # runtime.micro_batch_tokens (trainers/micro_batch.py)
 
     def __init__(
         self,
@@ -91,30 +93,42 @@ class RunningMeanTrainer:
         )
 
         self.policy.train()
-        logprobs, entropy, router = token_logprobs_and_routing(
-            self.policy,
-            data.tokens,
-            data.attention_mask,
-            self.temperature,
-            routing=self.cfg.router_aux_loss_coef > 0,
-            where=data.action_mask,
-        )
-        if self.cfg.loss == "dis":
-            loss, stats = dis_policy_loss(
-                logprobs, data.behaviour_logprobs, advantages, data.action_mask, self.cfg.eps_low, self.cfg.eps_high
-            )
-        else:
-            loss, stats = reinforce_loss(logprobs, advantages, data.action_mask), {}
-        if self.reference is not None:
-            penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(data), data)
-            loss = loss + penalty
-        loss = with_router_aux(
-            loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask, self.policy.config
-        )
+        refuse_router_loss(self.micro_batch_tokens, self.cfg.router_aux_loss_coef)
+        pieces = split(data, self.micro_batch_tokens, data.action_mask)
+        parts: list = []  # per micro-batch: (weight, metrics)
 
-        grad_norm, nonfinite = guarded_step(
-            loss, self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm, "policy"
+        def losses():  # one micro-batch's forward at a time (the whole batch without micro_batch_tokens)
+            for piece in pieces:
+                mb = piece.batch
+                logprobs, entropy, router = token_logprobs_and_routing(
+                    self.policy,
+                    mb.tokens,
+                    mb.attention_mask,
+                    self.temperature,
+                    routing=self.cfg.router_aux_loss_coef > 0,
+                    where=mb.action_mask,
+                )
+                adv = piece.cut(advantages)
+                if self.cfg.loss == "dis":
+                    loss, stats = dis_policy_loss(
+                        logprobs, mb.behaviour_logprobs, adv, mb.action_mask, self.cfg.eps_low, self.cfg.eps_high
+                    )
+                else:
+                    loss, stats = reinforce_loss(logprobs, adv, mb.action_mask), {}
+                if self.reference is not None:
+                    penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(mb), mb)
+                    loss = loss + penalty
+                loss = with_router_aux(
+                    loss, stats, self.cfg.router_aux_loss_coef, router, mb.attention_mask, self.policy.config
+                )
+                entropy_mean = token_mean(entropy.detach(), mb.action_mask)
+                parts.append((piece.weight, {"policy_loss": loss.detach(), "entropy": entropy_mean, **stats}))
+                yield loss, piece.weight
+
+        grad_norm, nonfinite = guarded_steps(
+            losses(), self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm, "policy"
         )
+        stats = combine(parts)
         if nonfinite is None:
             self.version += 1
         else:
@@ -125,9 +139,9 @@ class RunningMeanTrainer:
         return {
             "nonfinite": nonfinite,
             "skipped_steps": int(nonfinite is not None),
-            "policy_loss": float(loss.detach()),
+            "policy_loss": float(stats.pop("policy_loss")),
             "grad_norm": float(grad_norm),
-            "entropy": float(token_mean(entropy.detach(), data.action_mask)),
+            "entropy": float(stats.pop("entropy")),
             "reward_mean": float(data.episode_rewards.mean()),
             "baseline": float(data.episode_rewards.mean().cpu() - torch.tensor(per_episode).mean()),
             "advantage_abs_mean": float(torch.tensor(per_episode).abs().mean()),

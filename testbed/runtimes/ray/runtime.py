@@ -39,7 +39,7 @@ from testbed.cpu_numerics import configure_torch
 from testbed.device import for_this_process
 from testbed.engines.mismatch import MismatchProbe, trainer_band
 from testbed.models.tokenizer import WordTokenizer
-from testbed.runtimes import checkpoint
+from testbed.runtimes import checkpoint, learner_strategy
 from testbed.runtimes.arm_runner import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.runtimes.collect import Round
 from testbed.runtimes.learn import RunStopped
@@ -76,6 +76,7 @@ class TrainerFactory:
     threads: int
     mismatch: bool = False  # engine.mismatch: the learner measures it (testbed/engines/mismatch.py)
     device: str = "cpu"  # runtime.device: where the learner places the policy (and so its reference and critic)
+    micro_batch_tokens: int | None = None  # runtime.micro_batch_tokens
 
     def probe(self, trainer: Any) -> Any:
         """The learner's mismatch probe on the trainer's policy, or None when it is off."""
@@ -86,7 +87,7 @@ class TrainerFactory:
     def __call__(self) -> Any:
         configure_torch(self.threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         policy = build_policy(self.policy_config, self.policy_state, for_this_process(self.device))
-        return registry.build(
+        trainer = registry.build(
             self.arm.trainer_class(),
             self.arm.args,
             policy,
@@ -94,6 +95,7 @@ class TrainerFactory:
             temperature=self.temperature,
             seed=self.seed,
         )
+        return learner_strategy.micro_batching(trainer, self.micro_batch_tokens)
 
 
 class LearnerProxy:
@@ -152,6 +154,7 @@ class RayRunner(ArmRunner):
             threads,
             scenario.engine.measure_mismatch,
             rt.device,
+            rt.micro_batch_tokens,
         )
         self.name = f"testbed-{self.store.root.name}-{arm.name}-seed{seed}"  # named, so a fault test can find them
         gpus = device.gpus(rt, "actor")
