@@ -57,12 +57,21 @@ def newest(run_dir: Path, pattern: str) -> float:
     return max((p.stat().st_mtime for p in run_dir.glob(pattern)), default=0.0)
 
 
+def mid_run_checkpoint(run_dir: Path) -> float:
+    """The newest checkpoint written after two updates or more (mtime), 0 if none yet."""
+    files = [p for p in run_dir.glob("checkpoints/*/u*.pt") if int(p.stem[1:]) >= 2]
+    return max((p.stat().st_mtime for p in files), default=0.0)
+
+
 def kill_mid_run(run_dir: Path, argv: list[str]) -> float:
-    """Start the run, SIGKILL it once rows exist after the newest checkpoint; seconds it ran."""
+    """Start the run, SIGKILL it once rows exist after a checkpoint inside the arm (two updates
+    in or more); seconds it ran."""
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "testbed.run", *argv], cwd=ROOT, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed.run", *argv], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     while proc.poll() is None:
-        checkpoints = newest(run_dir, "checkpoints/*/u*.pt")
+        checkpoints = mid_run_checkpoint(run_dir)
         if checkpoints and newest(run_dir, "episodes.parquet/part-*.parquet") > checkpoints:
             proc.send_signal(signal.SIGKILL)
             break

@@ -34,6 +34,9 @@ CONFIGS = {
 # The sharded-checkpoint cases: two models and two optimisers (SAO, with an RNG in its other
 # state), and the running mean's window on the other model family.
 DCP_CASES = [("built", "sao"), ("qwen2_moe", "running_mean")]
+# Micro-batching under FSDP2 (ranks with different micro-batch counts must agree on one): SAO,
+# whose critic steps, value passes and policy step are all micro-batched; rank 0 runs a stand-in.
+MICRO_CASE, MICRO_TOKENS = ("built", "sao"), 44  # rows of 17-25 tokens: 3 and 4 micro-batches
 
 
 class _WordVocab:
@@ -86,7 +89,17 @@ def run_rank(rank: int, world: int, port: int, cases: list, out: str, dcp_dir: s
                 apply(from_single, "fsdp", FSDPConfig(param_dtype="float32"))
                 single_rest = torch.load(f"{dcp_dir}/single-{name}.rest.pt", weights_only=False)
                 load_sharded(from_single, f"{dcp_dir}/single-{name}", single_rest)
+            micro = None
+            if (model_name, kind) == MICRO_CASE:
+                micro = trainer(model_name, kind)
+                micro.micro_batch_tokens = MICRO_TOKENS
+                apply(micro, "fsdp", FSDPConfig(param_dtype="float32"))
+                for shards, weights in updates:
+                    with shard_weight(weights[rank]):
+                        micro.update(shards[rank])
+                micro = full_state(micro.state_dict())
             results[(model_name, kind)] = {
+                "micro": micro,
                 "state": state,
                 "reloaded": reloaded,
                 "rest": rest,
