@@ -14,7 +14,7 @@ from testbed.models.tiny_hub import build_model
 from testbed.runtimes.learner_strategy import apply
 from testbed.runtimes.ray.shard import shard_weight
 from testbed.runtimes.sharded_checkpoint import load_sharded, save_sharded
-from testbed.runtimes.sharded_state import full_state
+from testbed.runtimes.sharded_state import full_state, policy_buckets, published_policy
 from testbed.scenario.sharding import FSDPConfig
 from tests.test_trainers import TOK, policy
 from trainers.grpo import GRPOTrainer
@@ -89,6 +89,15 @@ def run_rank(rank: int, world: int, port: int, cases: list, out: str, dcp_dir: s
                 apply(from_single, "fsdp", FSDPConfig(param_dtype="float32"))
                 single_rest = torch.load(f"{dcp_dir}/single-{name}.rest.pt", weights_only=False)
                 load_sharded(from_single, f"{dcp_dir}/single-{name}", single_rest)
+            published = None
+            if (model_name, kind) == MICRO_CASE:  # the published policy, gathered whole and in buckets
+                whole = published_policy(t.policy, rank)
+                bucket = sum(v.numel() * v.element_size() for v in t.policy.state_dict().values()) // 5
+                published = (
+                    whole,
+                    published_policy(t.policy, rank, bucket),
+                    len(list(policy_buckets(t.policy, bucket))),
+                )
             micro = None
             if (model_name, kind) == MICRO_CASE:
                 micro = trainer(model_name, kind)
@@ -100,6 +109,7 @@ def run_rank(rank: int, world: int, port: int, cases: list, out: str, dcp_dir: s
                 micro = full_state(micro.state_dict())
             results[(model_name, kind)] = {
                 "micro": micro,
+                "published": published,
                 "state": state,
                 "reloaded": reloaded,
                 "rest": rest,

@@ -13,6 +13,7 @@ import torch.multiprocessing as mp
 
 from testbed.runtimes.ray.learner import flat_state, shard_weights, split_batch
 from testbed.runtimes.sharded_checkpoint import load_sharded, save_sharded
+from testbed.runtimes.sharded_state import bucket_keys
 from tests.sharded_ranks import CONFIGS, DCP_CASES, MICRO_CASE, run_rank, trainer
 from tests.test_data_parallel import assert_close, assert_same, batches
 
@@ -95,3 +96,20 @@ def test_micro_batches_on_two_sharded_ranks_equal_whole_shards(two_ranks):
     _, results, _ = two_ranks
     got = results[MICRO_CASE]
     assert_close(flat_state(got["micro"]), flat_state(got["state"]))
+
+
+def test_bucket_keys_by_hand():
+    sizes = {"a": 4, "b": 4, "c": 10, "d": 1, "e": 7}
+    assert bucket_keys(sizes, 8) == [["a", "b"], ["c"], ["d", "e"]]  # c, larger than a bucket, alone
+    assert bucket_keys(sizes, 100) == [["a", "b", "c", "d", "e"]]
+    assert bucket_keys({}, 8) == []
+
+
+def test_the_policy_gathered_in_buckets_equals_the_whole_gather(two_ranks):
+    """The published policy of two FSDP2 ranks, gathered with torch.distributed.checkpoint.state_dict
+    (full_state_dict, cpu_offload) in 3+ buckets (of a fifth of its bytes), is the one-call gather, tensor for tensor."""
+    _, results, _ = two_ranks
+    whole, bucketed, buckets = results[MICRO_CASE]["published"]
+    assert buckets >= 3 and list(bucketed) == list(whole)
+    assert_same(bucketed, whole)
+    assert all(v.device.type == "cpu" and not hasattr(v, "device_mesh") for v in bucketed.values())
