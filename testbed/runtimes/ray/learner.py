@@ -165,6 +165,7 @@ class LearnerWorker:
         self.rank, self.world = rank, world
         self.make_trainer = make_trainer
         self.strategy, self.fsdp = strategy, fsdp
+        self.bucket_bytes = fsdp.bucket_bytes() if fsdp is not None else None  # of the published policy
         self.trainer: Any = None
 
     def rendezvous_address(self) -> str:
@@ -197,7 +198,7 @@ class LearnerWorker:
                 metrics = self.trainer.update(shard)
         model = getattr(self.trainer, "policy", None)
         if isinstance(model, torch.nn.Module):
-            policy = published_policy(model, self.rank, self._bucket_bytes())  # a collective where sharded
+            policy = published_policy(model, self.rank, self.bucket_bytes)  # a collective where sharded
         else:  # a plug-in trainer: its state_dict's policy (the trainer protocol)
             policy = (
                 {k: v.detach().cpu() for k, v in self.trainer.state_dict()["policy"].items()}
@@ -221,10 +222,7 @@ class LearnerWorker:
         sharded_checkpoint.load_sharded(self.trainer, directory, rest)
 
     def policy(self) -> dict[str, torch.Tensor] | None:
-        return published_policy(self.trainer.policy, self.rank, self._bucket_bytes())
-
-    def _bucket_bytes(self) -> int | None:
-        return self.fsdp.bucket_bytes() if self.fsdp is not None else None
+        return published_policy(self.trainer.policy, self.rank, self.bucket_bytes)
 
     def flat_state(self) -> dict[str, Any]:
         return flat_state(full_state(self.trainer.state_dict()))
