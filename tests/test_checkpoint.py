@@ -49,28 +49,15 @@ def test_rng_states_round_trip():
     assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == first
 
 
-class LinearTrainer:
-    """The least a trainer holds: a model and its optimiser, under their names in its state."""
-
-    def __init__(self):
-        self.policy = torch.nn.Linear(3, 2)
-        self.optimizer = torch.optim.AdamW(self.policy.parameters())
-        self.version = 1
-
-    def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version}
-
-
 def sharded_state(run_dir, updates: int, *, final: bool = False, lose_metadata: bool = False) -> dict:
-    """A checkpoint whose trainer's models went to a sharded directory (written the way the
-    learners write one: a single process here, no process group)."""
-    from testbed.runtimes.sharded_checkpoint import save_sharded
-
+    """A checkpoint whose trainer's models went to a sharded directory: what the file and the
+    directory hold of it (DCP's own writing and resharding are tests/test_fsdp.py's)."""
     directory = checkpoint.sharded_dir(run_dir, "rm", 0, updates, final=final)
-    rest = save_sharded(LinearTrainer(), directory)
-    if lose_metadata:
-        (directory / ".metadata").unlink()
-    return {**state(updates), "trainer": {**rest, checkpoint.SHARDED: directory.name}}
+    directory.mkdir()
+    (directory / "__0_0.distcp").write_bytes(b"shards")
+    if not lose_metadata:
+        (directory / ".metadata").write_bytes(b"index")
+    return {**state(updates), "trainer": {"version": updates, checkpoint.SHARDED: directory.name}}
 
 
 def test_sharded_directories_follow_their_files_and_a_missing_one_falls_back(tmp_path):

@@ -58,3 +58,16 @@ def test_the_router_loss_is_refused_naming_both_settings():
     grpo.micro_batch_tokens = BUDGET
     with pytest.raises(ValueError, match="micro_batch_tokens.*router_aux_loss_coef"):
         grpo.update(batches("grpo", n=1)[0])
+
+
+def test_the_runtime_setting_reaches_the_trainer_or_is_refused():
+    from testbed.runtimes.learner_strategy import micro_batching
+
+    assert micro_batching(trainer("running_mean"), 64).micro_batch_tokens == 64
+
+    class Plugin:  # a trainer without micro-batching
+        pass
+
+    assert micro_batching(Plugin(), None)
+    with pytest.raises(ValueError, match="runtime.micro_batch_tokens is 64 but Plugin does not micro-batch"):
+        micro_batching(Plugin(), 64)
