@@ -35,8 +35,10 @@ CONFIGS = {
 # state), and the running mean's window on the other model family.
 DCP_CASES = [("built", "sao"), ("qwen2_moe", "running_mean")]
 # Micro-batching under FSDP2 (ranks with different micro-batch counts must agree on one): SAO,
-# whose critic steps, value passes and policy step are all micro-batched; rank 0 runs a stand-in.
-MICRO_CASE, MICRO_TOKENS = ("built", "sao"), 44  # rows of 17-25 tokens: 3 and 4 micro-batches
+# whose critic steps, value passes and policy step are all micro-batched (rank 0 runs a stand-in),
+# and GRPO with the router loss (its whole-batch counts all-reduced before the micro-batches).
+MICRO_CASES, MICRO_TOKENS = [("built", "sao"), ("built", "grpo")], 44  # rows of 17-25 tokens
+MICRO_CASE = MICRO_CASES[0]
 
 
 class _WordVocab:
@@ -99,7 +101,7 @@ def run_rank(rank: int, world: int, port: int, cases: list, out: str, dcp_dir: s
                     len(list(policy_buckets(t.policy, bucket))),
                 )
             micro = None
-            if (model_name, kind) == MICRO_CASE:
+            if (model_name, kind) in MICRO_CASES:
                 micro = trainer(model_name, kind)
                 micro.micro_batch_tokens = MICRO_TOKENS
                 apply(micro, "fsdp", FSDPConfig(param_dtype="float32"))

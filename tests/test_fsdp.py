@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from testbed.runtimes.ray.learner import flat_state, shard_weights, split_batch
 from testbed.runtimes.sharded_checkpoint import load_sharded, save_sharded
 from testbed.runtimes.sharded_state import bucket_keys
-from tests.sharded_ranks import CONFIGS, DCP_CASES, MICRO_CASE, run_rank, trainer
+from tests.sharded_ranks import CONFIGS, DCP_CASES, MICRO_CASE, MICRO_CASES, run_rank, trainer
 from tests.test_data_parallel import assert_close, assert_same, batches
 
 MODELS = ["built", "qwen2_moe"]
@@ -90,11 +90,12 @@ def test_sharded_checkpoints_reshard_between_two_ranks_and_one(two_ranks, model_
     assert_same(flat_state(got["from_single"]), singles[(model_name, kind)][0])
 
 
-def test_micro_batches_on_two_sharded_ranks_equal_whole_shards(two_ranks):
+@pytest.mark.parametrize(("model_name", "kind"), MICRO_CASES)
+def test_micro_batches_on_two_sharded_ranks_equal_whole_shards(two_ranks, model_name, kind):
     """runtime.micro_batch_tokens under FSDP2: each rank backpropagates its shard a few rows at a
     time (the ranks agreeing on the number of micro-batches), to the same update."""
     _, results, _ = two_ranks
-    got = results[MICRO_CASE]
+    got = results[(model_name, kind)]
     assert_close(flat_state(got["micro"]), flat_state(got["state"]))
 
 

@@ -17,13 +17,13 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.device import of as device_of
-from testbed.models.policy import token_logprobs_and_routing
+from testbed.models.policy import hidden_states, token_logprobs_and_routing
 from testbed.types import Trajectory
 from trainers.advantages import broadcast_to_tokens, group_advantages
 from trainers.batching import collate
 from trainers.diagnostics import expert_load, grad_norms_by_family
 from trainers.losses import ppo_clip_loss, token_mean
-from trainers.micro_batch import Piece, combine, refuse_router_loss, routed, split
+from trainers.micro_batch import Piece, combine, routed, router_totals, split
 from trainers.numerics import guarded_steps
 from trainers.reference import reference_for
 from trainers.renamed import refuse_renamed
@@ -123,7 +123,6 @@ class GRPOTrainer:
         advantages = broadcast_to_tokens(per_episode, data.action_mask)
         metrics: dict[str, float] = {}
         stepped, nonfinite = False, None
-        refuse_router_loss(self.micro_batch_tokens, self.cfg.router_aux_loss_coef)
         # Advantages over whole groups above; micro-batches only slice rows of them.
         pieces = split(data, self.micro_batch_tokens, data.action_mask)
         refs = [self.reference.logprobs(p.batch) if self.reference is not None else None for p in pieces]
@@ -157,6 +156,12 @@ class GRPOTrainer:
         self.policy.train()
         parts: list = []  # per micro-batch: (weight, metrics)
         routing: list = []  # per micro-batch: (router logits, action mask)
+        totals = router_totals(  # the router loss's whole-batch counts, when micro-batched
+            pieces,
+            lambda mb: hidden_states(self.policy.get_decoder(), mb.tokens, mb.attention_mask, True)[1],
+            self.cfg.router_aux_loss_coef,
+            self.policy.config,
+        )
 
         def losses():  # one micro-batch's forward at a time (the whole batch without micro_batch_tokens)
             for piece, ref_logprobs in zip(pieces, refs):
@@ -176,7 +181,14 @@ class GRPOTrainer:
                     penalty, stats["kl_ref"] = self.reference.penalty(logprobs, ref_logprobs, mb)
                     loss = loss + penalty
                 loss = with_router_aux(
-                    loss, stats, self.cfg.router_aux_loss_coef, router, mb.attention_mask, self.policy.config
+                    loss,
+                    stats,
+                    self.cfg.router_aux_loss_coef,
+                    router,
+                    mb.attention_mask,
+                    self.policy.config,
+                    totals=totals,
+                    share=piece.weight,
                 )
                 entropy_mean = token_mean(entropy.detach(), mb.action_mask)
                 parts.append((piece.weight, {"policy_loss": loss.detach(), "entropy": entropy_mean, **stats}))

@@ -19,14 +19,17 @@ needs); a rank with fewer rows than that runs the extra ones on one row with wei
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from testbed.models.modules import moe_shape
 from trainers import data_parallel
 from trainers.batching import Batch
+from trainers.router_balance import router_sums
 
 
 @dataclass
@@ -136,11 +139,19 @@ def scatter_rows(pieces: list[Piece], values: list[torch.Tensor], like: torch.Te
     return out
 
 
-def refuse_router_loss(budget: int | None, coef: float, what: str = "router_aux_loss_coef") -> Any:
-    """The router load-balancing loss is a product of two batch means, not a token mean: it does
-    not split by token weights, so micro-batching refuses it rather than train a different loss."""
-    if budget is not None and coef > 0:
-        raise ValueError(
-            f"runtime.micro_batch_tokens ({budget}) with {what} {coef}: the router loss is not a token mean "
-            "and is not micro-batched yet; unset runtime.micro_batch_tokens or set the coefficient to 0"
-        )
+def router_totals(pieces: list[Piece], route: Callable[[Batch], tuple | None], coef: float, config: Any) -> Any:
+    """The router load-balancing loss is a product of two batch means, not a token mean: each
+    micro-batch needs the whole batch's expert counts (no gradient) before its own backward. So a
+    no-grad routing pass over the micro-batches first, their sums all-reduced over the ranks (the
+    `totals` of trainers/router_balance.py). None without micro-batches or without the loss."""
+    shape = moe_shape(config)
+    if coef <= 0 or shape is None or (len(pieces) == 1 and pieces[0].weight is None):
+        return None
+    sums = None
+    with torch.no_grad():
+        for piece in pieces:  # stand-ins too: under FSDP2 a forward is a collective
+            router = route(piece.batch)
+            if router and not piece.stand_in:
+                part = torch.cat([x.reshape(-1) for x in router_sums(router, piece.batch.attention_mask, *shape)])
+                sums = part if sums is None else sums + part
+    return data_parallel.all_reduce_sum(sums)

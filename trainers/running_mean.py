@@ -15,13 +15,13 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.device import of as device_of
-from testbed.models.policy import token_logprobs_and_routing
+from testbed.models.policy import hidden_states, token_logprobs_and_routing
 from testbed.types import Trajectory
 from trainers.advantages import SlidingWindowBaseline, broadcast_to_tokens
 from trainers.batching import collate
 from trainers.data_parallel import full_batch
 from trainers.losses import dis_policy_loss, reinforce_loss, token_mean
-from trainers.micro_batch import combine, refuse_router_loss, split
+from trainers.micro_batch import combine, router_totals, split
 from trainers.numerics import guarded_steps
 from trainers.reference import reference_for
 from trainers.renamed import refuse_renamed, renamed_to
@@ -93,8 +93,13 @@ class RunningMeanTrainer:
         )
 
         self.policy.train()
-        refuse_router_loss(self.micro_batch_tokens, self.cfg.router_aux_loss_coef)
         pieces = split(data, self.micro_batch_tokens, data.action_mask)
+        totals = router_totals(  # the router loss's whole-batch counts, when micro-batched
+            pieces,
+            lambda mb: hidden_states(self.policy.get_decoder(), mb.tokens, mb.attention_mask, True)[1],
+            self.cfg.router_aux_loss_coef,
+            self.policy.config,
+        )
         parts: list = []  # per micro-batch: (weight, metrics)
 
         def losses():  # one micro-batch's forward at a time (the whole batch without micro_batch_tokens)
@@ -119,7 +124,14 @@ class RunningMeanTrainer:
                     penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(mb), mb)
                     loss = loss + penalty
                 loss = with_router_aux(
-                    loss, stats, self.cfg.router_aux_loss_coef, router, mb.attention_mask, self.policy.config
+                    loss,
+                    stats,
+                    self.cfg.router_aux_loss_coef,
+                    router,
+                    mb.attention_mask,
+                    self.policy.config,
+                    totals=totals,
+                    share=piece.weight,
                 )
                 entropy_mean = token_mean(entropy.detach(), mb.action_mask)
                 parts.append((piece.weight, {"policy_loss": loss.detach(), "entropy": entropy_mean, **stats}))

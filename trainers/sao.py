@@ -39,13 +39,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.device import of as device_of
 from testbed.models.critic import Critic, ModulePatterns, trainable_parameter_counts
-from testbed.models.policy import token_logprobs_and_routing
+from testbed.models.policy import hidden_states, token_logprobs_and_routing
 from testbed.types import Trajectory
 from trainers.advantages import critic_mask, length_adaptive_lambda, policy_and_critic_advantages
 from trainers.batching import Batch, collate
 from trainers.diagnostics import advantage_shrinkage, expert_load, first_value_metrics, grad_norms_by_family
 from trainers.losses import dis_policy_loss, explained_variance, ppo_clip_loss, token_mean, value_loss
-from trainers.micro_batch import Piece, combine, refuse_router_loss, routed, scatter_rows, split
+from trainers.micro_batch import Piece, combine, routed, router_totals, scatter_rows, split
 from trainers.numerics import guarded_steps
 from trainers.reference import reference_for
 from trainers.renamed import moved_to_runtime, refuse_renamed, renamed_to
@@ -161,7 +161,6 @@ class SAOTrainer:
     def update(self, batch: list[Trajectory]) -> dict[str, Any]:
         data = collate(batch, self.pad_id, device=device_of(self.policy))
 
-        refuse_router_loss(self.micro_batch_tokens, self.cfg.router_aux_loss_coef)
         critic_pieces = split(data, self.micro_batch_tokens, critic_mask(data.action_mask, self.cfg.gae))
         # Values before this batch's critic updates: their explained variance is out of sample.
         # They come from the first critic step's own forward (same parameters, same batch), so
@@ -269,9 +268,16 @@ class SAOTrainer:
         self.critic.train()
         parts: list = []  # per micro-batch: (weight, metrics)
         routing: list = []  # per micro-batch: (router logits, action mask)
+        pieces = pieces or split(data, None, data.action_mask)
+        totals = router_totals(  # the router loss's whole-batch counts, when micro-batched
+            pieces,
+            lambda mb: self.critic(mb.tokens, mb.attention_mask, output_router_logits=True)[1],
+            self.cfg.router_aux_loss_coef,
+            self.critic.backbone.config,
+        )
 
         def losses():  # one micro-batch's forward at a time (the whole batch without micro_batch_tokens)
-            for piece in pieces or split(data, None, data.action_mask):
+            for piece in pieces:
                 mb = piece.batch
                 values, router = (
                     forward
@@ -294,6 +300,8 @@ class SAOTrainer:
                     mb.attention_mask,
                     self.critic.backbone.config,
                     "critic_router_aux_loss",
+                    totals,
+                    piece.weight,
                 )
                 parts.append((piece.weight, {**stats, "critic_loss": loss.detach()}))
                 routing.append((router, mb.action_mask))
@@ -316,9 +324,16 @@ class SAOTrainer:
         self.policy.train()
         parts: list = []  # per micro-batch: (weight, metrics)
         routing: list = []  # per micro-batch: (router logits, action mask)
+        pieces = split(data, self.micro_batch_tokens, data.action_mask)
+        totals = router_totals(  # the router loss's whole-batch counts, when micro-batched
+            pieces,
+            lambda mb: hidden_states(self.policy.get_decoder(), mb.tokens, mb.attention_mask, True)[1],
+            self.cfg.router_aux_loss_coef,
+            self.policy.config,
+        )
 
         def losses():  # one micro-batch's forward at a time (the whole batch without micro_batch_tokens)
-            for piece in split(data, self.micro_batch_tokens, data.action_mask):
+            for piece in pieces:
                 mb, adv = piece.batch, piece.cut(advantages)
                 logprobs, entropy, router = token_logprobs_and_routing(
                     self.policy, mb.tokens, mb.attention_mask, self.temperature, where=mb.action_mask
@@ -335,7 +350,14 @@ class SAOTrainer:
                     penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(mb), mb)
                     loss = loss + penalty
                 loss = with_router_aux(
-                    loss, stats, self.cfg.router_aux_loss_coef, router, mb.attention_mask, self.policy.config
+                    loss,
+                    stats,
+                    self.cfg.router_aux_loss_coef,
+                    router,
+                    mb.attention_mask,
+                    self.policy.config,
+                    totals=totals,
+                    share=piece.weight,
                 )
                 entropy_mean = token_mean(entropy.detach(), mb.action_mask)
                 parts.append((piece.weight, {"policy_loss": loss.detach(), "entropy": entropy_mean, **stats}))
