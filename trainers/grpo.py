@@ -17,13 +17,13 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.device import of as device_of
-from testbed.models.policy import hidden_states, token_logprobs_and_routing
+from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
 from trainers.advantages import broadcast_to_tokens, group_advantages
 from trainers.batching import collate
 from trainers.diagnostics import expert_load, grad_norms_by_family
 from trainers.losses import ppo_clip_loss, token_mean
-from trainers.micro_batch import Piece, combine, routed, router_totals, split
+from trainers.micro_batch import Piece, combine, policy_routing, routed, router_totals, split
 from trainers.numerics import guarded_steps
 from trainers.reference import reference_for
 from trainers.renamed import refuse_renamed
@@ -158,7 +158,7 @@ class GRPOTrainer:
         routing: list = []  # per micro-batch: (router logits, action mask)
         totals = router_totals(  # the router loss's whole-batch counts, when micro-batched
             pieces,
-            lambda mb: hidden_states(self.policy.get_decoder(), mb.tokens, mb.attention_mask, True)[1],
+            policy_routing(self.policy),
             self.cfg.router_aux_loss_coef,
             self.policy.config,
         )

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from testbed.models.modules import moe_shape
+from testbed.models.policy import hidden_states
 from trainers import data_parallel
 from trainers.batching import Batch
 from trainers.router_balance import router_sums
@@ -154,4 +155,9 @@ def router_totals(pieces: list[Piece], route: Callable[[Batch], tuple | None], c
             if router and not piece.stand_in:
                 part = torch.cat([x.reshape(-1) for x in router_sums(router, piece.batch.attention_mask, *shape)])
                 sums = part if sums is None else sums + part
-    return data_parallel.all_reduce_sum(sums)
+    return None if sums is None else data_parallel.all_reduce_sum(sums)
+
+
+def policy_routing(policy: Any) -> Callable[[Batch], tuple | None]:
+    """A causal LM's router logits on a micro-batch (its decoder alone), for `router_totals`."""
+    return lambda mb: hidden_states(policy.get_decoder(), mb.tokens, mb.attention_mask, True)[1]

@@ -15,13 +15,13 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.device import of as device_of
-from testbed.models.policy import hidden_states, token_logprobs_and_routing
+from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
 from trainers.advantages import SlidingWindowBaseline, broadcast_to_tokens
 from trainers.batching import collate
 from trainers.data_parallel import full_batch
 from trainers.losses import dis_policy_loss, reinforce_loss, token_mean
-from trainers.micro_batch import combine, router_totals, split
+from trainers.micro_batch import combine, policy_routing, router_totals, split
 from trainers.numerics import guarded_steps
 from trainers.reference import reference_for
 from trainers.renamed import refuse_renamed, renamed_to
@@ -96,7 +96,7 @@ class RunningMeanTrainer:
         pieces = split(data, self.micro_batch_tokens, data.action_mask)
         totals = router_totals(  # the router loss's whole-batch counts, when micro-batched
             pieces,
-            lambda mb: hidden_states(self.policy.get_decoder(), mb.tokens, mb.attention_mask, True)[1],
+            policy_routing(self.policy),
             self.cfg.router_aux_loss_coef,
             self.policy.config,
         )

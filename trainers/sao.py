@@ -39,13 +39,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.device import of as device_of
 from testbed.models.critic import Critic, ModulePatterns, trainable_parameter_counts
-from testbed.models.policy import hidden_states, token_logprobs_and_routing
+from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
 from trainers.advantages import critic_mask, length_adaptive_lambda, policy_and_critic_advantages
 from trainers.batching import Batch, collate
 from trainers.diagnostics import advantage_shrinkage, expert_load, first_value_metrics, grad_norms_by_family
 from trainers.losses import dis_policy_loss, explained_variance, ppo_clip_loss, token_mean, value_loss
-from trainers.micro_batch import Piece, combine, routed, router_totals, scatter_rows, split
+from trainers.micro_batch import Piece, combine, policy_routing, routed, router_totals, scatter_rows, split
 from trainers.numerics import guarded_steps
 from trainers.reference import reference_for
 from trainers.renamed import moved_to_runtime, refuse_renamed, renamed_to
@@ -327,7 +327,7 @@ class SAOTrainer:
         pieces = split(data, self.micro_batch_tokens, data.action_mask)
         totals = router_totals(  # the router loss's whole-batch counts, when micro-batched
             pieces,
-            lambda mb: hidden_states(self.policy.get_decoder(), mb.tokens, mb.attention_mask, True)[1],
+            policy_routing(self.policy),
             self.cfg.router_aux_loss_coef,
             self.policy.config,
         )
