@@ -31,7 +31,7 @@ Every ablation of the paper's Table 4 is a switch in `SAOConfig`.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import torch
@@ -269,47 +269,10 @@ class SAOTrainer:
         parts: list = []  # per micro-batch: (weight, metrics)
         routing: list = []  # per micro-batch: (router logits, action mask)
         pieces = pieces or split(data, None, data.action_mask)
-        totals = router_totals(  # the router loss's whole-batch counts, when micro-batched
-            pieces,
-            lambda mb: self.critic(mb.tokens, mb.attention_mask, output_router_logits=True)[1],
-            self.cfg.router_aux_loss_coef,
-            self.critic.backbone.config,
-        )
-
-        def losses():  # one micro-batch's forward at a time (the whole batch without micro_batch_tokens)
-            for piece in pieces:
-                mb = piece.batch
-                values, router = (
-                    forward
-                    if forward is not None
-                    else self.critic(mb.tokens, mb.attention_mask, output_router_logits=True)
-                )
-                loss = value_loss(
-                    values,
-                    piece.cut(returns),
-                    critic_mask(mb.action_mask, self.cfg.gae),
-                    old_values=piece.cut(old_values) if self.cfg.value_clip else None,
-                    clip=self.cfg.value_clip,
-                )
-                stats: dict[str, Any] = {"critic_loss": 0.0, "critic_grad_norm": 0.0}  # (the metrics' order)
-                loss = with_router_aux(
-                    loss,
-                    stats,
-                    self.cfg.router_aux_loss_coef,
-                    router,
-                    mb.attention_mask,
-                    self.critic.backbone.config,
-                    "critic_router_aux_loss",
-                    totals,
-                    piece.weight,
-                )
-                parts.append((piece.weight, {**stats, "critic_loss": loss.detach()}))
-                routing.append((router, mb.action_mask))
-                yield loss, piece.weight
-
+        losses = self._critic_losses(pieces, returns, old_values, forward, parts, routing)
         norms = {"critic_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
         _, nonfinite = guarded_steps(
-            losses(),
+            losses,
             self.critic.parameters(),
             self.critic_opt,
             self.cfg.max_grad_norm,
@@ -318,6 +281,52 @@ class SAOTrainer:
         )
         metrics = {k: float(v) for k, v in combine(parts).items()} | norms
         return metrics | expert_load(*routed(routing), self.top_k, "critic_"), nonfinite
+
+    def _critic_losses(
+        self,
+        pieces: list[Piece],
+        returns: torch.Tensor,
+        old_values: torch.Tensor,
+        forward: tuple[torch.Tensor, tuple | None] | None,
+        parts: list,
+        routing: list,
+    ) -> Iterator[tuple[torch.Tensor, Any]]:
+        """(value loss, share) of each micro-batch, one forward at a time when asked for; each one's
+        metrics appended to `parts`, its router logits to `routing`."""
+        totals = router_totals(  # the router loss's whole-batch counts, when micro-batched
+            pieces,
+            lambda mb: self.critic(mb.tokens, mb.attention_mask, output_router_logits=True)[1],
+            self.cfg.router_aux_loss_coef,
+            self.critic.backbone.config,
+        )
+        for piece in pieces:
+            mb = piece.batch
+            if forward is None:
+                values, router = self.critic(mb.tokens, mb.attention_mask, output_router_logits=True)
+            else:
+                values, router = forward
+            loss = value_loss(
+                values,
+                piece.cut(returns),
+                critic_mask(mb.action_mask, self.cfg.gae),
+                old_values=piece.cut(old_values) if self.cfg.value_clip else None,
+                clip=self.cfg.value_clip,
+            )
+            stats: dict[str, Any] = {"critic_loss": 0.0, "critic_grad_norm": 0.0}  # (the metrics' order)
+            loss = with_router_aux(
+                loss,
+                stats,
+                self.cfg.router_aux_loss_coef,
+                router,
+                mb.attention_mask,
+                self.critic.backbone.config,
+                "critic_router_aux_loss",
+                totals,
+                piece.weight,
+            )
+            parts.append((piece.weight, {**stats, "critic_loss": loss.detach()}))
+            routing.append((router, mb.action_mask))
+            yield loss, piece.weight
 
     def _policy_step(self, data: Batch, advantages: torch.Tensor) -> tuple[dict[str, float], str | None]:
         """The policy step: (metrics, the non-finite quantity if the step was skipped)."""
