@@ -166,12 +166,8 @@ class SAOTrainer:
         # They come from the first critic step's own forward (same parameters, same batch), so
         # that pass is not run twice (micro-batched: a no-grad pass over the micro-batches).
         self.critic.train()
-        first_forward = None
-        if self.micro_batch_tokens is None:
-            first_forward = self.critic(data.tokens, data.attention_mask, output_router_logits=True)
-            values_before = first_forward[0].detach()
-        else:
-            values_before = self._values(data, critic_pieces)
+        first_forward = None if self.micro_batch_tokens else self.critic(data.tokens, data.attention_mask, True)
+        values_before = self._values(data, critic_pieces) if first_forward is None else first_forward[0].detach()
         advantages_pre, returns = self._advantages(data, values_before)
         metrics: dict[str, Any] = {
             "value_explained_variance": explained_variance(
