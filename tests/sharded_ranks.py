@@ -60,6 +60,36 @@ def trainer(model_name: str, kind: str):
     return CLASSES[kind](model(model_name), CONFIGS[kind], pad_id=TOK.pad_id)
 
 
+def sharded(model_name: str, kind: str, micro_batch_tokens: int | None = None):
+    t = trainer(model_name, kind)
+    t.micro_batch_tokens = micro_batch_tokens
+    apply(t, "fsdp", FSDPConfig(param_dtype="float32"))  # float32: equality to float rounding
+    return t
+
+
+def extras(t, model_name: str, kind: str, updates: list, rank: int, dcp_dir: str) -> dict:
+    """The sharded checkpoints (DCP_CASES), the published policy whole and in buckets (MICRO_CASE),
+    the micro-batched training (MICRO_CASES) of a case, each None where the case has none."""
+    name, out = f"{model_name}-{kind}", {"rest": None, "from_single": None, "published": None, "micro": None}
+    if (model_name, kind) in DCP_CASES:
+        out["rest"] = save_sharded(t, f"{dcp_dir}/ranks-{name}")
+        from_single = sharded(model_name, kind)
+        single_rest = torch.load(f"{dcp_dir}/single-{name}.rest.pt", weights_only=False)
+        load_sharded(from_single, f"{dcp_dir}/single-{name}", single_rest)
+        out["from_single"] = full_state(from_single.state_dict())
+    if (model_name, kind) == MICRO_CASE:
+        bucket = sum(v.numel() * v.element_size() for v in t.policy.state_dict().values()) // 5
+        buckets = len(list(policy_buckets(t.policy, bucket)))
+        out["published"] = (published_policy(t.policy, rank), published_policy(t.policy, rank, bucket), buckets)
+    if (model_name, kind) in MICRO_CASES:
+        micro = sharded(model_name, kind, MICRO_TOKENS)
+        for shards, weights in updates:
+            with shard_weight(weights[rank]):
+                micro.update(shards[rank])
+        out["micro"] = full_state(micro.state_dict())
+    return out
+
+
 def run_rank(rank: int, world: int, port: int, cases: list, out: str, dcp_dir: str) -> None:
     """Each case: (model, trainer kind, [per update: (shards, weights)]). Rank 0 writes, per case,
     the full trainer state, that state loaded into a fresh sharded trainer and gathered again, the
@@ -84,38 +114,11 @@ def run_rank(rank: int, world: int, port: int, cases: list, out: str, dcp_dir: s
             apply(fresh, "fsdp", FSDPConfig(param_dtype="float32"))
             fresh.load_state_dict(state)
             reloaded = full_state(fresh.state_dict())
-            name, rest, from_single = f"{model_name}-{kind}", None, None
-            if (model_name, kind) in DCP_CASES:
-                rest = save_sharded(t, f"{dcp_dir}/ranks-{name}")
-                from_single = trainer(model_name, kind)
-                apply(from_single, "fsdp", FSDPConfig(param_dtype="float32"))
-                single_rest = torch.load(f"{dcp_dir}/single-{name}.rest.pt", weights_only=False)
-                load_sharded(from_single, f"{dcp_dir}/single-{name}", single_rest)
-            published = None
-            if (model_name, kind) == MICRO_CASE:  # the published policy, gathered whole and in buckets
-                whole = published_policy(t.policy, rank)
-                bucket = sum(v.numel() * v.element_size() for v in t.policy.state_dict().values()) // 5
-                published = (
-                    whole,
-                    published_policy(t.policy, rank, bucket),
-                    len(list(policy_buckets(t.policy, bucket))),
-                )
-            micro = None
-            if (model_name, kind) in MICRO_CASES:
-                micro = trainer(model_name, kind)
-                micro.micro_batch_tokens = MICRO_TOKENS
-                apply(micro, "fsdp", FSDPConfig(param_dtype="float32"))
-                for shards, weights in updates:
-                    with shard_weight(weights[rank]):
-                        micro.update(shards[rank])
-                micro = full_state(micro.state_dict())
+            extra = extras(t, model_name, kind, updates, rank, dcp_dir)
             results[(model_name, kind)] = {
-                "micro": micro,
-                "published": published,
+                **extra,
                 "state": state,
                 "reloaded": reloaded,
-                "rest": rest,
-                "from_single": None if from_single is None else full_state(from_single.state_dict()),
                 "metrics": metrics,
                 "local_numel": weight.to_local().numel(),
                 "full_numel": weight.numel(),
