@@ -13,7 +13,8 @@ from torch.distributed.tensor import DTensor
 from testbed.models.tiny_hub import build_model
 from testbed.runtimes.learner_strategy import apply
 from testbed.runtimes.ray.shard import shard_weight
-from testbed.runtimes.sharded_state import full_state
+from testbed.runtimes.sharded_checkpoint import load_sharded, save_sharded
+from testbed.runtimes.sharded_state import full_state, policy_buckets, published_policy
 from testbed.scenario.sharding import FSDPConfig
 from tests.test_trainers import TOK, policy
 from trainers.grpo import GRPOTrainer
@@ -29,6 +30,15 @@ CONFIGS = {
     "running_mean": {"episodes_per_update": 8, "window": 6},
     "grpo": {"group_size": 2, "episodes_per_update": 8, "epochs": 2, "router_aux_loss_coef": 0.05},
 }
+
+# The sharded-checkpoint cases: two models and two optimisers (SAO, with an RNG in its other
+# state), and the running mean's window on the other model family.
+DCP_CASES = [("built", "sao"), ("qwen2_moe", "running_mean")]
+# Micro-batching under FSDP2 (ranks with different micro-batch counts must agree on one): SAO,
+# whose critic steps, value passes and policy step are all micro-batched (rank 0 runs a stand-in),
+# and GRPO with the router loss (its whole-batch counts all-reduced before the micro-batches).
+MICRO_CASES, MICRO_TOKENS = [("built", "sao"), ("built", "grpo")], 44  # rows of 17-25 tokens
+MICRO_CASE = MICRO_CASES[0]
 
 
 class _WordVocab:
@@ -50,10 +60,42 @@ def trainer(model_name: str, kind: str):
     return CLASSES[kind](model(model_name), CONFIGS[kind], pad_id=TOK.pad_id)
 
 
-def run_rank(rank: int, world: int, port: int, cases: list, out: str) -> None:
+def sharded(model_name: str, kind: str, micro_batch_tokens: int | None = None):
+    t = trainer(model_name, kind)
+    t.micro_batch_tokens = micro_batch_tokens
+    apply(t, "fsdp", FSDPConfig(param_dtype="float32"))  # float32: equality to float rounding
+    return t
+
+
+def extras(t, model_name: str, kind: str, updates: list, rank: int, dcp_dir: str) -> dict:
+    """The sharded checkpoints (DCP_CASES), the published policy whole and in buckets (MICRO_CASE),
+    the micro-batched training (MICRO_CASES) of a case, each None where the case has none."""
+    name, out = f"{model_name}-{kind}", {"rest": None, "from_single": None, "published": None, "micro": None}
+    if (model_name, kind) in DCP_CASES:
+        out["rest"] = save_sharded(t, f"{dcp_dir}/ranks-{name}")
+        from_single = sharded(model_name, kind)
+        single_rest = torch.load(f"{dcp_dir}/single-{name}.rest.pt", weights_only=False)
+        load_sharded(from_single, f"{dcp_dir}/single-{name}", single_rest)
+        out["from_single"] = full_state(from_single.state_dict())
+    if (model_name, kind) == MICRO_CASE:
+        bucket = sum(v.numel() * v.element_size() for v in t.policy.state_dict().values()) // 5
+        buckets = len(list(policy_buckets(t.policy, bucket)))
+        out["published"] = (published_policy(t.policy, rank), published_policy(t.policy, rank, bucket), buckets)
+    if (model_name, kind) in MICRO_CASES:
+        micro = sharded(model_name, kind, MICRO_TOKENS)
+        for shards, weights in updates:
+            with shard_weight(weights[rank]):
+                micro.update(shards[rank])
+        out["micro"] = full_state(micro.state_dict())
+    return out
+
+
+def run_rank(rank: int, world: int, port: int, cases: list, out: str, dcp_dir: str) -> None:
     """Each case: (model, trainer kind, [per update: (shards, weights)]). Rank 0 writes, per case,
     the full trainer state, that state loaded into a fresh sharded trainer and gathered again, the
-    last update's metrics, and the local size of one sharded weight."""
+    last update's metrics, and the local size of one sharded weight. Sharded checkpoints (DCP) in
+    `dcp_dir`: the ranks save theirs ("ranks-<case>"), and load one a single process wrote
+    ("single-<case>", its other state in "single-<case>.rest.pt"), gathered as "from_single"."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
@@ -72,7 +114,9 @@ def run_rank(rank: int, world: int, port: int, cases: list, out: str) -> None:
             apply(fresh, "fsdp", FSDPConfig(param_dtype="float32"))
             fresh.load_state_dict(state)
             reloaded = full_state(fresh.state_dict())
+            extra = extras(t, model_name, kind, updates, rank, dcp_dir)
             results[(model_name, kind)] = {
+                **extra,
                 "state": state,
                 "reloaded": reloaded,
                 "metrics": metrics,

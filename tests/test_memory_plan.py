@@ -75,3 +75,17 @@ def test_each_gpu_recipe_fits_and_an_oversized_setting_is_refused(capsys, monkey
     code, _, err = dry_run(capsys, recipe, checkpoint, *sets)
     assert code == 2
     assert "memory plan" in err and f"the largest item is {item}" in err and fix in err
+
+
+def test_micro_batch_tokens_bound_the_activation_figure():
+    from testbed.models.memory import ModelShape, Settings, activation_bytes
+
+    shape = ModelShape(1000, 500, layers=2, hidden=8, vocab=10, kv_heads=1, head_dim=4, top_k=2, expert_width=4,
+                       largest_layer=400)  # fmt: skip
+    whole = Settings(episodes_per_update=8, prompt_tokens=6, new_tokens=4)  # 8 rows of 10 tokens
+    # per token: 34 x 8 x 4 / 2 + 2 x 3 x 4 x 4 = 640 bytes a layer, 2 layers; the scored new
+    # tokens keep float32 log-probabilities over the vocabulary and their gradient: 10 x 4 x 2
+    assert activation_bytes(shape, whole) == 80 * 1280 + 32 * 80
+    # 25 tokens: two rows at a time; 5: still one row (a micro-batch holds at least one)
+    assert activation_bytes(shape, Settings(**{**vars(whole), "micro_batch_tokens": 25})) == 20 * 1280 + 8 * 80
+    assert activation_bytes(shape, Settings(**{**vars(whole), "micro_batch_tokens": 5})) == 10 * 1280 + 4 * 80

@@ -25,7 +25,8 @@ from trainers.advantages import broadcast_to_tokens, group_advantages
 from trainers.batching import collate
 from trainers.diagnostics import expert_load, grad_norms_by_family
 from trainers.losses import dis_policy_loss, ppo_clip_loss, token_mean
-from trainers.numerics import guarded_step
+from trainers.micro_batch import Piece, combine, policy_routing, routed, router_totals, split
+from trainers.numerics import guarded_steps
 from trainers.reference import reference_for
 from trainers.renamed import refuse_renamed
 from trainers.router_balance import with_router_aux
@@ -96,6 +97,7 @@ class GRPOConfig(BaseModel):
 
 class GRPOTrainer:
     Config = GRPOConfig
+    micro_batch_tokens: int | None = None  # runtime.micro_batch_tokens (trainers/micro_batch.py)
 
     def __init__(
         self,
@@ -129,35 +131,11 @@ class GRPOTrainer:
         advantages = broadcast_to_tokens(per_episode, data.action_mask)
         metrics: dict[str, float] = {}
         stepped, nonfinite = False, None
-        ref_logprobs = self.reference.logprobs(data) if self.reference is not None else None
+        # Advantages over whole groups above; micro-batches only slice rows of them.
+        pieces = split(data, self.micro_batch_tokens, data.action_mask)
+        refs = [self.reference.logprobs(p.batch) if self.reference is not None else None for p in pieces]
         for _ in range(self.cfg.epochs):
-            self.policy.train()
-            logprobs, entropy, router = token_logprobs_and_routing(
-                self.policy, data.tokens, data.attention_mask, self.temperature, where=data.action_mask
-            )
-            loss, stats = self.policy_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask)
-            if self.reference is not None:
-                penalty, stats["kl_ref"] = self.reference.penalty(logprobs, ref_logprobs, data)
-                loss = loss + penalty
-            loss = with_router_aux(
-                loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask, self.policy.config
-            )
-            norms = {"policy_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
-            _, nonfinite = guarded_step(
-                loss,
-                self.policy.parameters(),
-                self.optimizer,
-                self.cfg.max_grad_norm,
-                "policy",
-                inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_")),  # noqa: B023  (called inside this iteration)
-            )
-            metrics = {
-                "policy_loss": float(loss.detach()),
-                "entropy": float(token_mean(entropy.detach(), data.action_mask)),
-                **{k: float(v) for k, v in stats.items()},
-                **norms,
-                **expert_load(router, data.action_mask, self.top_k, "policy_"),
-            }
+            metrics, nonfinite = self._epoch(pieces, advantages, refs)
             if nonfinite is not None:
                 # Same batch, same parameters: the remaining epochs would fail the same way.
                 self.skipped_steps_total += 1
@@ -186,6 +164,57 @@ class GRPOTrainer:
         if self.cfg.policy_loss == "dis":
             return dis_policy_loss(logprobs, behaviour, advantages, mask, self.cfg.eps_low, self.cfg.eps_high)
         return ppo_clip_loss(logprobs, behaviour, advantages, mask, self.cfg.clip_low, self.cfg.clip_high)
+
+    def _epoch(
+        self, pieces: list[Piece], advantages: torch.Tensor, refs: list[torch.Tensor | None]
+    ) -> tuple[dict[str, float], str | None]:
+        """One PPO epoch: a step on the batch's micro-batches (metrics, the non-finite quantity if skipped)."""
+        self.policy.train()
+        parts: list = []  # per micro-batch: (weight, metrics)
+        routing: list = []  # per micro-batch: (router logits, action mask)
+        totals = router_totals(  # the router loss's whole-batch counts, when micro-batched
+            pieces,
+            policy_routing(self.policy),
+            self.cfg.router_aux_loss_coef,
+            self.policy.config,
+        )
+
+        def losses():  # one micro-batch's forward at a time (the whole batch without micro_batch_tokens)
+            for piece, ref_logprobs in zip(pieces, refs):
+                mb = piece.batch
+                logprobs, entropy, router = token_logprobs_and_routing(
+                    self.policy, mb.tokens, mb.attention_mask, self.temperature, where=mb.action_mask
+                )
+                loss, stats = self.policy_loss(logprobs, mb.behaviour_logprobs, piece.cut(advantages), mb.action_mask)
+                if self.reference is not None:
+                    penalty, stats["kl_ref"] = self.reference.penalty(logprobs, ref_logprobs, mb)
+                    loss = loss + penalty
+                loss = with_router_aux(
+                    loss,
+                    stats,
+                    self.cfg.router_aux_loss_coef,
+                    router,
+                    mb.attention_mask,
+                    self.policy.config,
+                    totals=totals,
+                    share=piece.weight,
+                )
+                entropy_mean = token_mean(entropy.detach(), mb.action_mask)
+                parts.append((piece.weight, {"policy_loss": loss.detach(), "entropy": entropy_mean, **stats}))
+                routing.append((router, mb.action_mask))
+                yield loss, piece.weight
+
+        norms = {"policy_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
+        _, nonfinite = guarded_steps(
+            losses(),
+            self.policy.parameters(),
+            self.optimizer,
+            self.cfg.max_grad_norm,
+            "policy",
+            inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_")),
+        )
+        metrics = {k: float(v) for k, v in combine(parts).items()}
+        return {**metrics, **norms, **expert_load(*routed(routing), self.top_k, "policy_")}, nonfinite
 
     def state_dict(self) -> dict[str, Any]:
         return {

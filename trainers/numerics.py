@@ -15,7 +15,7 @@ backward is the whole batch's before `inspect` and clipping: every rank clips th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -39,12 +39,30 @@ def guarded_step(
     Returns (total gradient norm before clipping, None) after a step, or (norm, "<what> loss")
     / (norm, "<what> grad norm") after a skip; the norm is nan when there was no backward.
     """
+    return guarded_steps(iter([(loss, None)]), params, optimizer, max_grad_norm, what, inspect)
+
+
+def guarded_steps(
+    pieces: Iterator[tuple[torch.Tensor, float | None]],
+    params: Iterable[torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    max_grad_norm: float,
+    what: str,
+    inspect: Callable[[], None] | None = None,
+) -> tuple[float, str | None]:
+    """`guarded_step` over a batch's micro-batches (trainers/micro_batch.py): `pieces` yields each
+    micro-batch's (loss, its share of the batch's tokens), computed when asked for, so only one
+    micro-batch's graph is alive; the weighted gradients accumulate, then one clipped step. A
+    non-finite micro-batch loss skips the whole step. (loss, None): the whole batch at once."""
     params = list(params)
     _clear_grads(params, optimizer)
-    if not data_parallel.agree_finite(math.isfinite(float(loss.detach()))):
-        return float("nan"), f"{what} loss"  # no backward: it would only produce NaN gradients
     scale = data_parallel.loss_scale()
-    (loss if scale is None else loss * scale).backward()  # DDP / FSDP2 average the ranks' gradients here
+    for loss, share in pieces:
+        if not data_parallel.agree_finite(math.isfinite(float(loss.detach()))):
+            _clear_grads(params, optimizer)  # the micro-batches before it are dropped too
+            return float("nan"), f"{what} loss"  # no backward: it would only produce NaN gradients
+        factor = share if scale is None else scale if share is None else scale * share
+        (loss if factor is None else loss * factor).backward()  # DDP / FSDP2 average the ranks' gradients here
     if inspect is not None:
         inspect()
     # clip_grad_norm_ returns the norm before clipping, nan/inf as soon as one gradient element is

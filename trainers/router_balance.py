@@ -24,10 +24,10 @@ from testbed.models.modules import EXPERT_COUNT_FIELDS, moe_shape
 from trainers import data_parallel
 
 
-def router_balance_loss(
+def router_sums(
     router_logits: tuple[torch.Tensor, ...], attention_mask: torch.Tensor, num_experts: int, top_k: int
-) -> tuple[torch.Tensor, float]:
-    """(the term to add to this rank's loss, the batch's L_aux for the metrics)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """This batch's (expert counts, router probability sums, routed rows) over its real tokens."""
     flat_mask = attention_mask.reshape(-1).float()
     counts = torch.zeros(num_experts, device=flat_mask.device)
     prob_sum = torch.zeros(num_experts, device=flat_mask.device)
@@ -38,14 +38,31 @@ def router_balance_loss(
         counts = counts + torch.zeros_like(counts).scatter_add_(0, chosen, flat_mask.repeat_interleave(top_k))
         prob_sum = prob_sum + (probs * flat_mask.unsqueeze(-1)).sum(0)
         rows = rows + flat_mask.sum()
-    # One collective for the three sums (no gradient flows through it).
-    totals = data_parallel.all_reduce_sum(torch.cat([counts, prob_sum.detach(), rows[None]]))
+    return counts, prob_sum, rows
+
+
+def router_balance_loss(
+    router_logits: tuple[torch.Tensor, ...],
+    attention_mask: torch.Tensor,
+    num_experts: int,
+    top_k: int,
+    totals: torch.Tensor | None = None,
+    share: float | None = None,
+) -> tuple[torch.Tensor, float]:
+    """(the term to add to this rank's loss, the batch's L_aux for the metrics). A micro-batch
+    (trainers/micro_batch.py) passes the whole batch's all-reduced `totals` (counts, probability
+    sums, rows: `router_sums` of every micro-batch) and its `share` of the loss's tokens, by which
+    the trainer scales its loss: its term is then its own part of the batch's L_aux over `share`."""
+    counts, prob_sum, rows = router_sums(router_logits, attention_mask, num_experts, top_k)
+    if totals is None:  # one collective for the three sums (no gradient flows through it)
+        totals = data_parallel.all_reduce_sum(torch.cat([counts, prob_sum.detach(), rows[None]]))
     counts_all, prob_sum_all, rows_all = totals[:num_experts], totals[num_experts:-1], totals[-1]
     load = counts_all / rows_all  # f_e, the batch's
     value = float(num_experts * (load * (prob_sum_all / rows_all)).sum())
-    share = num_experts * (load * (prob_sum / rows_all)).sum()  # this rank's part of the batch's L_aux
+    part = num_experts * (load * (prob_sum / rows_all)).sum()  # this rank's part of the batch's L_aux
     weight = data_parallel.active_weight()
-    return (share if weight is None else share / max(weight, 1e-12)), value
+    weight = (1.0 if weight is None else weight) * (1.0 if share is None else share)
+    return (part if weight == 1.0 else part / max(weight, 1e-12)), value
 
 
 def with_router_aux(
@@ -56,9 +73,12 @@ def with_router_aux(
     attention_mask: torch.Tensor,
     model_config,
     key: str = "router_aux_loss",
+    totals: torch.Tensor | None = None,
+    share: float | None = None,
 ) -> torch.Tensor:
     """`loss + coef x L_aux`, logging L_aux under `key` in `stats`; `loss` itself when coef is 0
-    (the default: no extra work, behaviour unchanged)."""
+    (the default: no extra work, behaviour unchanged). `totals`, `share`: a micro-batch's
+    (`router_balance_loss`)."""
     if coef <= 0 or not router_logits:
         return loss
     shape = moe_shape(model_config)
@@ -67,5 +87,5 @@ def with_router_aux(
             f"router_aux_loss_coef is {coef} but {type(model_config).__name__} names no routed experts "
             f"(none of {', '.join(EXPERT_COUNT_FIELDS)} with num_experts_per_tok)"
         )
-    aux, stats[key] = router_balance_loss(router_logits, attention_mask, *shape)
+    aux, stats[key] = router_balance_loss(router_logits, attention_mask, *shape, totals, share)
     return loss + coef * aux

@@ -9,6 +9,7 @@ plain REINFORCE.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
@@ -18,10 +19,11 @@ from testbed.device import of as device_of
 from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
 from trainers.advantages import SlidingWindowBaseline, broadcast_to_tokens
-from trainers.batching import collate
+from trainers.batching import Batch, collate
 from trainers.data_parallel import full_batch
 from trainers.losses import dis_policy_loss, reinforce_loss, token_mean
-from trainers.numerics import guarded_step
+from trainers.micro_batch import combine, policy_routing, router_totals, split
+from trainers.numerics import guarded_steps
 from trainers.reference import reference_for
 from trainers.renamed import refuse_renamed, renamed_to
 from trainers.router_balance import with_router_aux
@@ -53,6 +55,7 @@ class RunningMeanConfig(BaseModel):
 class RunningMeanTrainer:
     Config = RunningMeanConfig
     group_size = 1
+    micro_batch_tokens: int | None = None  # runtime.micro_batch_tokens (trainers/micro_batch.py)
 
     def __init__(
         self,
@@ -91,30 +94,15 @@ class RunningMeanTrainer:
         )
 
         self.policy.train()
-        logprobs, entropy, router = token_logprobs_and_routing(
-            self.policy,
-            data.tokens,
-            data.attention_mask,
-            self.temperature,
-            routing=self.cfg.router_aux_loss_coef > 0,
-            where=data.action_mask,
+        parts: list = []  # per micro-batch: (weight, metrics)
+        grad_norm, nonfinite = guarded_steps(
+            self._losses(data, advantages, parts),
+            self.policy.parameters(),
+            self.optimizer,
+            self.cfg.max_grad_norm,
+            "policy",
         )
-        if self.cfg.loss == "dis":
-            loss, stats = dis_policy_loss(
-                logprobs, data.behaviour_logprobs, advantages, data.action_mask, self.cfg.eps_low, self.cfg.eps_high
-            )
-        else:
-            loss, stats = reinforce_loss(logprobs, advantages, data.action_mask), {}
-        if self.reference is not None:
-            penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(data), data)
-            loss = loss + penalty
-        loss = with_router_aux(
-            loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask, self.policy.config
-        )
-
-        grad_norm, nonfinite = guarded_step(
-            loss, self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm, "policy"
-        )
+        stats = combine(parts)
         if nonfinite is None:
             self.version += 1
         else:
@@ -125,15 +113,55 @@ class RunningMeanTrainer:
         return {
             "nonfinite": nonfinite,
             "skipped_steps": int(nonfinite is not None),
-            "policy_loss": float(loss.detach()),
+            "policy_loss": float(stats.pop("policy_loss")),
             "grad_norm": float(grad_norm),
-            "entropy": float(token_mean(entropy.detach(), data.action_mask)),
+            "entropy": float(stats.pop("entropy")),
             "reward_mean": float(data.episode_rewards.mean()),
             "baseline": float(data.episode_rewards.mean().cpu() - torch.tensor(per_episode).mean()),
             "advantage_abs_mean": float(torch.tensor(per_episode).abs().mean()),
             "response_tokens_mean": float(data.action_lengths.float().mean()),
             **{k: float(v) for k, v in stats.items()},
         }
+
+    def _losses(self, data: Batch, advantages: torch.Tensor, parts: list) -> Iterator[tuple[torch.Tensor, Any]]:
+        """(loss, share) of each micro-batch, one forward at a time when asked for (the whole batch
+        without micro_batch_tokens); each one's metrics appended to `parts`."""
+        pieces = split(data, self.micro_batch_tokens, data.action_mask)
+        # the router loss's whole-batch counts, when micro-batched
+        totals = router_totals(pieces, policy_routing(self.policy), self.cfg.router_aux_loss_coef, self.policy.config)
+        for piece in pieces:
+            mb = piece.batch
+            logprobs, entropy, router = token_logprobs_and_routing(
+                self.policy,
+                mb.tokens,
+                mb.attention_mask,
+                self.temperature,
+                routing=self.cfg.router_aux_loss_coef > 0,
+                where=mb.action_mask,
+            )
+            adv = piece.cut(advantages)
+            if self.cfg.loss == "dis":
+                loss, stats = dis_policy_loss(
+                    logprobs, mb.behaviour_logprobs, adv, mb.action_mask, self.cfg.eps_low, self.cfg.eps_high
+                )
+            else:
+                loss, stats = reinforce_loss(logprobs, adv, mb.action_mask), {}
+            if self.reference is not None:
+                penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(mb), mb)
+                loss = loss + penalty
+            loss = with_router_aux(
+                loss,
+                stats,
+                self.cfg.router_aux_loss_coef,
+                router,
+                mb.attention_mask,
+                self.policy.config,
+                totals=totals,
+                share=piece.weight,
+            )
+            entropy_mean = token_mean(entropy.detach(), mb.action_mask)
+            parts.append((piece.weight, {"policy_loss": loss.detach(), "entropy": entropy_mean, **stats}))
+            yield loss, piece.weight
 
     def state_dict(self) -> dict[str, Any]:
         return {

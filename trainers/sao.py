@@ -31,7 +31,7 @@ Every ablation of the paper's Table 4 is a switch in `SAOConfig`.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import torch
@@ -45,7 +45,8 @@ from trainers.advantages import critic_mask, length_adaptive_lambda, policy_and_
 from trainers.batching import Batch, collate
 from trainers.diagnostics import advantage_shrinkage, expert_load, first_value_metrics, grad_norms_by_family
 from trainers.losses import dis_policy_loss, explained_variance, ppo_clip_loss, token_mean, value_loss
-from trainers.numerics import guarded_step
+from trainers.micro_batch import Piece, combine, policy_routing, routed, router_totals, scatter_rows, split
+from trainers.numerics import guarded_steps
 from trainers.reference import reference_for
 from trainers.renamed import moved_to_runtime, refuse_renamed, renamed_to
 from trainers.router_balance import with_router_aux
@@ -114,6 +115,7 @@ class SAOConfig(BaseModel):
 class SAOTrainer:
     Config = SAOConfig
     group_size = 1
+    micro_batch_tokens: int | None = None  # runtime.micro_batch_tokens (trainers/micro_batch.py)
 
     def __init__(
         self,
@@ -159,12 +161,13 @@ class SAOTrainer:
     def update(self, batch: list[Trajectory]) -> dict[str, Any]:
         data = collate(batch, self.pad_id, device=device_of(self.policy))
 
+        critic_pieces = split(data, self.micro_batch_tokens, critic_mask(data.action_mask, self.cfg.gae))
         # Values before this batch's critic updates: their explained variance is out of sample.
         # They come from the first critic step's own forward (same parameters, same batch), so
-        # that pass is not run twice.
+        # that pass is not run twice (micro-batched: a no-grad pass over the micro-batches).
         self.critic.train()
-        first_forward = self.critic(data.tokens, data.attention_mask, output_router_logits=True)
-        values_before = first_forward[0].detach()
+        first_forward = None if self.micro_batch_tokens else self.critic(data.tokens, data.attention_mask, True)
+        values_before = self._values(data, critic_pieces) if first_forward is None else first_forward[0].detach()
         advantages_pre, returns = self._advantages(data, values_before)
         metrics: dict[str, Any] = {
             "value_explained_variance": explained_variance(
@@ -177,7 +180,7 @@ class SAOTrainer:
         # 1. TTUR: K critic updates, so values are fresh before they shape the advantages.
         for k in range(self.cfg.value_updates_per_policy_update):
             step_metrics, nonfinite = self._critic_step(
-                data, returns, values_before, forward=first_forward if k == 0 else None
+                data, returns, values_before, forward=first_forward if k == 0 else None, pieces=critic_pieces
             )
             metrics.update(step_metrics)
             if nonfinite is not None:
@@ -186,7 +189,7 @@ class SAOTrainer:
 
         # 2. Advantages (observation-skipping GAE, decoupled lambda) from the critic after its K
         # steps ("fitted") or before them ("pre_update").
-        values, advantages = self._scoring_advantages(data, values_before, advantages_pre, metrics)
+        values, advantages = self._scoring_advantages(data, values_before, advantages_pre, metrics, critic_pieces)
 
         # 3. The policy step, unless still in the value warm-up.
         self.updates += 1
@@ -213,13 +216,25 @@ class SAOTrainer:
         )
         return metrics
 
+    @torch.no_grad()
+    def _values(self, data: Batch, pieces: list[Piece]) -> torch.Tensor:
+        """The critic's values [B, T] over the batch, one micro-batch at a time."""
+        if len(pieces) == 1 and pieces[0].weight is None:
+            return self.critic(data.tokens, data.attention_mask)[0]
+        values = [self.critic(p.batch.tokens, p.batch.attention_mask)[0] for p in pieces]
+        return scatter_rows(pieces, values, data.rewards)
+
     def _scoring_advantages(
-        self, data: Batch, values_before: torch.Tensor, advantages_pre: torch.Tensor, metrics: dict[str, Any]
+        self,
+        data: Batch,
+        values_before: torch.Tensor,
+        advantages_pre: torch.Tensor,
+        metrics: dict[str, Any],
+        pieces: list[Piece],
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(values, advantages) the policy step uses, per `advantages_from`. The fitted critic's are
         computed either way, to log how much fitting it to this batch shrank the advantages."""
-        with torch.no_grad():
-            values_fitted, _ = self.critic(data.tokens, data.attention_mask)
+        values_fitted = self._values(data, pieces)
         advantages_fitted, _ = self._advantages(data, values_fitted)
         metrics.update(advantage_shrinkage(advantages_pre, advantages_fitted, data.action_mask, data.episode_rewards))
         if self.cfg.advantages_from == "fitted":
@@ -241,82 +256,130 @@ class SAOTrainer:
         returns: torch.Tensor,
         old_values: torch.Tensor,
         forward: tuple[torch.Tensor, tuple | None] | None = None,
+        pieces: list[Piece] | None = None,
     ) -> tuple[dict[str, float], str | None]:
         """One critic step: (metrics, the non-finite quantity if the step was skipped). `forward`:
         the critic's (values, router logits) on this batch at its current parameters, if the
-        caller already has them (with their graph)."""
+        caller already has them (with their graph). `pieces`: the batch's micro-batches."""
         self.critic.train()
-        values, router = (
-            forward if forward is not None else self.critic(data.tokens, data.attention_mask, output_router_logits=True)
-        )
-        loss = value_loss(
-            values,
-            returns,
-            critic_mask(data.action_mask, self.cfg.gae),
-            old_values=old_values if self.cfg.value_clip else None,
-            clip=self.cfg.value_clip,
-        )
-        stats = {"critic_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
-        loss = with_router_aux(
-            loss,
-            stats,
-            self.cfg.router_aux_loss_coef,
-            router,
-            data.attention_mask,
-            self.critic.backbone.config,
-            "critic_router_aux_loss",
-        )
-        _, nonfinite = guarded_step(
-            loss,
+        parts: list = []  # per micro-batch: (weight, metrics)
+        routing: list = []  # per micro-batch: (router logits, action mask)
+        pieces = pieces or split(data, None, data.action_mask)
+        losses = self._critic_losses(pieces, returns, old_values, forward, parts, routing)
+        norms = {"critic_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
+        _, nonfinite = guarded_steps(
+            losses,
             self.critic.parameters(),
             self.critic_opt,
             self.cfg.max_grad_norm,
             "critic",
-            inspect=lambda: stats.update(grad_norms_by_family(self.critic, "critic_", self.cfg.critic_module_patterns)),
+            inspect=lambda: norms.update(grad_norms_by_family(self.critic, "critic_", self.cfg.critic_module_patterns)),
         )
-        metrics = {
-            "critic_loss": float(loss.detach()),
-            **stats,
-            **expert_load(router, data.action_mask, self.top_k, "critic_"),
-        }
-        return metrics, nonfinite
+        metrics = {k: float(v) for k, v in combine(parts).items()} | norms
+        return metrics | expert_load(*routed(routing), self.top_k, "critic_"), nonfinite
+
+    def _critic_losses(
+        self,
+        pieces: list[Piece],
+        returns: torch.Tensor,
+        old_values: torch.Tensor,
+        forward: tuple[torch.Tensor, tuple | None] | None,
+        parts: list,
+        routing: list,
+    ) -> Iterator[tuple[torch.Tensor, Any]]:
+        """(value loss, share) of each micro-batch, one forward at a time when asked for; each one's
+        metrics appended to `parts`, its router logits to `routing`."""
+        totals = router_totals(  # the router loss's whole-batch counts, when micro-batched
+            pieces,
+            lambda mb: self.critic(mb.tokens, mb.attention_mask, output_router_logits=True)[1],
+            self.cfg.router_aux_loss_coef,
+            self.critic.backbone.config,
+        )
+        for piece in pieces:
+            mb = piece.batch
+            if forward is None:
+                values, router = self.critic(mb.tokens, mb.attention_mask, output_router_logits=True)
+            else:
+                values, router = forward
+            loss = value_loss(
+                values,
+                piece.cut(returns),
+                critic_mask(mb.action_mask, self.cfg.gae),
+                old_values=piece.cut(old_values) if self.cfg.value_clip else None,
+                clip=self.cfg.value_clip,
+            )
+            stats: dict[str, Any] = {"critic_loss": 0.0, "critic_grad_norm": 0.0}  # (the metrics' order)
+            loss = with_router_aux(
+                loss,
+                stats,
+                self.cfg.router_aux_loss_coef,
+                router,
+                mb.attention_mask,
+                self.critic.backbone.config,
+                "critic_router_aux_loss",
+                totals,
+                piece.weight,
+            )
+            parts.append((piece.weight, {**stats, "critic_loss": loss.detach()}))
+            routing.append((router, mb.action_mask))
+            yield loss, piece.weight
 
     def _policy_step(self, data: Batch, advantages: torch.Tensor) -> tuple[dict[str, float], str | None]:
         """The policy step: (metrics, the non-finite quantity if the step was skipped)."""
         self.policy.train()
-        logprobs, entropy, router = token_logprobs_and_routing(
-            self.policy, data.tokens, data.attention_mask, self.temperature, where=data.action_mask
+        parts: list = []  # per micro-batch: (weight, metrics)
+        routing: list = []  # per micro-batch: (router logits, action mask)
+        pieces = split(data, self.micro_batch_tokens, data.action_mask)
+        totals = router_totals(  # the router loss's whole-batch counts, when micro-batched
+            pieces,
+            policy_routing(self.policy),
+            self.cfg.router_aux_loss_coef,
+            self.policy.config,
         )
-        if self.cfg.policy_loss == "dis":
-            loss, stats = dis_policy_loss(
-                logprobs, data.behaviour_logprobs, advantages, data.action_mask, self.cfg.eps_low, self.cfg.eps_high
-            )
-        else:  # vanilla VAPO: PPO clip against the policy that generated the batch
-            loss, stats = ppo_clip_loss(
-                logprobs, data.behaviour_logprobs, advantages, data.action_mask, self.cfg.clip_low, self.cfg.clip_high
-            )
-        if self.reference is not None:
-            penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(data), data)
-            loss = loss + penalty
-        loss = with_router_aux(
-            loss, stats, self.cfg.router_aux_loss_coef, router, data.attention_mask, self.policy.config
-        )
+
+        def losses():  # one micro-batch's forward at a time (the whole batch without micro_batch_tokens)
+            for piece in pieces:
+                mb, adv = piece.batch, piece.cut(advantages)
+                logprobs, entropy, router = token_logprobs_and_routing(
+                    self.policy, mb.tokens, mb.attention_mask, self.temperature, where=mb.action_mask
+                )
+                if self.cfg.policy_loss == "dis":
+                    loss, stats = dis_policy_loss(
+                        logprobs, mb.behaviour_logprobs, adv, mb.action_mask, self.cfg.eps_low, self.cfg.eps_high
+                    )
+                else:  # vanilla VAPO: PPO clip against the policy that generated the batch
+                    loss, stats = ppo_clip_loss(
+                        logprobs, mb.behaviour_logprobs, adv, mb.action_mask, self.cfg.clip_low, self.cfg.clip_high
+                    )
+                if self.reference is not None:
+                    penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(mb), mb)
+                    loss = loss + penalty
+                loss = with_router_aux(
+                    loss,
+                    stats,
+                    self.cfg.router_aux_loss_coef,
+                    router,
+                    mb.attention_mask,
+                    self.policy.config,
+                    totals=totals,
+                    share=piece.weight,
+                )
+                entropy_mean = token_mean(entropy.detach(), mb.action_mask)
+                parts.append((piece.weight, {"policy_loss": loss.detach(), "entropy": entropy_mean, **stats}))
+                routing.append((router, mb.action_mask))
+                yield loss, piece.weight
+
         norms = {"policy_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
-        _, nonfinite = guarded_step(
-            loss,
+        _, nonfinite = guarded_steps(
+            losses(),
             self.policy.parameters(),
             self.policy_opt,
             self.cfg.max_grad_norm,
             "policy",
             inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_", self.cfg.critic_module_patterns)),
         )
-        return {
-            "policy_loss": float(loss.detach()),
-            "entropy": float(token_mean(entropy.detach(), data.action_mask)),
-            **{k: float(v) for k, v in stats.items()},
-            **norms,
-            **expert_load(router, data.action_mask, self.top_k, "policy_"),
-        }, nonfinite
+        metrics = {k: float(v) for k, v in combine(parts).items()}
+        return {**metrics, **norms, **expert_load(*routed(routing), self.top_k, "policy_")}, nonfinite
 
     # -- value pretraining ----------------------------------------------------------------------
 

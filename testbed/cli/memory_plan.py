@@ -49,6 +49,7 @@ def settings_for(scenario: Scenario, arm: Any, model: Any) -> Settings:
         param_dtype=rt.fsdp.param_dtype,
         offload=rt.fsdp.offload,
         activation_checkpointing=rt.fsdp.activation_checkpointing,
+        micro_batch_tokens=rt.micro_batch_tokens,
         episodes_per_update=trained_batch,
         round_episodes=per_update,
         prompt_tokens=PROMPT_TOKENS if scenario.policy.checkpoint else scenario.policy.max_positions // 2,

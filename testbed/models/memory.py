@@ -82,6 +82,7 @@ class Settings:
     param_dtype: str | None = None  # FSDP's compute dtype (MixedPrecisionPolicy)
     offload: bool = False
     activation_checkpointing: bool = False
+    micro_batch_tokens: int | None = None  # runtime.micro_batch_tokens: tokens per forward-backward
     episodes_per_update: int = 32
     round_episodes: int = 32
     prompt_tokens: int = 192
@@ -116,13 +117,16 @@ def model_items(shape: ModelShape, s: Settings, trained: int, role: str) -> dict
 
 def activation_bytes(shape: ModelShape, s: Settings) -> int:
     """One rank's forward-backward of its share of an update (the larger of policy and critic)."""
-    tokens = -(-s.episodes_per_update // s.learner_workers) * (s.prompt_tokens + s.new_tokens)
+    row = s.prompt_tokens + s.new_tokens
+    tokens = -(-s.episodes_per_update // s.learner_workers) * row
+    if s.micro_batch_tokens is not None:  # one micro-batch at a time, of one row at least
+        tokens = min(tokens, max(s.micro_batch_tokens // row, 1) * row)
     width = BYTES[s.param_dtype or s.dtype] if sharded(s) else BYTES[s.dtype]
     per_token = ACT_BYTES_PER_HIDDEN * shape.hidden * width // 2 + shape.top_k * 3 * shape.expert_width * width
     # with checkpointing each layer keeps its input, and one layer at a time its whole set
     checkpointing = s.activation_checkpointing and sharded(s)
     layers = shape.layers * shape.hidden * width + per_token if checkpointing else shape.layers * per_token
-    scored = -(-s.episodes_per_update // s.learner_workers) * s.new_tokens
+    scored = tokens // row * s.new_tokens
     return tokens * layers + scored * shape.vocab * 4 * 2  # log-softmax and its gradient, float32
 
 
@@ -173,7 +177,7 @@ def size(n: int) -> str:
 def fixes_for(item: str, s: Settings) -> list[str]:
     """The settings that shrink `item` (what the refusal suggests)."""
     if item == "activations":
-        fixes = ["a smaller episodes_per_update", "a smaller sampling.max_new_tokens"]
+        fixes = ["runtime.micro_batch_tokens", "a smaller episodes_per_update", "a smaller sampling.max_new_tokens"]
         return fixes + ["runtime.learner_strategy: fsdp, 2+ learner_workers, fsdp.activation_checkpointing: true"]
     if item == "KV cache":
         return ["a smaller sampling.max_new_tokens", "a smaller episodes_per_update (fewer sequences per round)"]

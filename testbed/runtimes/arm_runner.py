@@ -41,6 +41,7 @@ from testbed.runtimes.learn import (
     warm_up,
     warmup_cache_key,
 )
+from testbed.runtimes.learner_strategy import micro_batching
 from testbed.runtimes.reference_policy import reference_rows
 from testbed.scenario.schema import ArmConfig, Scenario
 from testbed.store import RunStore
@@ -76,7 +77,7 @@ def make_trainer(
     arm: ArmConfig, policy: torch.nn.Module, tokenizer: WordTokenizer, scenario: Scenario, seed: int
 ) -> Any:
     """The arm's trainer, built like every plugin (registry.build)."""
-    return registry.build(
+    trainer = registry.build(
         arm.trainer_class(),
         arm.args,
         policy,
@@ -84,6 +85,7 @@ def make_trainer(
         temperature=scenario.sampling.temperature,
         seed=seed,
     )
+    return micro_batching(trainer, scenario.runtime_for(arm).micro_batch_tokens)
 
 
 def seed_everything(seed: int) -> None:

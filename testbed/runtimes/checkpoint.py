@@ -4,6 +4,7 @@
       latest.json                      the newest checkpoint first, then the one before it
       <arm>-seed<seed>/u000040.pt      every `reliability.checkpoint_every` updates (last two kept)
       <arm>-seed<seed>/final.pt        at the end of each arm x seed (kept)
+      <arm>-seed<seed>/u000040.<tag>.dcp/   a sharded learner's models and optimisers (below)
 
 A checkpoint holds everything the loop needs to continue as if it had never stopped: the trainer
 (policy, critic, optimisers, baseline window), the env's clock and prompt sampler, the global RNGs
@@ -13,6 +14,12 @@ back to that snapshot, so rows written after the checkpoint are written again, o
 
 Files are written to a temporary name, fsynced and renamed, so a crash leaves the previous
 checkpoint intact; a checkpoint that does not load is reported and the one before it is used.
+
+A sharded learner (`learner_strategy: fsdp`) writes its models and optimisers with
+torch.distributed.checkpoint into a directory beside the file, every rank its own shards
+(testbed/runtimes/sharded_checkpoint.py); the file's trainer state then holds the rest and the
+directory's name under `SHARDED`. The directory is complete and renamed before the file that names
+it is written, and has a fresh name each time, so a file never names a partial directory.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any
@@ -29,6 +38,7 @@ import torch
 
 FORMAT = 1
 KEEP_ROLLING = 2  # rolling checkpoints kept per arm x seed (final ones are always kept)
+SHARDED = "sharded_checkpoint"  # in a trainer state: the directory of its sharded models and optimisers
 
 
 def rng_state() -> dict[str, Any]:
@@ -50,11 +60,22 @@ def _atomic_write(path: Path, write: Any) -> None:
     os.replace(tmp, path)
 
 
+def _path(run_dir: Path, arm: str, seed: int, updates: int, final: bool) -> Path:
+    return Path(run_dir) / "checkpoints" / f"{arm}-seed{seed}" / ("final.pt" if final else f"u{updates:06d}.pt")
+
+
+def sharded_dir(run_dir: Path, arm: str, seed: int, updates: int, *, final: bool = False) -> Path:
+    """A fresh directory name for the sharded part of the checkpoint `save` will write next."""
+    path = _path(run_dir, arm, seed, updates, final)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.with_name(f"{path.stem}.{uuid.uuid4().hex[:8]}.dcp")
+
+
 def save(run_dir: Path, arm: str, seed: int, state: dict[str, Any], *, final: bool = False) -> Path:
     """Write one checkpoint and point latest.json at it; prune old rolling ones."""
-    folder = Path(run_dir) / "checkpoints" / f"{arm}-seed{seed}"
+    path = _path(run_dir, arm, seed, state["loop"]["updates"], final)
+    folder = path.parent
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / ("final.pt" if final else f"u{state['loop']['updates']:06d}.pt")
     _atomic_write(path, lambda fh: torch.save({"format": FORMAT, **state}, fh))
 
     pointer = Path(run_dir) / "checkpoints" / "latest.json"
@@ -66,7 +87,18 @@ def save(run_dir: Path, arm: str, seed: int, state: dict[str, Any], *, final: bo
     for old in rolling[:-KEEP_ROLLING]:
         if str(old.relative_to(run_dir)) not in chain:
             old.unlink()
+    _prune_sharded(folder, path, state.get("trainer", {}).get(SHARDED))
     return path
+
+
+def _prune_sharded(folder: Path, written: Path, keep: str | None) -> None:
+    """Remove sharded directories no checkpoint file names: those of pruned files, those a crash
+    left before their file was written, and the one a rewritten file named before."""
+    for directory in [*folder.glob("*.dcp"), *folder.glob("*.dcp.tmp")]:
+        stem = directory.name.split(".")[0]
+        orphan = not (folder / f"{stem}.pt").exists() or directory.name.endswith(".tmp")
+        if orphan or (stem == written.stem and directory.name != keep):
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _read_pointer(pointer: Path) -> list[str]:
@@ -80,6 +112,12 @@ def load(path: Path) -> dict[str, Any]:
     state = torch.load(path, weights_only=False, map_location="cpu")
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path}: not a checkpoint of format {FORMAT}")
+    trainer = state.get("trainer")
+    if isinstance(trainer, dict) and SHARDED in trainer:  # the learners read it where this file is
+        directory = Path(path).parent / Path(trainer[SHARDED]).name
+        if not (directory / ".metadata").is_file():
+            raise ValueError(f"{path}: its sharded models and optimisers ({directory}) are missing")
+        trainer[SHARDED] = str(directory)
     return state
 
 

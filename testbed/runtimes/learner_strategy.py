@@ -53,6 +53,19 @@ def trainer_optimizers(trainer: Any) -> list[torch.optim.Optimizer]:
     return [v for v in vars(trainer).values() if isinstance(v, torch.optim.Optimizer)]
 
 
+def micro_batching(trainer: Any, tokens: int | None) -> Any:
+    """The trainer, set to backpropagate in micro-batches of `tokens` (runtime.micro_batch_tokens,
+    trainers/micro_batch.py); refused, naming the setting, for a trainer that cannot."""
+    if tokens is not None:
+        if not hasattr(type(trainer), "micro_batch_tokens"):
+            raise ValueError(
+                f"runtime.micro_batch_tokens is {tokens} but {type(trainer).__name__} does not micro-batch "
+                "(no micro_batch_tokens attribute); unset runtime.micro_batch_tokens"
+            )
+        trainer.micro_batch_tokens = tokens
+    return trainer
+
+
 def apply(trainer: Any, strategy: str, fsdp: FSDPConfig | None = None) -> None:
     """Hand the trainer's models to the strategy's engine; a no-op outside a process group of 2+."""
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):

@@ -8,6 +8,7 @@ Gathering is a collective: every rank calls these at the same point, in the same
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -31,11 +32,15 @@ def full_state(obj: Any) -> Any:
     return obj
 
 
-def published_policy(policy: nn.Module, rank: int) -> dict[str, torch.Tensor] | None:
+def published_policy(policy: nn.Module, rank: int, bucket_bytes: int | None = None) -> dict[str, torch.Tensor] | None:
     """The policy's full weights on the CPU for the rollout engines, on rank 0 (None elsewhere).
-    Sharded: `torch.distributed.checkpoint.state_dict` gathers one parameter at a time and moves it
-    to the CPU at once (`cpu_offload`), so an accelerator never holds more than one full tensor."""
+    Sharded: gathered in buckets of about `bucket_bytes` (`policy_buckets`); None: all at once by
+    `get_model_state_dict(full_state_dict=True, cpu_offload=True)`, one parameter at a time, each
+    moved to the CPU at once, so an accelerator never holds more than one full tensor."""
     if is_sharded(policy):
+        if bucket_bytes is not None:
+            buckets = list(policy_buckets(policy, bucket_bytes))
+            return {k: v for bucket in buckets for k, v in bucket.items()} if rank == 0 else None
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         state = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -43,6 +48,35 @@ def published_policy(policy: nn.Module, rank: int) -> dict[str, torch.Tensor] | 
     if rank != 0:  # the others hold the same tensors; one copy travels
         return None
     return {k: v.detach().cpu() for k, v in policy.state_dict().items()}
+
+
+def bucket_keys(sizes: dict[str, int], bucket_bytes: int) -> list[list[str]]:
+    """Consecutive keys grouped so that each group's bytes stay within `bucket_bytes` (a larger
+    tensor alone). Pure: every rank computes the same groups from the full sizes."""
+    buckets: list[list[str]] = []
+    held = 0
+    for key, size in sizes.items():
+        if not buckets or held + size > bucket_bytes:
+            buckets.append([])
+            held = 0
+        buckets[-1].append(key)
+        held += size
+    return [b for b in buckets if b]
+
+
+def policy_buckets(policy: nn.Module, bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
+    """The sharded policy's full weights, bucket by bucket, on the CPU of rank 0 (empty dicts on
+    the others): the state dict torch.distributed.checkpoint.state_dict gives (sharded, FQN keys),
+    each bucket gathered and offloaded as `get_model_state_dict(full_state_dict=True,
+    cpu_offload=True)` does with the whole of it (its own `_gather_state_dict`), so at most one
+    bucket of full tensors is in flight. A collective: every rank iterates to the end."""
+    from torch.distributed._state_dict_utils import _gather_state_dict
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    state = {k: v for k, v in get_model_state_dict(policy).items() if torch.is_tensor(v)}
+    sizes = {k: v.numel() * v.element_size() for k, v in state.items()}  # a DTensor's numel is the full one
+    for keys in bucket_keys(sizes, bucket_bytes):
+        yield _gather_state_dict({k: state[k] for k in keys}, cpu_offload=True, ranks_only=(0,))
 
 
 def _shard_like(value: Any, like: DTensor) -> Any:

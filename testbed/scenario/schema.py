@@ -162,6 +162,9 @@ class RuntimeConfig(Strict):
         "replicate", description="replicate: DDP, a full copy per learner; fsdp: FSDP2, each learner holds 1/W"
     )
     fsdp: FSDPConfig = Field(default_factory=FSDPConfig, description="learner_strategy fsdp's settings")
+    micro_batch_tokens: int | None = Field(
+        None, ge=1, description="backpropagate each learner's batch in micro-batches of at most this many tokens"
+    )
     device_memory_gb: float | None = Field(
         None, gt=0, description="memory per device the plan assumes where there is no CUDA (else the host's)"
     )

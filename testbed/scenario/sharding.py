@@ -27,3 +27,11 @@ class FSDPConfig(Strict):
     activation_checkpointing: bool = Field(
         False, description="recompute each decoder layer's activations in backward instead of keeping them"
     )
+    publish_bucket_mb: float | None = Field(
+        512.0,
+        gt=0,
+        description="gather the published policy in buckets of about this many MB (null: all parameters at once)",
+    )
+
+    def bucket_bytes(self) -> int | None:
+        return None if self.publish_bucket_mb is None else int(self.publish_bucket_mb * 2**20)

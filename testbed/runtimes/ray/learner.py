@@ -32,7 +32,8 @@ import ray
 import torch
 
 from testbed.cpu_numerics import configure_torch
-from testbed.runtimes import learner_strategy
+from testbed.runtimes import learner_strategy, sharded_checkpoint
+from testbed.runtimes.checkpoint import SHARDED
 from testbed.runtimes.ray.shard import shard_weight
 from testbed.runtimes.sharded_state import full_state, published_policy
 from testbed.scenario.sharding import FSDPConfig
@@ -164,6 +165,7 @@ class LearnerWorker:
         self.rank, self.world = rank, world
         self.make_trainer = make_trainer
         self.strategy, self.fsdp = strategy, fsdp
+        self.bucket_bytes = fsdp.bucket_bytes() if fsdp is not None else None  # of the published policy
         self.trainer: Any = None
 
     def rendezvous_address(self) -> str:
@@ -181,6 +183,7 @@ class LearnerWorker:
             "episodes_per_update": t.episodes_per_update,
             "warmup_samples": getattr(t, "warmup_samples", 0),
             "digest": self.digest(),  # of the one-process trainer, before the engines take its models
+            "splits": sharded_checkpoint.tensor_parts(t) is not None,  # can write a sharded checkpoint
         }
         learner_strategy.apply(t, self.strategy, self.fsdp)
         return info
@@ -195,7 +198,7 @@ class LearnerWorker:
                 metrics = self.trainer.update(shard)
         model = getattr(self.trainer, "policy", None)
         if isinstance(model, torch.nn.Module):
-            policy = published_policy(model, self.rank)  # a collective where sharded
+            policy = published_policy(model, self.rank, self.bucket_bytes)  # a collective where sharded
         else:  # a plug-in trainer: its state_dict's policy (the trainer protocol)
             policy = (
                 {k: v.detach().cpu() for k, v in self.trainer.state_dict()["policy"].items()}
@@ -211,6 +214,15 @@ class LearnerWorker:
         value = getattr(self.trainer, method)
         # the driver keeps its states on the CPU, full (a collective where sharded)
         return to_cpu(full_state(value(*args) if callable(value) else value))
+
+    def save_sharded(self, directory: str) -> dict[str, Any]:
+        return sharded_checkpoint.save_sharded(self.trainer, directory)
+
+    def load_sharded(self, directory: str, rest: dict[str, Any]) -> None:
+        sharded_checkpoint.load_sharded(self.trainer, directory, rest)
+
+    def policy(self) -> dict[str, torch.Tensor] | None:
+        return published_policy(self.trainer.policy, self.rank, self.bucket_bytes)
 
     def flat_state(self) -> dict[str, Any]:
         return flat_state(full_state(self.trainer.state_dict()))
@@ -306,6 +318,8 @@ class LearnerGroup:
         self.group_size: int = info["group_size"]
         self.episodes_per_update: int = info["episodes_per_update"]
         self.warmup_samples: int = info["warmup_samples"]
+        # checkpoints in shards (torch.distributed.checkpoint) where the ranks hold shards
+        self.sharded_checkpoints = self.sharded and info["splits"]
 
     @property
     def size(self) -> int:
@@ -338,7 +352,20 @@ class LearnerGroup:
         return self._state("state_dict")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if SHARDED in state:  # written by sharded ranks, any number of them: every rank reads its part
+            rest = {k: v for k, v in state.items() if k != SHARDED}
+            _get_all([w.load_sharded.remote(state[SHARDED], rest) for w in self.workers])
+            return
         self._all("load_state_dict", ray.put(state))  # one copy in the object store for all
+
+    def save_sharded(self, directory: Any) -> dict[str, Any]:
+        """Every rank writes its shards into `directory`; the trainer's other state, naming it."""
+        rest = _get_all([w.save_sharded.remote(str(directory)) for w in self.workers])[0]
+        return {**rest, SHARDED: os.path.basename(directory)}
+
+    def policy(self) -> dict[str, torch.Tensor]:
+        """The policy's full weights (rank 0's gathered copy)."""
+        return _get_all([w.policy.remote() for w in self.workers])[0]
 
     def warmup(self, samples: list[Trajectory]) -> dict[str, Any]:
         """The trainer's warm-up (SAO: value pretraining), not data-parallel: every rank runs it on

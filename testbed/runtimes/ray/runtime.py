@@ -28,6 +28,7 @@ import copy
 import dataclasses
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -38,6 +39,7 @@ from testbed.cpu_numerics import configure_torch
 from testbed.device import for_this_process
 from testbed.engines.mismatch import MismatchProbe, trainer_band
 from testbed.models.tokenizer import WordTokenizer
+from testbed.runtimes import checkpoint, learner_strategy
 from testbed.runtimes.arm_runner import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.runtimes.collect import Round
 from testbed.runtimes.learn import RunStopped
@@ -74,6 +76,7 @@ class TrainerFactory:
     threads: int
     mismatch: bool = False  # engine.mismatch: the learner measures it (testbed/engines/mismatch.py)
     device: str = "cpu"  # runtime.device: where the learner places the policy (and so its reference and critic)
+    micro_batch_tokens: int | None = None  # runtime.micro_batch_tokens
 
     def probe(self, trainer: Any) -> Any:
         """The learner's mismatch probe on the trainer's policy, or None when it is off."""
@@ -84,7 +87,7 @@ class TrainerFactory:
     def __call__(self) -> Any:
         configure_torch(self.threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         policy = build_policy(self.policy_config, self.policy_state, for_this_process(self.device))
-        return registry.build(
+        trainer = registry.build(
             self.arm.trainer_class(),
             self.arm.args,
             policy,
@@ -92,6 +95,7 @@ class TrainerFactory:
             temperature=self.temperature,
             seed=self.seed,
         )
+        return learner_strategy.micro_batching(trainer, self.micro_batch_tokens)
 
 
 class LearnerProxy:
@@ -103,6 +107,7 @@ class LearnerProxy:
         self.group_size, self.episodes_per_update = shadow.group_size, shadow.episodes_per_update
         self.warmup_samples = getattr(shadow, "warmup_samples", 0)
         self.version = 0
+        self.sharded_to: Path | None = None  # where the next state goes in shards (RayRunner.save_checkpoint)
 
     def __getattr__(self, name: str) -> Any:  # warmup, warmup_key, warmup_state on the shadow
         return getattr(self.shadow, name)
@@ -111,6 +116,8 @@ class LearnerProxy:
         self.shadow.load_warmup_state(state)
 
     def state_dict(self) -> dict:
+        if self.sharded_to is not None:
+            return self.learner.save_sharded(self.sharded_to)
         return self.learner.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
@@ -147,6 +154,7 @@ class RayRunner(ArmRunner):
             threads,
             scenario.engine.measure_mismatch,
             rt.device,
+            rt.micro_batch_tokens,
         )
         self.name = f"testbed-{self.store.root.name}-{arm.name}-seed{seed}"  # named, so a fault test can find them
         gpus = device.gpus(rt, "actor")
@@ -193,7 +201,9 @@ class RayRunner(ArmRunner):
         self.next_group = self.state.groups  # group ids of issued rounds, judged or not
         if resume is None and self.trainer.warmup_samples > 0:
             self.learner.load_warmup_state(device.to_cpu(self.trainer.shadow.warmup_state()))
-        if resume is not None:  # the actors start from the checkpoint's policy
+        if resume is not None and checkpoint.SHARDED in resume["trainer"]:  # the learners gather its policy
+            self.publish(self.learner.policy(), self.trainer.version)
+        elif resume is not None:  # the actors start from the checkpoint's policy
             if "policy" not in resume["trainer"]:
                 raise RunStopped(
                     "the Ray runtime resumes a trainer whose state_dict() holds its policy weights under 'policy'"
@@ -202,7 +212,13 @@ class RayRunner(ArmRunner):
 
     def save_checkpoint(self, **kw: Any) -> None:
         self.finish_update()  # the learner's state and the recorded updates must agree
-        super().save_checkpoint(**kw)
+        if self.learner.sharded_checkpoints:  # each rank writes its shards beside the checkpoint file
+            where = (self.store.root, self.arm.name, self.seed, self.state.updates)
+            self.trainer.sharded_to = checkpoint.sharded_dir(*where, final=kw.get("final", False))
+        try:
+            super().save_checkpoint(**kw)
+        finally:
+            self.trainer.sharded_to = None
 
     def publish(self, policy_state: dict, version: int) -> None:
         self.weights, self.trainer.version = [ray.put(policy_state)], version
