@@ -16,7 +16,7 @@ from testbed.scenario.schema import PolicyConfig
 
 def build_policy(cfg: PolicyConfig, tokenizer: WordTokenizer, seed: int = 0) -> Qwen3MoeForCausalLM:
     torch.manual_seed(seed)
-    config = Qwen3MoeConfig(  # type: ignore[call-arg]  # head_dim: a PretrainedConfig keyword its stub omits
+    config = Qwen3MoeConfig(
         vocab_size=tokenizer.vocab_size,
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.expert_size * 2,

@@ -35,7 +35,7 @@ def records(path: Path) -> Iterator[Any]:
         pending += data[pos + HEADER : pos + HEADER + length]
         pos += HEADER + length
         if kind in (FULL, LAST):
-            record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]  # generated protobuf
+            record = wandb_internal_pb2.Record()
             record.ParseFromString(pending)
             pending = b""
             yield record
