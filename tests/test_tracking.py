@@ -2,7 +2,9 @@
 run with TensorBoard, MLflow and W&B (offline) on must leave in each exactly the rows of
 `updates.parquet` and `evals.parquet` (no point twice, none missing) and the rolling reward of
 `episodes.parquet`. The same rows, appended by a process killed with SIGKILL once its trackers
-are ahead of the durable rows and then resumed, must too. A tracker that dies costs no row."""
+are ahead of the durable rows and then resumed, must too. A tracker that dies costs no row. A
+sweep is one MLflow parent with a child per point. (Parallel arms and the Ray runtime:
+tests/test_ray_runtime.py.)"""
 
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from testbed.cli import run
@@ -26,10 +27,18 @@ from testbed.tracking.config import TrackingConfig
 from testbed.tracking.points import Point, RowMirror
 from testbed.tracking.run_info import RunInfo, public
 from testbed.tracking.session import start_tracking
+from testbed.tracking.sweep_parent import finish_sweep, link_points
 from testbed.tracking.wandb_log import run_folders
 from testbed.tracking.writer import TrackingWarning
 from tests.test_end_to_end import ROOT
-from tests.tracker_readers import mlflow_scalars, tensorboard_scalars, wandb_scalars
+from tests.tracker_readers import (
+    check,
+    expected_evals,
+    expected_updates,
+    mlflow_scalars,
+    tensorboard_scalars,
+    wandb_scalars,
+)
 from tests.tracking_killed import append, cursor, rows_between, switches
 
 ROLLING_EVERY = 16
@@ -97,60 +106,9 @@ def resumed_run(tracked_run, tmp_path_factory, cache):
     return target
 
 
-def expected_updates(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    updates = read_table(run_dir, "updates").sort_values("update")
-    assert updates["update"].tolist() == list(range(1, len(updates) + 1))
-    columns = [c for c in updates.select_dtypes("number").columns if c not in ("seed", "t")]
-    return {
-        f"train/{c}": [(int(t), float(v)) for t, v in zip(updates["t"], updates[c], strict=True) if v == v]
-        for c in columns
-    }
-
-
-def expected_evals(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    evals = read_table(run_dir, "evals").sort_values(["t", "style"])
-    out = {
-        f"eval/share/{s}": [(int(t), float(v)) for t, v in zip(g["t"], g["share"], strict=True)]
-        for s, g in evals.groupby("style")
-    }
-    per_eval = evals.groupby("t", sort=True)["eval_reward"].first()
-    out["eval/reward"] = [(int(t), float(v)) for t, v in per_eval.items()]
-    return out
-
-
-def expected_rolling(run_dir: Path, window: int = 128) -> list[tuple[int, float]]:
-    episodes = read_table(run_dir, "episodes")
-    judged = episodes[episodes["reward"].notna()]  # in the order they were written, as the trackers saw them
-    rewards, ts = judged["reward"].tolist(), judged["t"].tolist()
-    return [
-        (int(ts[n - 1]), float(np.mean(rewards[max(0, n - window) : n])))
-        for n in range(ROLLING_EVERY, len(rewards) + 1, ROLLING_EVERY)
-    ]
-
-
-def same(got: list[tuple[int, float]], want: list[tuple[int, float]], tag: str) -> None:
-    got, want = sorted(got), sorted(want)
-    assert [s for s, _ in got] == [s for s, _ in want], f"{tag}: steps differ (duplicated or missing points)"
-    np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=1e-6, atol=1e-7, err_msg=tag)
-
-
-def check(logged: dict[str, list[tuple[int, float]]], run_dir: Path, backend: str) -> None:
-    want = {
-        **expected_updates(run_dir),
-        **expected_evals(run_dir),
-        "episodes/reward_rolling": expected_rolling(run_dir),
-    }
-    assert len(want) > 20 and "train/reward_mean" in want and "eval/share/cute" in want
-    for tag, points in want.items():
-        same(logged.get(tag, []), points, f"{backend} {tag}")
-    switches = json.loads((run_dir / "manifest.json").read_text())["switch_points"]
-    marks = [(0, 0.0)] + [p for k, t in enumerate(switches, 1) for p in ((t - 1, k - 1.0), (t, float(k)))]
-    assert sorted(logged["schedule/phase"]) == marks  # the target's phase steps up at each switch
-
-
 def test_tensorboard_holds_the_tables_live_and_after_a_kill_and_resume(tracked_run, resumed_run):
     for run_dir in (tracked_run, resumed_run):
-        check(tensorboard_scalars(run_dir / "tb" / KEY), run_dir, f"tensorboard {run_dir.name}")
+        check(tensorboard_scalars(run_dir / "tb" / KEY), run_dir, f"tensorboard {run_dir.name}", ROLLING_EVERY)
 
 
 def mlflow_of(run_dir: Path) -> tuple[str, dict]:
@@ -166,7 +124,7 @@ def test_mlflow_holds_the_tables_live_and_after_a_kill_and_resume(tracked_run, r
         uri, state = mlflow_of(run_dir)
         run_id = state["runs"][KEY]["run_id"]
         tags = [*expected_updates(run_dir), *expected_evals(run_dir), "episodes/reward_rolling", "schedule/phase"]
-        check(mlflow_scalars(uri, run_id, tags), run_dir, f"mlflow {run_dir.name}")
+        check(mlflow_scalars(uri, run_id, tags), run_dir, f"mlflow {run_dir.name}", ROLLING_EVERY)
         client = MlflowClient(tracking_uri=uri)
         child, parent = client.get_run(run_id), client.get_run(state["parent"]["run_id"])
         assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id and child.info.status == "FINISHED"
@@ -180,7 +138,7 @@ def test_wandb_offline_holds_the_tables_live_and_after_a_kill_and_resume(tracked
         run_id = json.loads((run_dir / "tracking.json").read_text())["wandb"]["runs"][KEY]["id"]
         folders = run_folders(run_dir / "wandb", run_id)
         assert len(folders) == processes, folders  # a resumed run: the killed process's and its own, one id
-        check(wandb_scalars(folders), run_dir, f"wandb {run_dir.name}")
+        check(wandb_scalars(folders), run_dir, f"wandb {run_dir.name}", ROLLING_EVERY)
 
 
 def test_mlflow_logs_no_step_twice_when_killed_between_a_write_and_the_cursor_save(tmp_path, cache):
@@ -264,3 +222,39 @@ def test_no_secret_of_the_scenario_reaches_a_tracker(tmp_path):
     params = info.params()
     assert params["judge.args.api_key"] == "<hidden>" and params["judge.args.api_key_env"] == "ZAI_API_KEY"
     assert "pw" not in params["judge.args.api_base"] and "sk-123" not in json.dumps(params)
+
+
+def test_a_sweep_is_one_mlflow_parent_with_a_child_per_point(tmp_path, cache):
+    """The sweep's run, made once (a resumed sweep keeps it); a point's run (the backend the point's
+    tracking process runs, here in this process) nests under it and its arm x seed run under the
+    point's, with the point's rows; the sweep's run ends FINISHED."""
+    from mlflow.tracking import MlflowClient
+
+    from testbed.tracking.mlflow_backend import MLflowBackend
+
+    root = tmp_path / "sweep"
+    root.mkdir()
+    links = link_points(root, {"backends": ["mlflow"]})
+    assert link_points(root, {"backends": ["mlflow"]}) == links  # kept in SWEEP/tracking.json
+    config = TrackingConfig(backends=["mlflow"], **links)
+    store = RunStore(root / "runs" / "p00")
+    updates = [{"arm": "rm", "seed": 0, "update": u, "t": 16 * u, "policy_loss": 1 / u} for u in range(1, 6)]
+    store.append("updates", updates)
+    store.flush()
+    info = RunInfo(store.root, "p00", links["experiment"], links["group"], {"name": "p00"}, "", None, config)
+    backend = MLflowBackend(info)
+    point = backend.start({})["run_id"]
+    child = backend.open("rm-seed0", "rm", 0, {}, {})["run_id"]
+    for item in RowMirror(config, []).points("updates", updates):
+        if isinstance(item, Point):
+            backend.log(item)
+    backend.finish(store.root)
+    finish_sweep(root, {"backends": ["mlflow"]}, done=True)
+
+    client = MlflowClient(tracking_uri=links["mlflow_uri"])
+    assert client.get_run(point).data.tags["mlflow.parentRunId"] == links["parent_run"]
+    assert client.get_run(child).data.tags["mlflow.parentRunId"] == point
+    assert client.get_run(links["parent_run"]).info.status == "FINISHED"
+    want = expected_updates(store.root)
+    got = mlflow_scalars(links["mlflow_uri"], child, list(want))
+    assert {tag: sorted(points) for tag, points in got.items()} == {tag: sorted(p) for tag, p in want.items()}
