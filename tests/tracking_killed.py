@@ -4,7 +4,7 @@ kills with SIGKILL: `python -m tests.tracking_killed SOURCE TARGET CONFIG_JSON D
 The rows of the finished run SOURCE with t < DURABLE_T are appended to the run directory TARGET and
 flushed (durable, as at a checkpoint); those with DURABLE_T <= t < HELD_T are appended but never
 flushed (lost with the process, as rows past a checkpoint are). Once every tracker holds them all,
-it prints `ready` and waits to be killed: the trackers are then ahead of the durable rows, which is
+(W&B: in its files) it prints `ready` and waits to be killed: the trackers are then ahead of the durable rows, which is
 what a `--resume` must replay without logging a point twice."""
 
 from __future__ import annotations
@@ -51,6 +51,17 @@ def cursor(run_dir: Path, backend: str, key: str) -> int:
         return -1
 
 
+def in_wandb_files(run_dir: Path, key: str) -> int:
+    """The last update W&B's own files hold for `key` (its service writes them after the cursor)."""
+    from testbed.tracking.wandb_log import logged_cursors, run_folders
+
+    try:
+        run_id = json.loads((run_dir / "tracking.json").read_text())["wandb"]["runs"][key]["id"]
+    except (OSError, ValueError, KeyError):
+        return -1
+    return logged_cursors(run_folders(run_dir / "wandb", run_id)).get("update", (-1, -1))[0]
+
+
 def main(source: Path, target: Path, config: TrackingConfig, durable_t: int, held_t: int) -> None:
     store = RunStore(target, flush_rows=10**6, flush_seconds=math.inf)
     manifest = json.loads((source / "manifest.json").read_text())
@@ -63,7 +74,10 @@ def main(source: Path, target: Path, config: TrackingConfig, durable_t: int, hel
     last = {(row["arm"], int(row["seed"])): int(row["update"]) for row in held["updates"]}
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if all(cursor(target, b, f"{a}-seed{s}") >= u for b in config.backends for (a, s), u in last.items()):
+        held = [cursor(target, b, f"{a}-seed{s}") >= u for b in config.backends for (a, s), u in last.items()]
+        if "wandb" in config.backends:
+            held += [in_wandb_files(target, f"{a}-seed{s}") >= u for (a, s), u in last.items()]
+        if all(held):
             print("ready", flush=True)
             break
         time.sleep(0.05)
