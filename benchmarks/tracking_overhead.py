@@ -1,16 +1,19 @@
 """What the experiment trackers cost a run: the same arm x seed without trackers and with
-TensorBoard, MLflow and W&B (offline) all on, side by side, and the trackers' own time.
+TensorBoard, MLflow and W&B (offline) all on, interleaved, and the trackers' own time.
 
     python benchmarks/tracking_overhead.py [SCENARIO] [--arm NAME] [--set key=value ...] [--repeats N]
 
-Target: under 2% of the run's time with all three backends (issue 28). Two figures, because on a
-shared machine the difference of two wall times is noisier than 2%:
+Target: under 2% of the run's time with all three backends (issue 28). The trackers write in their
+own process (testbed/tracking/process.py), so what they cost the run is what its own process
+spends on them and any wait at the end. Three figures, since on a shared machine the difference of
+two wall times is noisier than 2%:
 
-- accounted: the loop's time inside the trackers' sink (turning rows into points and queueing
-  them), plus the CPU time of the writer threads (importing the libraries, opening the stores,
-  writing; Python holds the GIL while it writes, so this is an upper bound on what they take from
-  the loop), plus the wait at the end for the trackers to finish, over the tracked run's wall time;
-- A/B: the wall time of the tracked run against the untracked one (min over `--repeats`).
+- wall, A/B: the tracked runs' wall time against the untracked ones (mean and spread over
+  `--repeats`, the two kinds interleaved so a change in the machine's load falls on both);
+- CPU, A/B: the same for the CPU time of the run's process (every thread of it), less noisy;
+- accounted: in the run's process, the loop's time inside the trackers' sink (copying the rows
+  onto a queue), the feeding thread's CPU (pickling them into the pipe) and the wait at the end
+  for the tracking process to finish; beside it, that process's own CPU (on another core).
 
 Runs in this process (one arm x seed, no Ray tasks), with the SFT policy from the cache.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -35,10 +39,12 @@ BACKENDS = "tensorboard,mlflow,wandb"
 
 
 class Accounting:
-    """Times the loop spends in the sink and in `close`, and the writers' CPU, of the sessions made."""
+    """Times the loop spends in the sink and in `close`, the feeding thread's CPU and the tracking
+    process's, per tracked run."""
 
     def __init__(self) -> None:
-        self.sink_s = self.close_s = self.writers_cpu_s = self.start_cpu_s = 0.0
+        self.runs: list[dict[str, float]] = []
+        self.sink_s = 0.0
         cls = tracking_session.TrackingSession
         append, close = cls.append, cls.close
 
@@ -50,25 +56,63 @@ class Accounting:
         def timed_close(session):
             start = time.perf_counter()
             close(session)
-            self.close_s += time.perf_counter() - start
-            self.writers_cpu_s += sum(w.cpu_seconds for w in session.writers)
-            self.start_cpu_s += sum(w.start_cpu_seconds for w in session.writers)
+            writers = session.stats.get("writers", {})
+            self.runs.append(
+                {
+                    "sink_s": self.sink_s,
+                    "close_s": time.perf_counter() - start,
+                    "feed_cpu_s": session.feed_cpu_s,
+                    "process_cpu_s": session.stats.get("cpu_s", float("nan")),
+                    "start_cpu_s": sum(w["start_cpu_s"] for w in writers.values()),
+                }
+            )
+            self.sink_s = 0.0
 
         cls.append, cls.close = timed_append, timed_close  # type: ignore[method-assign]
 
 
-def one_run(scenario: str, overrides: list[str], track: bool) -> float:
+def one_run(scenario: str, overrides: list[str], track: bool) -> tuple[float, float]:
+    """Wall and CPU seconds of the run's process (`process_time`: every thread, not the children)."""
     with tempfile.TemporaryDirectory() as out:
         flags = [item for o in overrides for item in ("--set", o)]
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         code = run.main([scenario, "--out", out, "--no-report", *flags, *(["--track", BACKENDS] if track else [])])
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         if code != 0:
             raise SystemExit(code)
         if track:
             state = json.loads(next(Path(out).iterdir()).joinpath("tracking.json").read_text())
             assert not state.get("failures"), state["failures"]
-    return wall
+    return wall, cpu
+
+
+def spread(values: list[float]) -> str:
+    mean = statistics.fmean(values)
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{mean:7.1f} s (sd {sd:5.1f}, {min(values):.1f}-{max(values):.1f})"
+
+
+def report(plain: list[tuple[float, float]], tracked: list[tuple[float, float]], runs: list[dict[str, float]]) -> None:
+    for k, what in ((0, "wall"), (1, "CPU ")):
+        a, b = [p[k] for p in plain], [t[k] for t in tracked]
+        pairs = [y / x - 1 for x, y in zip(a, b, strict=True)]
+        print(f"  {what} untracked {spread(a)}")
+        print(f"  {what} tracked   {spread(b)}")
+        print(
+            f"  {what} A/B       {statistics.fmean(b) / statistics.fmean(a) - 1:+.2%} of the means; "
+            f"pairwise {', '.join(f'{d:+.1%}' for d in pairs)}"
+        )
+    mean = {key: statistics.fmean(r[key] for r in runs) for key in runs[0]}
+    wall = statistics.fmean(t[0] for t in tracked)
+    spent = mean["sink_s"] + mean["feed_cpu_s"] + mean["close_s"]
+    print(f"  sink in loop    {mean['sink_s']:8.3f} s")
+    print(f"  feeding thread  {mean['feed_cpu_s']:8.3f} s CPU (pickling rows into the pipe)")
+    print(f"  close (waiting) {mean['close_s']:8.2f} s")
+    print(f"  accounted       {spent:8.2f} s = {spent / wall:.2%} of the tracked run's wall time")
+    print(
+        f"  tracking process {mean['process_cpu_s']:7.2f} s CPU on its own core, of which writers' start-up "
+        f"{mean['start_cpu_s']:.2f} s"
+    )
 
 
 def main() -> int:
@@ -90,20 +134,11 @@ def main() -> int:
     if not args.no_warm:
         one_run(args.scenario, overrides, track=False)  # SFT policy and warm-up into the cache first
     plain, tracked, accounting = [], [], Accounting()
-    for _ in range(args.repeats):
+    for _ in range(args.repeats):  # interleaved: a change in the machine's load falls on both kinds
         plain.append(one_run(args.scenario, overrides, track=False))
         tracked.append(one_run(args.scenario, overrides, track=True))
-    n, wall = args.repeats, min(tracked)
-    spent = accounting.sink_s / n + accounting.writers_cpu_s / n + accounting.close_s / n
-    print(f"{arm.name} on {args.scenario}, {scenario.budget.episodes} episodes, {BACKENDS}, {n} repeat(s)")
-    print(f"  untracked run   {min(plain):8.1f} s wall (min of {n})")
-    print(f"  tracked run     {wall:8.1f} s wall (min of {n}): A/B {wall / min(plain) - 1:+.1%}")
-    print(f"  sink in loop    {accounting.sink_s / n:8.3f} s")
-    start = accounting.start_cpu_s / n
-    print(f"  writer threads  {accounting.writers_cpu_s / n:8.2f} s CPU: start-up {start:.2f} s (imports, stores), ")
-    print(f"                  then {accounting.writers_cpu_s / n - start:.2f} s writing")
-    print(f"  close (waiting) {accounting.close_s / n:8.2f} s")
-    print(f"  accounted       {spent:8.2f} s = {spent / wall:.2%} of the tracked run")
+    print(f"{arm.name} on {args.scenario}, {scenario.budget.episodes} episodes, {BACKENDS}, {args.repeats} repeat(s)")
+    report(plain, tracked, accounting.runs)
     return 0
 
 

@@ -16,7 +16,8 @@ ray = pytest.importorskip("ray")
 
 from testbed.cli.run import main  # noqa: E402
 from testbed.runtimes.ray.cluster import start_local  # noqa: E402
-from testbed.store import read_table  # noqa: E402
+from testbed.store import RunStore, read_table  # noqa: E402
+from tests.tracker_readers import check, tensorboard_scalars  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = str(ROOT / "tests" / "data" / "tiny.yaml")
@@ -183,11 +184,15 @@ def test_with_parallel_arms_an_asynchronous_arm_runs_after_the_synchronous_ones(
         "{name: rm_async, type: running_mean, args: {window: 32, episodes_per_update: 16}, "
         "runtime: {kind: ray, rollout_workers: 2, max_staleness: 1}}]"
     )
-    code, run_dir = run(tmp_path, "mixed", "--set", arms, "--set", "runtime.parallel_arms=true")
+    tracked = ["--track", "tensorboard", "--set", "tracking.flush_seconds=0.2", "--set", "tracking.rolling_every=16"]
+    code, run_dir = run(tmp_path, "mixed", "--set", arms, "--set", "runtime.parallel_arms=true", *tracked)
     assert code == 0  # the async arm's actors find cores: it does not wait behind a task holding them
     episodes = assert_clock_contiguous_per_seed(run_dir)
     assert set(episodes["arm"]) == {"rm", "rm16", "rm_async"}
     assert (episodes[episodes["arm"] == "rm_async"]["staleness"].dropna() > 0).any()  # it really ran asynchronously
+    # the trackers (the driver's): each task's rows through the relay, once; the Ray runtime's from the driver
+    for arm in ("rm", "rm16", "rm_async"):
+        check(tensorboard_scalars(run_dir / "tb" / f"{arm}-seed0"), run_dir, f"tensorboard {arm}", 16, (arm, 0))
 
 
 def assert_clock_contiguous_per_seed(run_dir: Path, budget: int = 96) -> pd.DataFrame:
@@ -250,6 +255,34 @@ def test_parallel_tasks_progress_reaches_the_drivers_bars(local_ray):
     assert shown.fields == {"arm": "rm", "seed": 3, "target": "classical", "reward": "0.75"}
     draw(progress, bars, ray.get(board.read.remote()))  # drawing again updates the same bar
     assert len(progress.tasks) == 1
+
+
+def test_row_relay_hands_a_tasks_rows_to_the_drivers_sinks_in_order(local_ray, tmp_path):
+    from testbed.runtimes.ray.row_relay import RelayedRows, RowRelay, forward
+
+    sent = [("episodes", [{"t": t, "reward": t / 10}]) for t in range(5)] + [("updates", [{"update": 1, "t": 4}])]
+
+    @ray.remote
+    def task(relay) -> None:  # what a parallel arm's store does with its rows
+        relayed = RelayedRows(relay, every_s=0.0)  # posts at every append, without waiting ...
+        for table, rows in sent:
+            relayed.append(table, rows)
+        relayed.flush()  # ... and waits for the last post before the task returns
+
+    class Sink:  # the driver's trackers, as the store's sinks see them
+        def __init__(self) -> None:
+            self.got: list[tuple[str, list[dict]]] = []
+
+        def append(self, table: str, rows: list[dict]) -> None:
+            self.got.append((table, rows))
+
+    relay, store = RowRelay.remote(), RunStore(tmp_path)
+    store.sinks.append(Sink())
+    ray.get(task.remote(relay))
+    forward(relay, store)
+    assert store.sinks[0].got == sent
+    forward(relay, store)  # taken once: nothing twice
+    assert len(store.sinks[0].got) == len(sent)
 
 
 def test_a_lost_learner_stops_with_a_checkpoint_and_resume_finishes(tmp_path, local_ray, monkeypatch, shared_cache):

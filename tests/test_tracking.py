@@ -1,11 +1,16 @@
-"""The trackers mirror the run's own tables: a tiny run with TensorBoard, MLflow and W&B (offline)
-on, killed with SIGKILL mid-run and resumed, must leave in each tracker exactly the rows of
+"""The trackers mirror the run's own tables, read back through each tracker's own reader: a tiny
+run with TensorBoard, MLflow and W&B (offline) on must leave in each exactly the rows of
 `updates.parquet` and `evals.parquet` (no point twice, none missing) and the rolling reward of
-`episodes.parquet`, read back through each tracker's own reader. A tracker that dies costs no row."""
+`episodes.parquet`. The same rows, appended by a process killed with SIGKILL once its trackers
+are ahead of the durable rows and then resumed, must too. A tracker that dies costs no row. A
+sweep is one MLflow parent with a child per point. (Parallel arms and the Ray runtime:
+tests/test_ray_runtime.py.)"""
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import shutil
 import signal
 import subprocess
@@ -14,159 +19,164 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from testbed.cli import run
 from testbed.store import RunStore, read_table
 from testbed.tracking.config import TrackingConfig
+from testbed.tracking.points import Point, RowMirror
 from testbed.tracking.run_info import RunInfo, public
 from testbed.tracking.session import start_tracking
+from testbed.tracking.sweep_parent import finish_sweep, link_points
 from testbed.tracking.wandb_log import run_folders
 from testbed.tracking.writer import TrackingWarning
 from tests.test_end_to_end import ROOT
-from tests.tracker_readers import mlflow_scalars, tensorboard_scalars, wandb_scalars
+from tests.tracker_readers import (
+    check,
+    expected_evals,
+    expected_updates,
+    mlflow_scalars,
+    tensorboard_scalars,
+    wandb_scalars,
+)
+from tests.tracking_killed import append, cursor, rows_between, switches
 
 ROLLING_EVERY = 16
+BACKENDS = ["tensorboard", "mlflow", "wandb"]
 BASE = [
     "tests/data/tiny.yaml",
     *("--set", "seeds=[0]", "--set", "budget.episodes=160", "--set", "eval.every=40", "--set", "eval.prompts=8"),
-    *("--set", "reliability.checkpoint_every=2", "--set", "output.flush_rows=16"),
+    *("--set", "output.flush_rows=16"),
     *("--set", "tracking.flush_seconds=0.2", "--set", f"tracking.rolling_every={ROLLING_EVERY}"),
     *("--track", "tensorboard,mlflow", "--track", "wandb", "--no-report"),
 ]
 KEY = "running_mean-seed0"
-
-
-def cursor(run_dir: Path, backend: str) -> int:
-    try:
-        state = json.loads((run_dir / "tracking.json").read_text())
-        return state[backend]["cursor"][KEY]["update"][0]
-    except (OSError, ValueError, KeyError):
-        return -1
+CONFIG = {"backends": BACKENDS, "flush_seconds": 0.1, "rolling_every": ROLLING_EVERY}
 
 
 @pytest.fixture(scope="module")
-def resumed_run(tmp_path_factory, shared_cache):
-    """The run, killed once the trackers hold a few updates and a checkpoint is down, then resumed."""
-    tmp = tmp_path_factory.mktemp("tracked")
-    run_dir = tmp / "runs" / "tracked"
-    env = {"TESTBED_CACHE": str(shared_cache), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed.run", *BASE, "--out", str(tmp / "runs"), "--run-name", "tracked"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 240
-    while proc.poll() is None and time.monotonic() < deadline:
-        # MLflow's first start (its SQLite schema) takes longer than this tiny run: it catches up on resume
-        if cursor(run_dir, "tensorboard") >= 2 and cursor(run_dir, "wandb") >= 1:
-            break
-        time.sleep(0.02)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "running"
+def cache(shared_cache):
+    """The tests' TESTBED_CACHE (the SFT policy; MLflow's empty store), for this process and the
+    tracking processes it starts."""
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
+    yield shared_cache
+    monkeypatch.undo()
+
+
+@pytest.fixture(scope="module")
+def tracked_run(tmp_path_factory, cache):
+    """One tiny run with the three trackers on, through the CLI: what every read-back test shares."""
+    out = tmp_path_factory.mktemp("tracked")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        monkeypatch = pytest.MonkeyPatch()
-        monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-        try:
-            assert run.main(["--resume", str(run_dir), "--no-report"]) == 0
-        finally:
-            monkeypatch.undo()
+        assert run.main([*BASE, "--out", str(out), "--run-name", "tracked"]) == 0
     assert not [w for w in caught if issubclass(w.category, TrackingWarning)], [str(w.message) for w in caught]
-    return run_dir
+    return out / "tracked"
 
 
-def expected_updates(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    updates = read_table(run_dir, "updates").sort_values("update")
-    assert updates["update"].tolist() == list(range(1, len(updates) + 1))
-    columns = [c for c in updates.select_dtypes("number").columns if c not in ("seed", "t")]
-    return {
-        f"train/{c}": [(int(t), float(v)) for t, v in zip(updates["t"], updates[c], strict=True) if v == v]
-        for c in columns
-    }
+@pytest.fixture(scope="module")
+def resumed_run(tracked_run, tmp_path_factory, cache):
+    """The tracked run's rows again: appended by a process killed once its trackers hold the rows up
+    to t=112 of which only those before t=64 were durable, then resumed here (the durable rows
+    replayed, the rest appended again)."""
+    target = tmp_path_factory.mktemp("resumed") / "run"
+    command = [sys.executable, "-m", "tests.tracking_killed", str(tracked_run), str(target), json.dumps(CONFIG)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([*command, "64", "112"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    said = proc.stdout.readline().strip()  # blocks until the trackers hold every row it appended
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert said == "ready", "the killed process's trackers never caught up"
+    store = RunStore(target, flush_rows=10**6, flush_seconds=math.inf)
+    manifest = {**store.read_manifest(), "resumes": [{"checkpoint": None}]}
+    store.write_manifest(manifest)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        session = start_tracking(
+            TrackingConfig(**CONFIG), store, {"name": "tiny"}, switches(tracked_run), lambda m: None
+        )
+        assert session is not None
+        append(store, rows_between(tracked_run, 64, math.inf))
+        store.flush()
+        store.write_manifest({**manifest, "status": "done"})
+        session.close()
+    assert not [w for w in caught if issubclass(w.category, TrackingWarning)], [str(w.message) for w in caught]
+    return target
 
 
-def expected_evals(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    evals = read_table(run_dir, "evals").sort_values(["t", "style"])
-    out = {
-        f"eval/share/{s}": [(int(t), float(v)) for t, v in zip(g["t"], g["share"], strict=True)]
-        for s, g in evals.groupby("style")
-    }
-    per_eval = evals.groupby("t", sort=True)["eval_reward"].first()
-    out["eval/reward"] = [(int(t), float(v)) for t, v in per_eval.items()]
-    return out
+def test_tensorboard_holds_the_tables_live_and_after_a_kill_and_resume(tracked_run, resumed_run):
+    for run_dir in (tracked_run, resumed_run):
+        check(tensorboard_scalars(run_dir / "tb" / KEY), run_dir, f"tensorboard {run_dir.name}", ROLLING_EVERY)
 
 
-def expected_rolling(run_dir: Path, window: int = 128) -> list[tuple[int, float]]:
-    episodes = read_table(run_dir, "episodes")
-    judged = episodes[episodes["reward"].notna()]  # in the order they were written, as the trackers saw them
-    rewards, ts = judged["reward"].tolist(), judged["t"].tolist()
-    return [
-        (int(ts[n - 1]), float(np.mean(rewards[max(0, n - window) : n])))
-        for n in range(ROLLING_EVERY, len(rewards) + 1, ROLLING_EVERY)
+def mlflow_of(run_dir: Path) -> tuple[str, dict]:
+    return f"sqlite:///{run_dir / 'mlflow' / 'mlflow.db'}", json.loads((run_dir / "tracking.json").read_text())[
+        "mlflow"
     ]
 
 
-def same(got: list[tuple[int, float]], want: list[tuple[int, float]], tag: str) -> None:
-    got, want = sorted(got), sorted(want)
-    assert [s for s, _ in got] == [s for s, _ in want], f"{tag}: steps differ (duplicated or missing points)"
-    np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=1e-6, atol=1e-7, err_msg=tag)
-
-
-def check(logged: dict[str, list[tuple[int, float]]], run_dir: Path, backend: str) -> None:
-    want = {
-        **expected_updates(run_dir),
-        **expected_evals(run_dir),
-        "episodes/reward_rolling": expected_rolling(run_dir),
-    }
-    assert len(want) > 20 and "train/reward_mean" in want and "eval/share/cute" in want
-    for tag, points in want.items():
-        same(logged.get(tag, []), points, f"{backend} {tag}")
-    switches = json.loads((run_dir / "manifest.json").read_text())["switch_points"]
-    marks = [(0, 0.0)] + [p for k, t in enumerate(switches, 1) for p in ((t - 1, k - 1.0), (t, float(k)))]
-    assert sorted(logged["schedule/phase"]) == marks  # the target's phase steps up at each switch
-
-
-def test_tensorboard_holds_the_tables_after_a_kill_and_resume(resumed_run):
-    check(tensorboard_scalars(resumed_run / "tb" / KEY), resumed_run, "tensorboard")
-
-
-def test_mlflow_holds_the_tables_after_a_kill_and_resume(resumed_run):
-    state = json.loads((resumed_run / "tracking.json").read_text())["mlflow"]
-    uri = f"sqlite:///{resumed_run / 'mlflow' / 'mlflow.db'}"
-    run_id = state["runs"][KEY]["run_id"]
-    tags = [*expected_updates(resumed_run), *expected_evals(resumed_run), "episodes/reward_rolling", "schedule/phase"]
-    check(mlflow_scalars(uri, run_id, tags), resumed_run, "mlflow")
+def test_mlflow_holds_the_tables_live_and_after_a_kill_and_resume(tracked_run, resumed_run):
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri)
-    child, parent = client.get_run(run_id), client.get_run(state["parent"]["run_id"])
-    assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id and child.info.status == "FINISHED"
+    for run_dir in (tracked_run, resumed_run):
+        uri, state = mlflow_of(run_dir)
+        run_id = state["runs"][KEY]["run_id"]
+        tags = [*expected_updates(run_dir), *expected_evals(run_dir), "episodes/reward_rolling", "schedule/phase"]
+        check(mlflow_scalars(uri, run_id, tags), run_dir, f"mlflow {run_dir.name}", ROLLING_EVERY)
+        client = MlflowClient(tracking_uri=uri)
+        child, parent = client.get_run(run_id), client.get_run(state["parent"]["run_id"])
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id and child.info.status == "FINISHED"
+    assert parent.data.params["name"] == "tiny"  # the resumed run's scenario, as it was given
+    parent = MlflowClient(tracking_uri=mlflow_of(tracked_run)[0]).get_run(mlflow_of(tracked_run)[1]["parent"]["run_id"])
     assert parent.data.params["budget.episodes"] == "160" and "git_commit" in parent.data.params
 
 
-def test_wandb_offline_holds_the_tables_after_a_kill_and_resume(resumed_run):
-    run_id = json.loads((resumed_run / "tracking.json").read_text())["wandb"]["runs"][KEY]["id"]
-    folders = run_folders(resumed_run / "wandb", run_id)
-    assert len(folders) == 2, folders  # the killed process's and the resumed one's, one run id
-    check(wandb_scalars(folders), resumed_run, "wandb")
+def test_wandb_offline_holds_the_tables_live_and_after_a_kill_and_resume(tracked_run, resumed_run):
+    for run_dir, processes in ((tracked_run, 1), (resumed_run, 2)):
+        run_id = json.loads((run_dir / "tracking.json").read_text())["wandb"]["runs"][KEY]["id"]
+        folders = run_folders(run_dir / "wandb", run_id)
+        assert len(folders) == processes, folders  # a resumed run: the killed process's and its own, one id
+        check(wandb_scalars(folders), run_dir, f"wandb {run_dir.name}", ROLLING_EVERY)
 
 
-def test_a_tracker_that_dies_mid_run_costs_no_row_and_warns_once(resumed_run, tmp_path):
+def test_mlflow_logs_no_step_twice_when_killed_between_a_write_and_the_cursor_save(tmp_path, cache):
+    """A flush wrote six updates to MLflow's store; the process died before tracking.json said so
+    (its cursor: the third). The resumed backend asks the store and logs each update once."""
+    from mlflow.tracking import MlflowClient
+
+    from testbed.tracking.mlflow_backend import MLflowBackend
+
+    config = TrackingConfig(backends=["mlflow"])
+    info = RunInfo(tmp_path, "x", "tiny", "x", {"name": "tiny"}, "", None, config)
+    rows = [{"arm": "running_mean", "seed": 0, "update": u, "t": 16 * u, "policy_loss": 0.1 * u} for u in range(1, 11)]
+    points = [p for p in RowMirror(config, []).points("updates", rows) if isinstance(p, Point) and p.stream == "update"]
+    killed = MLflowBackend(info)
+    parent = killed.start({})
+    ids = killed.open(KEY, "running_mean", 0, {}, {})
+    for point in points[:6]:
+        killed.log(point)
+    killed.flush()
+    cursor_saved = (points[2].seq, points[2].step)
+    resumed = MLflowBackend(info)
+    resumed.start(parent)
+    resumed.open(KEY, "running_mean", 0, ids, {"update": cursor_saved})
+    for point in points:
+        if not resumed.skip(point, cursor_saved):
+            resumed.log(point)
+    resumed.flush()
+    history = MlflowClient(tracking_uri=resumed.uri).get_metric_history(ids["run_id"], "train/update")
+    assert sorted(m.step for m in history) == [p.step for p in points]  # each once, none missing
+
+
+def test_a_tracker_that_dies_mid_run_costs_no_row_and_warns_once(tracked_run, tmp_path, cache):
     """The rows of the run above, appended again through a fresh store with TensorBoard and MLflow on;
     halfway, MLflow's store is taken away. Every row reaches the tables, MLflow warns once, and
     TensorBoard still gets every update."""
-    tables = {name: read_table(resumed_run, name).to_dict("records") for name in ("episodes", "evals", "updates")}
+    tables = {name: read_table(tracked_run, name).to_dict("records") for name in ("episodes", "evals", "updates")}
     store = RunStore(tmp_path / "run")
-    (store.root / "mlflow").mkdir()  # a copy of the run's store: its schema is built already (seconds saved)
-    shutil.copy(resumed_run / "mlflow" / "mlflow.db", store.root / "mlflow" / "mlflow.db")
-    uri = f"sqlite:///{store.root / 'mlflow' / 'mlflow.db'}"
-    config = TrackingConfig(backends=["tensorboard", "mlflow"], flush_seconds=0.05, mlflow_uri=uri)
+    config = TrackingConfig(backends=["tensorboard", "mlflow"], flush_seconds=0.05)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         session = start_tracking(config, store, {"name": "tiny"}, [(64, "cute", "chuunibyou")], log=lambda m: None)
@@ -175,9 +185,9 @@ def test_a_tracker_that_dies_mid_run_costs_no_row_and_warns_once(resumed_run, tm
         for name, rows in tables.items():
             store.append(name, rows if name != "updates" else rows[:half])
         deadline = time.monotonic() + 120
-        while cursor(store.root, "mlflow") < half and time.monotonic() < deadline:  # MLflow has the first half
+        while cursor(store.root, "mlflow", KEY) < half and time.monotonic() < deadline:  # MLflow has the first half
             time.sleep(0.05)
-        assert cursor(store.root, "mlflow") >= half, "MLflow never logged the first half"
+        assert cursor(store.root, "mlflow", KEY) >= half, "MLflow never logged the first half"
         shutil.rmtree(store.root / "mlflow")  # its store is gone (a disk unmounted): every write fails
         for row in tables["updates"][half:]:
             store.append("updates", [row])
@@ -212,3 +222,39 @@ def test_no_secret_of_the_scenario_reaches_a_tracker(tmp_path):
     params = info.params()
     assert params["judge.args.api_key"] == "<hidden>" and params["judge.args.api_key_env"] == "ZAI_API_KEY"
     assert "pw" not in params["judge.args.api_base"] and "sk-123" not in json.dumps(params)
+
+
+def test_a_sweep_is_one_mlflow_parent_with_a_child_per_point(tmp_path, cache):
+    """The sweep's run, made once (a resumed sweep keeps it); a point's run (the backend the point's
+    tracking process runs, here in this process) nests under it and its arm x seed run under the
+    point's, with the point's rows; the sweep's run ends FINISHED."""
+    from mlflow.tracking import MlflowClient
+
+    from testbed.tracking.mlflow_backend import MLflowBackend
+
+    root = tmp_path / "sweep"
+    root.mkdir()
+    links = link_points(root, {"backends": ["mlflow"]})
+    assert link_points(root, {"backends": ["mlflow"]}) == links  # kept in SWEEP/tracking.json
+    config = TrackingConfig(backends=["mlflow"], **links)
+    store = RunStore(root / "runs" / "p00")
+    updates = [{"arm": "rm", "seed": 0, "update": u, "t": 16 * u, "policy_loss": 1 / u} for u in range(1, 6)]
+    store.append("updates", updates)
+    store.flush()
+    info = RunInfo(store.root, "p00", links["experiment"], links["group"], {"name": "p00"}, "", None, config)
+    backend = MLflowBackend(info)
+    point = backend.start({})["run_id"]
+    child = backend.open("rm-seed0", "rm", 0, {}, {})["run_id"]
+    for item in RowMirror(config, []).points("updates", updates):
+        if isinstance(item, Point):
+            backend.log(item)
+    backend.finish(store.root)
+    finish_sweep(root, {"backends": ["mlflow"]}, done=True)
+
+    client = MlflowClient(tracking_uri=links["mlflow_uri"])
+    assert client.get_run(point).data.tags["mlflow.parentRunId"] == links["parent_run"]
+    assert client.get_run(child).data.tags["mlflow.parentRunId"] == point
+    assert client.get_run(links["parent_run"]).info.status == "FINISHED"
+    want = expected_updates(store.root)
+    got = mlflow_scalars(links["mlflow_uri"], child, list(want))
+    assert {tag: sorted(points) for tag, points in got.items()} == {tag: sorted(p) for tag, p in want.items()}

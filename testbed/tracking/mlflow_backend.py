@@ -2,18 +2,26 @@
 at the end the report's files as artifacts and the headline figures), a nested run per arm x seed.
 
 The store is `tracking.mlflow_uri`, or a SQLite database in RUN/mlflow/ with the artifacts beside
-it. Metrics are batched in memory and sent at each flush (one `log_batch` per run), so a remote
-server is called every `flush_seconds`, not every update."""
+it. Metrics are batched in memory and sent at each flush (one `log_batch` per run and up to 1000
+metrics), so a remote server is called every `flush_seconds`, not every update.
+
+A point is never split between two `log_batch` calls, and each call is one transaction of the
+store: a point is in MLflow whole or not at all. So a resumed run asks MLflow itself which of the
+points after the saved cursor it holds (a kill between a batch's write and the cursor's save left
+them there) and logs only the rest: no step twice."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from testbed.tracking.points import Point
+from testbed.paths import cache_dir
+from testbed.tracking.points import STREAMS, Point
 from testbed.tracking.run_info import RunInfo, headline, report_files
 
 BATCH = 1000  # MLflow's limit on metrics per log_batch
@@ -21,16 +29,29 @@ PARAMS_BATCH = 100  # ... and on parameters
 
 
 def built_whole(db: Path, client: Any) -> None:
-    """MLflow builds a new store's schema with dozens of migrations; a process killed in the middle
-    leaves a database no later start can upgrade. So the schema is built under a temporary name and
-    the file renamed once complete (a half-built one from a killed start is simply built again)."""
+    """MLflow builds a new store's schema with dozens of migrations (2-3 s of CPU); a process killed
+    in the middle leaves a database no later start can upgrade. So the schema is built under a
+    temporary name and the file renamed once complete (a half-built one from a killed start is
+    simply built again). The empty store is kept in the testbed's cache, one per MLflow version, and
+    copied from there the next time: a run's store then costs a file copy."""
     if db.exists():
         return
-    for name in ("mlflow", "alembic"):  # their INFO lines about building the schema would clutter the run's output
-        logging.getLogger(name).setLevel(logging.WARNING)
+    import mlflow
+
+    template = cache_dir() / f"mlflow-empty-{mlflow.__version__}.db"
     partial = db.with_name(f"{db.name}.building-{os.getpid()}")
     partial.unlink(missing_ok=True)
-    client(tracking_uri=f"sqlite:///{partial}").search_experiments()  # the first call builds the schema
+    if template.is_file():
+        shutil.copyfile(template, partial)
+    else:
+        for name in ("mlflow", "alembic"):  # their INFO lines about building the schema would clutter the run's output
+            logging.getLogger(name).setLevel(logging.WARNING)
+        client(tracking_uri=f"sqlite:///{partial}").search_experiments()  # the first call builds the schema
+        with contextlib.suppress(OSError):  # no cache (read-only home): built again next time
+            template.parent.mkdir(parents=True, exist_ok=True)
+            spare = template.with_name(f"{template.name}.{os.getpid()}")
+            shutil.copyfile(partial, spare)
+            os.replace(spare, template)
     os.replace(partial, db)
 
 
@@ -49,7 +70,11 @@ class MLflowBackend:
         self.artifacts = None if info.config.mlflow_uri else (local / "artifacts").resolve().as_uri()
         self.client = MlflowClient(tracking_uri=self.uri)
         self.runs: dict[str, str] = {}  # key -> run id
-        self.pending: dict[str, list[Any]] = {}
+        self.pending: dict[str, list[Point]] = {}
+        # a resumed run's streams still to check against the store: (key, stream), until the first
+        # point it does not hold (points reach the store in order, so none after it is there)
+        self.unsure: set[tuple[str, str]] = set()
+        self.histories: dict[tuple[str, str], set[tuple[int, float]]] = {}
 
     def start(self, saved: dict[str, Any]) -> dict[str, Any]:
         from mlflow.entities import Param
@@ -77,6 +102,7 @@ class MLflowBackend:
         if saved:
             self.runs[key] = saved["run_id"]
             self.client.update_run(saved["run_id"], status="RUNNING")
+            self.unsure.update((key, stream) for stream in STREAMS)
             return saved
         experiment_id = self.client.get_run(self.parent).info.experiment_id
         tags = {"mlflow.parentRunId": self.parent, "arm": arm, "seed": str(seed)}
@@ -85,20 +111,43 @@ class MLflowBackend:
         return {"run_id": self.runs[key]}
 
     def skip(self, point: Point, cursor: tuple[int, int]) -> bool:
-        return point.seq <= cursor[0]
+        if point.seq <= cursor[0]:
+            return True
+        if (point.key, point.stream) not in self.unsure:
+            return False
+        if self.holds(point):
+            return True
+        self.unsure.discard((point.key, point.stream))
+        return False
+
+    def holds(self, point: Point) -> bool:
+        """Whether the store has `point` (whole, see above): one of its scalars at its step. The
+        update number (`train/update`) when there is one, since it differs from point to point."""
+        if not point.scalars:
+            return False
+        tag = "train/update" if "train/update" in point.scalars else next(iter(point.scalars))
+        if (point.key, tag) not in self.histories:
+            history = self.client.get_metric_history(self.runs[point.key], tag)
+            self.histories[(point.key, tag)] = {(m.step, m.value) for m in history}
+        return (point.step, point.scalars[tag]) in self.histories[(point.key, tag)]
 
     def log(self, point: Point) -> None:
+        self.pending.setdefault(point.key, []).append(point)
+
+    def flush(self) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.pending.setdefault(point.key, []).extend(
-            Metric(tag, value, now, point.step) for tag, value in point.scalars.items()
-        )
-
-    def flush(self) -> None:
-        for key, metrics in list(self.pending.items()):
-            for i in range(0, len(metrics), BATCH):
-                self.client.log_batch(self.runs[key], metrics=metrics[i : i + BATCH])
+        for key, points in list(self.pending.items()):
+            batch: list[Any] = []
+            for point in points:  # whole points per call: each call is one transaction
+                metrics = [Metric(tag, value, now, point.step) for tag, value in point.scalars.items()]
+                if batch and len(batch) + len(metrics) > BATCH:
+                    self.client.log_batch(self.runs[key], metrics=batch)
+                    batch = []
+                batch += metrics
+            if batch:
+                self.client.log_batch(self.runs[key], metrics=batch)
             del self.pending[key]
 
     def finish(self, run_dir: Path | None) -> None:

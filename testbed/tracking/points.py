@@ -134,7 +134,7 @@ class RowMirror:
         self.judged[key] += 1
         if self.judged[key] % self.every:
             return None
-        window = self.rewards[key]
-        return Point(
-            key, "rolling", self.judged[key], int(row["t"]), {"episodes/reward_rolling": sum(window) / len(window)}
-        )
+        window, judged = self.rewards[key], self.judged[key]
+        # the count too: a resumed W&B run finds its rolling stream's cursor by it (wandb_log.py)
+        scalars = {"episodes/reward_rolling": sum(window) / len(window), "episodes/judged": float(judged)}
+        return Point(key, "rolling", judged, int(row["t"]), scalars)

@@ -1,4 +1,5 @@
-"""The background writer: one thread that writes every tracker, so the loop only ever queues.
+"""The background writers: a thread per tracker, in the tracking process (process.py), so a slow
+tracker delays neither the others nor, in the run's own process, the loop.
 
 A backend that fails to start or to write is switched off with one warning naming it; the others
 go on, and the run's own tables are never touched. Every `flush_seconds` the writer flushes each
@@ -61,9 +62,16 @@ class BackgroundWriter:
     take seconds, which the loop does not wait for."""
 
     def __init__(
-        self, name: str, factory: Callable[[], Backend], state: TrackingState, flush_seconds: float, queue_size: int
+        self,
+        name: str,
+        factory: Callable[[], Backend],
+        state: TrackingState,
+        flush_seconds: float,
+        queue_size: int,
+        warn: Callable[[str], None] | None = None,
     ):
         self.name, self.factory, self.state, self.flush_seconds = name, factory, state, flush_seconds
+        self.say = warn or (lambda message: warnings.warn(message, TrackingWarning, stacklevel=3))
         self.backend: Backend | None = None  # None until started, and again once it failed
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         self.failure: str | None = None
@@ -132,8 +140,7 @@ class BackgroundWriter:
             self.attempt("open a run", lambda: self.opened(backend, item))
         elif isinstance(item, Point):
             cursor = self.unflushed.get((item.key, item.stream)) or self.state.cursor(self.name, item.key, item.stream)
-            if not backend.skip(item, cursor):
-                self.attempt("write", lambda: self.logged(backend, item))
+            self.attempt("write", lambda: self.logged(backend, item, cursor))
         else:
             self.flush()
             if self.backend is not None:  # the flush may have switched it off
@@ -155,7 +162,9 @@ class BackgroundWriter:
         with self.state.lock:
             self.state.backend(self.name)["runs"][item.key] = ids
 
-    def logged(self, backend: Backend, point: Point) -> None:
+    def logged(self, backend: Backend, point: Point, cursor: tuple[int, int]) -> None:
+        if backend.skip(point, cursor):  # held already (a resumed run); MLflow asks its store
+            return
         backend.log(point)
         self.unflushed[(point.key, point.stream)] = (point.seq, point.step)
 
@@ -192,4 +201,4 @@ class BackgroundWriter:
         self.warn(self.failure)
 
     def warn(self, message: str) -> None:
-        warnings.warn(message, TrackingWarning, stacklevel=2)
+        self.say(message)
