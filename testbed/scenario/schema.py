@@ -27,6 +27,7 @@ from testbed.scenario.plugins import (
     Strict,
     old_spellings,
 )
+from testbed.scenario.lora import LoraSettings
 from testbed.scenario.sharding import FSDPConfig, LearnerStrategy
 from testbed.scenario.simulation import SimulationConfig
 from testbed.tracking.config import TrackingConfig
@@ -97,6 +98,7 @@ class PolicyConfig(Strict):
     expert_size: int = Field(64, ge=1, description="moe_intermediate_size")
     max_positions: int = Field(128, ge=16)
     sft: SFTConfig = Field(default_factory=SFTConfig)
+    lora: LoraSettings | None = Field(None, description="train LoRA adapters (PEFT) on the frozen policy instead of all of it")
 
     @field_validator("checkpoint")
     @classmethod

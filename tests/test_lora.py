@@ -1,0 +1,153 @@
+"""LoRA through PEFT (`policy.lora`, SAO's `critic_trainable: lora`): the reference is the base with
+the adapters off, exactly; merged weights are PEFT's own merge; training moves the adapters and
+nothing else; the critic's adapters sit on the experts alone."""
+
+import copy
+
+import pytest
+import torch
+
+from testbed.models.critic import ATTENTION, EXPERTS, ROUTER, module_family
+from testbed.models.lora import attach, has_adapters, merged_state, merged_weights, merge_plan, split_targets
+from testbed.models.policy import build_policy, token_logprobs
+from testbed.models.tokenizer import WordTokenizer
+from testbed.scenario.lora import LoraSettings
+from testbed.scenario.schema import PolicyConfig
+from testbed.types import Verdict
+from trainers.batching import collate
+from trainers.running_mean import RunningMeanTrainer
+from trainers.sao import SAOTrainer
+
+pytest.importorskip("peft")
+
+TOK = WordTokenizer.build()
+SMALL = PolicyConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, num_experts=4, expert_size=16)
+LORA = LoraSettings(r=4, alpha=8)
+
+
+def lora_policy(settings=LORA, seed=0):
+    base = build_policy(SMALL, TOK, seed=seed)
+    return base, attach(copy.deepcopy(base), settings)
+
+
+def scramble_adapters(model, seed=1):
+    """Non-zero adapters (fresh ones have B = 0 and change nothing)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+
+
+def batch(n=6, length=12, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(5, TOK.vocab_size, (n, length), generator=gen)
+    mask = torch.ones_like(tokens)
+    where = torch.zeros_like(tokens, dtype=torch.bool)
+    where[:, 6:] = True
+    return tokens, mask, where
+
+
+def test_targets_split_into_linear_modules_and_fused_expert_weights():
+    base = build_policy(SMALL, TOK)
+    linear, direct = split_targets(base, LORA.target_modules)
+    assert linear == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert direct == ["gate_up_proj", "down_proj"]
+    with pytest.raises(ValueError, match=r"policy.lora.target_modules: 'qkv' names no Linear module"):
+        split_targets(base, ("qkv",))
+    with pytest.raises(ValueError, match=r"policy.lora.dropout is 0.1 but \['gate_up_proj'\]"):
+        attach(base, LoraSettings(dropout=0.1, target_modules=("q_proj", "gate_up_proj")))
+
+
+def test_only_adapters_train_and_fresh_adapters_change_nothing():
+    base, model = lora_policy()
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    families = {module_family(n) for n in trainable}
+    assert families == {ATTENTION, EXPERTS}  # q/k/v/o and the fused experts; no router, embeddings or head
+    tokens, mask, where = batch()
+    assert torch.equal(token_logprobs(model, tokens, mask, where=where)[0], token_logprobs(base, tokens, mask, where=where)[0])
+
+
+def test_reference_with_adapters_disabled_is_exactly_the_base_model():
+    base, model = lora_policy()
+    scramble_adapters(model)
+    trainer = RunningMeanTrainer(model, {"episodes_per_update": 4, "kl_coef": 0.1}, pad_id=TOK.pad_id)
+    assert trainer.reference.model is model  # no second copy
+    tokens, mask, where = batch()
+    adapted = token_logprobs(model, tokens, mask, where=where)[0]
+    data = collate_tokens(tokens, where)
+    reference = trainer.reference.logprobs(data)
+    expected = token_logprobs(base.eval(), tokens, mask, where=where)[0]
+    assert not torch.allclose(adapted, expected, atol=1e-3)  # the adapters do change the policy ...
+    assert torch.equal(reference, expected)  # ... and the reference is the base, bit for bit
+    assert model.training  # the policy's mode is restored
+
+
+def collate_tokens(tokens, where):
+    """A Batch over raw tokens: the prompt is the first 6, the rest one action segment."""
+    from testbed.types import Segment, Trajectory
+
+    trajs = []
+    for row, mask_row in zip(tokens.tolist(), where.tolist()):
+        cut = mask_row.index(True)
+        traj = Trajectory(
+            prompt_tokens=row[:cut],
+            segments=[Segment("action", row[cut:], [0.0] * (len(row) - cut))],
+            prompt_text="",
+            response_text="",
+        )
+        traj.verdict = Verdict(quality=1, style_match=1, style="cute")
+        trajs.append(traj)
+    return collate(trajs, TOK.pad_id)
+
+
+def test_merged_weights_are_peft_merge_and_load_into_a_plain_model():
+    base, model = lora_policy()
+    scramble_adapters(model)
+    merged = merged_state(model)
+    reference = copy.deepcopy(model).merge_and_unload().state_dict()
+    assert merged.keys() == base.state_dict().keys() == reference.keys()
+    for key in reference:
+        assert torch.equal(merged[key], reference[key]), key
+    plain = copy.deepcopy(base)
+    plain.load_state_dict(merged)
+    tokens, mask, where = batch()
+    got = token_logprobs(plain, tokens, mask, where=where)[0]  # the lean forward of a plain model
+    want = token_logprobs(model, tokens, mask, where=where)[0]  # transformers' forward through the adapters
+    assert (got - want).abs().max() < 1e-5
+    assert not has_adapters(plain)
+
+
+def test_merge_plan_is_pure_on_a_state_dict():
+    _, model = lora_policy()
+    scramble_adapters(model)
+    plan = merge_plan(model)
+    assert {item.layout for item in plan} == {"linear", "experts_out_in"}
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    before = {k: v.clone() for k, v in state.items()}
+    merged_weights(state, plan)
+    assert all(torch.equal(state[k], before[k]) for k in before)  # the input is left alone
+
+
+def test_critic_lora_trains_adapters_on_the_experts_only():
+    _, model = lora_policy()
+    trainer = SAOTrainer(
+        model, {"episodes_per_update": 4, "critic_trainable": "lora", "critic_lora_r": 2}, pad_id=TOK.pad_id
+    )
+    critic = trainer.critic
+    assert not has_adapters(model.get_base_model().model.layers[0].self_attn.q_proj.base_layer)
+    trainable = {n for n, p in critic.named_parameters() if p.requires_grad}
+    for name, p in critic.named_parameters():
+        family = module_family(name)
+        if family == EXPERTS:
+            assert p.requires_grad == (".lora_" in name), name
+        elif family == ATTENTION:
+            assert not p.requires_grad, name
+        elif family == ROUTER:
+            assert p.requires_grad, name
+    assert any(".lora_" in n for n in trainable)
+    assert not any(".self_attn." in n and ".lora_" in n for n, _ in critic.named_parameters())  # none on attention
+    counts = trainer.parameter_counts
+    assert counts["trainable_experts"] < counts["total_experts"]
+    assert counts.get("trainable_attention", 0) == 0
