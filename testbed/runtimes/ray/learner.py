@@ -32,6 +32,7 @@ import ray
 import torch
 
 from testbed.cpu_numerics import configure_torch
+from testbed.models import lora
 from testbed.runtimes import learner_strategy
 from testbed.runtimes.ray.shard import shard_weight
 from testbed.runtimes.sharded_state import full_state, published_policy
@@ -165,6 +166,7 @@ class LearnerWorker:
         self.make_trainer = make_trainer
         self.strategy, self.fsdp = strategy, fsdp
         self.trainer: Any = None
+        self.merge: list[lora.MergeItem] | None = None  # policy.lora: how its adapters merge (setup)
 
     def rendezvous_address(self) -> str:
         return rendezvous_address()
@@ -182,6 +184,9 @@ class LearnerWorker:
             "warmup_samples": getattr(t, "warmup_samples", 0),
             "digest": self.digest(),  # of the one-process trainer, before the engines take its models
         }
+        policy = getattr(t, "policy", None)
+        # policy.lora: which adapter updates which base tensor, read before an engine wraps the modules
+        self.merge = lora.merge_plan(policy) if lora.has_adapters(policy) else None
         learner_strategy.apply(t, self.strategy, self.fsdp)
         return info
 
@@ -196,6 +201,8 @@ class LearnerWorker:
         model = getattr(self.trainer, "policy", None)
         if isinstance(model, torch.nn.Module):
             policy = published_policy(model, self.rank)  # a collective where sharded
+            if policy is not None and self.merge is not None:  # the engines hold plain models
+                policy = lora.merged_weights(policy, self.merge)
         else:  # a plug-in trainer: its state_dict's policy (the trainer protocol)
             policy = (
                 {k: v.detach().cpu() for k, v in self.trainer.state_dict()["policy"].items()}
