@@ -151,3 +151,59 @@ def test_critic_lora_trains_adapters_on_the_experts_only():
     counts = trainer.parameter_counts
     assert counts["trainable_experts"] < counts["total_experts"]
     assert counts.get("trainable_attention", 0) == 0
+
+
+def rollouts(model, n, seed=0):
+    """Real samples from the model (transformers' forward through the adapters), rewards 1/0 in turn."""
+    from testbed.engines.hf_engine import HFEngine
+    from testbed.scenario.schema import SamplingConfig
+    from testbed.world import prompts, render_prompt
+
+    torch.manual_seed(seed)
+    engine = HFEngine(model, TOK, SamplingConfig(max_new_tokens=8))
+    assert engine.lean is None  # the lean decoder would read the base weights alone
+    specs = prompts("train")
+    trajs = engine.generate([render_prompt(specs[i], ["cute", "academic"]) for i in range(n)])
+    for i, traj in enumerate(trajs):
+        traj.verdict = Verdict(quality=1, style_match=i % 2, style="cute")
+        traj.group_id, traj.prompt_id = i, f"p{i}"
+    return trajs
+
+
+def test_training_moves_the_adapters_and_leaves_the_base_bit_identical():
+    _, model = lora_policy()
+    args = {"episodes_per_update": 8, "value_warmup_updates": 0, "kl_coef": 0.1, "critic_trainable": "lora"}
+    trainer = SAOTrainer(model, args, pad_id=TOK.pad_id)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    metrics = [trainer.update(rollouts(model, 8, seed=step)) for step in range(2)]
+    assert trainer.version == 2
+    for name, p in model.named_parameters():
+        if ".lora_B." in name:
+            assert not torch.equal(p, before[name]), name  # B starts at 0: each one must have moved
+        elif ".lora_A." not in name:
+            assert torch.equal(p, before[name]), name
+    assert metrics[0]["kl_ref"] == 0.0 < metrics[1]["kl_ref"]  # the reference stayed the starting policy
+
+
+def test_ray_learner_publishes_merged_weights_for_a_plain_engine():
+    from testbed.runtimes.ray.learner import LearnerWorker
+    from testbed.runtimes.ray.rollout import build_policy as plain_policy
+    from testbed.runtimes.ray.runtime import TrainerFactory
+    from testbed.scenario.schema import ArmConfig
+
+    base = build_policy(SMALL, TOK)
+    arm = ArmConfig(name="rm", type="running_mean", args={"episodes_per_update": 8})
+    state = {k: v.clone() for k, v in base.state_dict().items()}
+    factory = TrainerFactory(arm, base.config, state, TOK.pad_id, 1.0, 0, 1, lora=LORA)
+    worker = LearnerWorker(factory, rank=0, world=1, torch_threads=1)
+    worker.setup(None, 10.0)
+    policy = worker.trainer.policy
+    _, version, published = worker.update(rollouts(policy, 8), None)
+    assert version == 1 and published.keys() == state.keys()
+    engine_model = plain_policy(base.config, published)  # what a rollout actor builds and loads
+    assert not has_adapters(engine_model)
+    assert any(not torch.equal(published[k], state[k]) for k in state)  # the update reached the engine
+    tokens, mask, where = batch()
+    got = token_logprobs(engine_model, tokens, mask, where=where)[0]
+    want = token_logprobs(policy, tokens, mask, where=where)[0]
+    assert (got - want).abs().max() < 1e-5
