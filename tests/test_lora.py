@@ -207,3 +207,36 @@ def test_ray_learner_publishes_merged_weights_for_a_plain_engine():
     got = token_logprobs(engine_model, tokens, mask, where=where)[0]
     want = token_logprobs(policy, tokens, mask, where=where)[0]
     assert (got - want).abs().max() < 1e-5
+
+
+def test_memory_plan_counts_adapters_and_their_state_alone():
+    from testbed.models.memory import ModelShape, Settings, adapter_parameters, learner_items
+
+    shape = ModelShape(
+        parameters=1000,
+        moe_parameters=300,
+        layers=1,
+        hidden=8,
+        vocab=10,
+        kv_heads=1,
+        head_dim=8,
+        top_k=1,
+        expert_width=4,
+        largest_layer=500,
+        router_parameters=20,
+        matrices=(
+            ("model.layers.0.self_attn.q_proj.weight", (8, 8)),
+            ("model.layers.0.mlp.experts.gate_up_proj", (2, 8, 8)),
+            ("model.layers.0.mlp.gate.weight", (2, 8)),
+        ),
+    )
+    # q_proj: 2 x (8 + 8) = 32; the fused experts: 2 x 2 experts x (8 + 8) = 64
+    assert adapter_parameters(shape, ("q_proj", "gate_up_proj"), 2) == 96
+    assert adapter_parameters(shape, None, 2) == 64  # the critic's: the experts alone
+    s = Settings(lora_targets=("q_proj", "gate_up_proj"), lora_r=2, reference=True, critic="lora", critic_lora_r=2)
+    items = learner_items(shape, s)
+    assert items["policy weights"] == (1000 + 96) * 4
+    assert items["policy gradients"] == 96 * 4 and items["policy optimiser"] == 2 * 96 * 4
+    assert "reference weights" not in items  # the policy with its adapters off
+    assert items["critic weights"] == (1000 + 64) * 4
+    assert items["critic gradients"] == (64 + 20) * 4  # adapters and routers

@@ -65,15 +65,29 @@ def split_targets(model: nn.Module, names: tuple[str, ...]) -> tuple[list[str], 
     return linear, direct
 
 
-def peft_config(settings: LoraSettings, linear: list[str], direct: list[str]) -> Any:
-    _require_peft()
-    from peft import LoraConfig
-
+def check_dropout(settings: LoraSettings, direct: list[str]) -> None:
     if direct and settings.dropout > 0:
         raise ValueError(
             f"policy.lora.dropout is {settings.dropout:g} but {direct} are parameters (fused MoE experts), "
             "which PEFT adapts without dropout: set dropout: 0, or target only Linear modules"
         )
+
+
+def lora_plan(model: nn.Module, settings: LoraSettings) -> dict[str, Any]:
+    """What `--dry-run` shows of `policy.lora` on the (meta) policy: its targets checked, the adapters counted."""
+    from testbed.models.memory import ModelShape, adapter_parameters
+
+    linear, direct = split_targets(model, settings.target_modules)
+    check_dropout(settings, direct)
+    adapters = adapter_parameters(ModelShape.of(model), settings.target_modules, settings.r)
+    return {**settings.model_dump(mode="json"), "targets": sorted({*linear, *direct}), "adapters": adapters}
+
+
+def peft_config(settings: LoraSettings, linear: list[str], direct: list[str]) -> Any:
+    _require_peft()
+    from peft import LoraConfig
+
+    check_dropout(settings, direct)
     return LoraConfig(
         r=settings.r,
         lora_alpha=settings.alpha,
