@@ -77,13 +77,15 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--kl-coef", type=float, default=0.0)
     parser.add_argument("--r", type=int, default=8)
-    parser.add_argument("--alpha", type=float, default=16.0)
+    parser.add_argument("--alpha", type=int, default=16)
     parser.add_argument("--window", type=int, default=64, help="training episodes averaged at each end")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="lora-learns-") as tmp:
         for lora in (None, f"{{r: {args.r}, alpha: {args.alpha}}}"):
-            rows.append(("full" if lora is None else f"lora r={args.r} alpha={args.alpha:g}", run(args, lora, Path(tmp))))
+            rows.append(
+                ("full" if lora is None else f"lora r={args.r} alpha={args.alpha:g}", run(args, lora, Path(tmp)))
+            )
     print(f"\n{args.trainer}, lr {args.lr:g}, kl_coef {args.kl_coef:g}, {args.episodes} episodes, target {STYLE}")
     print("| policy | held-out share first -> last eval | reward first -> last episodes | wall s |")
     print("|---|---|---|---|")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from testbed.models.critic import ATTENTION, EXPERTS, ROUTER, module_family
-from testbed.models.lora import attach, has_adapters, merged_state, merged_weights, merge_plan, split_targets
+from testbed.models.lora import attach, has_adapters, merge_plan, merged_state, merged_weights, split_targets
 from testbed.models.policy import build_policy, token_logprobs
 from testbed.models.tokenizer import WordTokenizer
 from testbed.scenario.lora import LoraSettings
@@ -66,7 +66,9 @@ def test_only_adapters_train_and_fresh_adapters_change_nothing():
     families = {module_family(n) for n in trainable}
     assert families == {ATTENTION, EXPERTS}  # q/k/v/o and the fused experts; no router, embeddings or head
     tokens, mask, where = batch()
-    assert torch.equal(token_logprobs(model, tokens, mask, where=where)[0], token_logprobs(base, tokens, mask, where=where)[0])
+    assert torch.equal(
+        token_logprobs(model, tokens, mask, where=where)[0], token_logprobs(base, tokens, mask, where=where)[0]
+    )
 
 
 def test_reference_with_adapters_disabled_is_exactly_the_base_model():
@@ -240,3 +242,11 @@ def test_memory_plan_counts_adapters_and_their_state_alone():
     assert "reference weights" not in items  # the policy with its adapters off
     assert items["critic weights"] == (1000 + 64) * 4
     assert items["critic gradients"] == (64 + 20) * 4  # adapters and routers
+
+
+def test_without_peft_the_lora_extra_is_named(monkeypatch):
+    from testbed.extras import MissingExtra
+
+    monkeypatch.setitem(__import__("sys").modules, "peft", None)  # as if not installed
+    with pytest.raises(MissingExtra, match=r"pip install 'testbed\[lora\]'"):
+        attach(build_policy(SMALL, TOK), LORA)

@@ -64,7 +64,7 @@ class SAOConfig(BaseModel):
         "LoRA adapters on them",
     )
     critic_lora_r: int = Field(8, ge=1, description="the critic's adapters' rank (critic_trainable: lora)")
-    critic_lora_alpha: float = Field(16.0, gt=0, description="the critic's adapters' scale alpha / r (lora)")
+    critic_lora_alpha: int = Field(16, ge=1, description="the critic's adapters' scale alpha / r (lora)")
     critic_train_embeddings_norms: bool = False
     critic_module_patterns: ModulePatterns | None = Field(
         None,

@@ -13,6 +13,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from testbed.models.lora import attach_to_experts, has_adapters, merged_copy
 from testbed.models.modules import (  # noqa: F401  (re-exported: the trainers and tests import them from here)
     ATTENTION,
     DEFAULT_PATTERNS,
@@ -26,7 +27,6 @@ from testbed.models.modules import (  # noqa: F401  (re-exported: the trainers a
     module_family,
     parameter_split,
 )
-from testbed.models.lora import attach_to_experts, has_adapters, merged_copy
 from testbed.models.policy import hidden_states
 
 Trainable = Literal["moe", "all", "lora"]
@@ -52,12 +52,13 @@ class Critic(nn.Module):
         train_embeddings_norms: bool = False,
         patterns: ModulePatterns | None = None,
         lora_r: int = 8,
-        lora_alpha: float = 16.0,
+        lora_alpha: int = 16,
     ) -> Critic:
         """A copy of the policy's backbone (`get_decoder()`: `model` in transformers' causal LMs);
         of a LoRA policy, its base with the adapters merged (a plain model: the critic's own
         adapters, if any, go on the experts alone)."""
-        backbone = merged_copy(policy).get_decoder() if has_adapters(policy) else copy.deepcopy(policy.get_decoder())
+        merged: HFModule = merged_copy(policy) if has_adapters(policy) else None
+        backbone = merged.get_decoder() if merged is not None else copy.deepcopy(policy.get_decoder())
         critic = cls(backbone, policy.config.hidden_size, patterns)
         if trainable == "lora":
             attach_to_experts(critic.backbone, lora_r, lora_alpha, patterns)

@@ -40,18 +40,22 @@ def _require_peft() -> None:
     require_extra("lora", "LoRA adapters (policy.lora, critic_trainable: lora)", ("peft",))
 
 
+def _names(full: str, target: str) -> bool:
+    """PEFT's match: the whole dotted name, or a suffix of it after a dot."""
+    return full == target or full.endswith("." + target)
+
+
 def split_targets(model: nn.Module, names: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """(Linear modules, parameters) among `names`, each a dotted suffix of a module or of a
     parameter (`experts.gate_up_proj`: a fused expert weight has no module of its own). A name that
     matches nothing is refused, naming the field."""
-    modules = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    modules = {n for n, m in model.named_modules() if isinstance(m, nn.Linear)}
     params = [n for n, p in model.named_parameters() if p.dim() in (2, 3)]
     linear, direct = [], []
     for name in names:
-        hit = lambda full: full == name or full.endswith("." + name)  # noqa: E731
-        found_module = any(hit(m) for m in modules)
+        found_module = any(_names(m, name) for m in modules)
         # a Linear's own weight is adapted through its module, not as a bare parameter
-        found_param = any(hit(p) and p.rpartition(".")[0] not in modules for p in params)
+        found_param = any(_names(p, name) and p.rpartition(".")[0] not in modules for p in params)
         if found_module:
             linear.append(name)
         if found_param:
@@ -159,6 +163,7 @@ def merge_plan(model: nn.Module) -> list[MergeItem]:
             if adapter not in module.lora_A:
                 continue
             parameter = getattr(module, "parameter_name", None)
+            layout: Layout
             if parameter is None:  # a Linear: its own base layer's weight
                 target, layout, experts = f"{prefix}base_layer.weight", "linear", 1
             else:  # a fused parameter, possibly under further wrappers of the same module
@@ -229,7 +234,9 @@ def expert_targets(backbone: nn.Module, patterns: ModulePatterns | None) -> tupl
     """(Linear modules, parameters) of the backbone's experts, by full name: a shared expert's
     projections are Linear modules, the routed experts' fused weights are parameters."""
     linear = [
-        n for n, m in backbone.named_modules() if isinstance(m, nn.Linear) and module_family(f".{n}.", patterns) == EXPERTS
+        n
+        for n, m in backbone.named_modules()
+        if isinstance(m, nn.Linear) and module_family(f".{n}.", patterns) == EXPERTS
     ]
     owned = set(linear)
     direct = [
@@ -240,7 +247,7 @@ def expert_targets(backbone: nn.Module, patterns: ModulePatterns | None) -> tupl
     return linear, direct
 
 
-def attach_to_experts(backbone: nn.Module, r: int, alpha: float, patterns: ModulePatterns | None) -> nn.Module:
+def attach_to_experts(backbone: nn.Module, r: int, alpha: int, patterns: ModulePatterns | None) -> nn.Module:
     """Inject adapters into the backbone's experts only (in place; the module keeps its class)."""
     _require_peft()
     from peft import LoraConfig, inject_adapter_in_model

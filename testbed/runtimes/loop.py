@@ -26,8 +26,8 @@ from rich.progress import Progress
 
 from testbed import device
 from testbed.engines.mismatch import mismatch_probe
-from testbed.models.sft import cache_root
 from testbed.models import lora
+from testbed.models.sft import cache_root
 from testbed.models.tokenizer import WordTokenizer
 from testbed.protocols import DriftSchedule, Judge
 from testbed.runtimes.arm_runner import ArmRunner, make_engine, make_trainer, seed_everything

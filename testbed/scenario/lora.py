@@ -16,7 +16,7 @@ class LoraSettings(Strict):
     """The policy's adapters: W + (alpha / r) x B A on every target, A and B trained, W frozen."""
 
     r: int = Field(8, ge=1, description="the adapters' rank (per expert for a fused expert weight)")
-    alpha: float = Field(16.0, gt=0, description="scale: the update is alpha / r x B A")
+    alpha: int = Field(16, ge=1, description="scale: the update is alpha / r x B A (an integer, as PEFT takes it)")
     dropout: float = Field(
         0.0, ge=0, lt=1, description="dropout on the adapters' input; Linear targets only (PEFT cannot on experts)"
     )

@@ -86,7 +86,9 @@ class TrainerFactory:
 
     def __call__(self) -> Any:
         configure_torch(self.threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
-        policy = lora.attach(build_policy(self.policy_config, self.policy_state, for_this_process(self.device)), self.lora)
+        policy = lora.attach(
+            build_policy(self.policy_config, self.policy_state, for_this_process(self.device)), self.lora
+        )
         return registry.build(
             self.arm.trainer_class(),
             self.arm.args,
