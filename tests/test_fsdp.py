@@ -1,7 +1,8 @@
 """`learner_strategy: fsdp` on real parts: FSDP2's `fully_shard` per decoder layer in two gloo
 processes, each holding half of every weight, must train as one process on the whole batch does,
-for SAO (critic and KL reference sharded too), the running mean and GRPO, on the built policy and
-on the tiny Qwen2-MoE (a shared expert, transformers' own forward), after several updates; and
+for SAO (critic and KL reference sharded too), the running mean and GRPO, on the built policy (also
+with LoRA adapters) and on the tiny Qwen2-MoE (a shared expert, transformers' own forward), after
+several updates; and
 their gathered state loads into fresh sharded ranks and into one process unchanged."""
 
 import socket
@@ -14,7 +15,7 @@ from testbed.runtimes.ray.learner import flat_state, shard_weights, split_batch
 from tests.sharded_ranks import CONFIGS, run_rank, trainer
 from tests.test_data_parallel import assert_close, assert_same, batches
 
-MODELS = ["built", "qwen2_moe"]
+MODELS = ["built", "qwen2_moe", "built_lora"]  # built_lora: policy.lora, the KL reference its adapters off
 UPDATES = 3
 
 
