@@ -250,3 +250,19 @@ def test_without_peft_the_lora_extra_is_named(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "peft", None)  # as if not installed
     with pytest.raises(MissingExtra, match=r"pip install 'testbed\[lora\]'"):
         attach(build_policy(SMALL, TOK), LORA)
+
+
+def test_adapters_are_drawn_from_the_seed_alone():
+    """The same adapters on every learner rank of a seed (a Ray learner group checks that its
+    workers built the same trainer), and the run's random stream left where it was."""
+    a = attach(build_policy(SMALL, TOK), LORA, seed=5)
+    torch.manual_seed(99)  # another stream before the next build changes nothing
+    b = attach(build_policy(SMALL, TOK), LORA, seed=5)
+    c = attach(build_policy(SMALL, TOK), LORA, seed=6)
+    key = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight"
+    assert torch.equal(a.state_dict()[key], b.state_dict()[key])
+    assert not torch.equal(a.state_dict()[key], c.state_dict()[key])
+    policy = build_policy(SMALL, TOK)
+    state = torch.random.get_rng_state()
+    attach(policy, LORA, seed=5)
+    assert torch.equal(torch.random.get_rng_state(), state)  # attach draws from its own stream

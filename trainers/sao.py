@@ -146,6 +146,7 @@ class SAOTrainer:
             self.cfg.critic_module_patterns,
             lora_r=self.cfg.critic_lora_r,
             lora_alpha=self.cfg.critic_lora_alpha,
+            seed=seed,
         )
         self.policy_opt = torch.optim.AdamW(
             policy.parameters(), lr=self.cfg.policy_lr, weight_decay=0.0, eps=self.cfg.adam_eps

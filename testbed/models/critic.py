@@ -53,6 +53,7 @@ class Critic(nn.Module):
         patterns: ModulePatterns | None = None,
         lora_r: int = 8,
         lora_alpha: int = 16,
+        seed: int = 0,
     ) -> Critic:
         """A copy of the policy's backbone (`get_decoder()`: `model` in transformers' causal LMs);
         of a LoRA policy, its base with the adapters merged (a plain model: the critic's own
@@ -61,7 +62,7 @@ class Critic(nn.Module):
         backbone = merged.get_decoder() if merged is not None else copy.deepcopy(policy.get_decoder())
         critic = cls(backbone, policy.config.hidden_size, patterns)
         if trainable == "lora":
-            attach_to_experts(critic.backbone, lora_r, lora_alpha, patterns)
+            attach_to_experts(critic.backbone, lora_r, lora_alpha, patterns, seed)
         critic.set_trainable(trainable, train_embeddings_norms)
         return critic
 

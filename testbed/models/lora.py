@@ -102,16 +102,26 @@ def peft_config(settings: LoraSettings, linear: list[str], direct: list[str]) ->
     )
 
 
-def attach(policy: nn.Module, settings: LoraSettings | None) -> nn.Module:
-    """The policy with fresh adapters (B = 0: it computes exactly what it did), base frozen; the
-    policy itself where `settings` is None. The module is wrapped in place (PEFT injects layers)."""
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Adapters drawn from their own stream: the same on every learner rank and in every process
+    of a seed, and the caller's random stream (what a run samples next) left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def attach(policy: nn.Module, settings: LoraSettings | None, seed: int = 0) -> nn.Module:
+    """The policy with fresh adapters (B = 0: it computes exactly what it did; A drawn from `seed`),
+    base frozen; the policy itself where `settings` is None. Wrapped in place (PEFT injects layers)."""
     if settings is None:
         return policy
     _require_peft()
     from peft import get_peft_model
 
     linear, direct = split_targets(policy, settings.target_modules)
-    return get_peft_model(policy, peft_config(settings, linear, direct))
+    with seeded(seed):
+        return get_peft_model(policy, peft_config(settings, linear, direct))
 
 
 @contextlib.contextmanager
@@ -247,7 +257,9 @@ def expert_targets(backbone: nn.Module, patterns: ModulePatterns | None) -> tupl
     return linear, direct
 
 
-def attach_to_experts(backbone: nn.Module, r: int, alpha: int, patterns: ModulePatterns | None) -> nn.Module:
+def attach_to_experts(
+    backbone: nn.Module, r: int, alpha: int, patterns: ModulePatterns | None, seed: int = 0
+) -> nn.Module:
     """Inject adapters into the backbone's experts only (in place; the module keeps its class)."""
     _require_peft()
     from peft import LoraConfig, inject_adapter_in_model
@@ -256,4 +268,5 @@ def attach_to_experts(backbone: nn.Module, r: int, alpha: int, patterns: ModuleP
     if not (linear or direct):
         raise ValueError("critic_trainable 'lora': no expert weight found (give SAO's critic_module_patterns)")
     config = LoraConfig(r=r, lora_alpha=alpha, target_modules=linear or None, target_parameters=direct or None)
-    return inject_adapter_in_model(config, backbone)
+    with seeded(seed):
+        return inject_adapter_in_model(config, backbone)

@@ -59,7 +59,7 @@ class SyncRunner(ArmRunner):
         seed_everything(seed)
         policy = copy.deepcopy(base_policy).to(device.for_this_process(scenario.runtime_for(arm).device))
         # policy.lora: the engine samples through the adapters of the module it shares (no merged copy)
-        policy = lora.attach(policy, scenario.policy.lora)
+        policy = lora.attach(policy, scenario.policy.lora, seed)
         self.engine = self.eval_engine = make_engine(scenario, policy, tokenizer)
         self.trainer = make_trainer(arm, policy, tokenizer, scenario, seed)
         self.probe = mismatch_probe(scenario, policy, tokenizer, self.trainer)

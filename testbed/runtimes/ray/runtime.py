@@ -87,7 +87,7 @@ class TrainerFactory:
     def __call__(self) -> Any:
         configure_torch(self.threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         policy = lora.attach(
-            build_policy(self.policy_config, self.policy_state, for_this_process(self.device)), self.lora
+            build_policy(self.policy_config, self.policy_state, for_this_process(self.device)), self.lora, self.seed
         )
         return registry.build(
             self.arm.trainer_class(),
@@ -168,9 +168,10 @@ class RayRunner(ArmRunner):
             fsdp=rt.fsdp,
         )
         # the shadow trains nothing; with policy.lora its adapters say how to merge a checkpoint's policy
-        shadow_policy = lora.attach(copy.deepcopy(policy), scenario.policy.lora) if scenario.policy.lora else policy
+        lora_settings = scenario.policy.lora
+        shadow_policy = lora.attach(copy.deepcopy(policy), lora_settings, seed) if lora_settings else policy
         self.trainer = LearnerProxy(make_trainer(arm, shadow_policy, tokenizer, scenario, seed), self.learner)
-        self.merge = lora.merge_plan(shadow_policy) if scenario.policy.lora else None
+        self.merge = lora.merge_plan(shadow_policy) if lora_settings else None
         self.weights = [ray.put(state)]
         spec = (scenario.engine.type, scenario.engine.args)
         scenario_data = scenario.model_dump(mode="json", by_alias=True)  # an actor builds its editor's judge from it

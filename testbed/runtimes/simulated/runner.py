@@ -45,7 +45,7 @@ class SimRunner(ArmRunner):
         seed_everything(seed)
         rt = scenario.runtime_for(arm)
         plain = copy.deepcopy(base_policy).to(device.for_this_process(rt.device))
-        self.policy = lora.attach(copy.deepcopy(plain), scenario.policy.lora)  # the learner's
+        self.policy = lora.attach(copy.deepcopy(plain), scenario.policy.lora, seed)  # the learner's
         self.trainer = make_trainer(arm, self.policy, tokenizer, scenario, seed)
         self.probe = mismatch_probe(scenario, self.policy, tokenizer, self.trainer)
         # The rollouts' copy, a plain model: loaded with the (merged) weights of whichever version generates next.
