@@ -16,7 +16,9 @@ are built on the CPU under --work, or given. For each:
      `--episodes` per arm, on the sync runtime, on the Ray runtime (runtime.actor_gpus 0.25:
      two rollout actors and a learner share the one GPU) and, where there are three GPUs (NCCL
      wants one per rank), on Ray with two FSDP2 learner ranks (`fsdp`, bfloat16 compute; on the
-     CPU too, over gloo): episodes/s per arm, the run's own
+     CPU too, over gloo), and on the sync runtime with LoRA (`lora`: `policy.lora` r 8 on
+     attention and the fused experts, SAO's `critic_trainable: lora`; the engine samples through
+     the adapters, the KL reference is the base with them off): episodes/s per arm, the run's own
      `mismatch_abs_mean` (engine.mismatch on), and the driver's peak GPU memory (the Ray actors'
      memory is their own processes': `nvidia-smi` while it runs, if wanted).
 
@@ -114,7 +116,7 @@ def tiny_recipe(checkpoint: Path, episodes: int, kind: str, device: str) -> list
         "eval.prompts": 8,
         "sampling.max_new_tokens": 32,
         "engine.mismatch": "true",
-        "runtime.kind": "ray" if kind == "fsdp" else kind,
+        "runtime.kind": {"fsdp": "ray", "lora": "sync"}.get(kind, kind),
         "runtime.device": device,
         # NCCL wants one GPU per learner rank: the fsdp run takes three GPUs, the others share one
         "runtime.actor_gpus": (1 if kind == "fsdp" else 0.25) if device == "cuda" else 0,
@@ -129,6 +131,10 @@ def tiny_recipe(checkpoint: Path, episodes: int, kind: str, device: str) -> list
     if kind == "fsdp":  # two FSDP2 learner ranks, bfloat16 compute, float32 reductions
         sets.update(
             {"runtime.learner_workers": 2, "runtime.learner_strategy": "fsdp", "runtime.fsdp.param_dtype": "bfloat16"}
+        )
+    if kind == "lora":  # adapters on the policy (attention and experts) and on the critic's experts
+        sets.update(
+            {"policy.lora": "{r: 8, alpha: 16}", "arms.0.args.critic_trainable": "lora", "arms.0.args.kl_coef": 0.05}
         )
     return [part for key, value in sets.items() for part in ("--set", f"{key}={value}")]
 
@@ -174,11 +180,12 @@ def run_recipe(checkpoint: Path, episodes: int, kind: str, device: str, out: Pat
 
 
 def run_kinds(args: argparse.Namespace) -> tuple[str, ...]:
-    """sync, ray, and fsdp (Ray with two FSDP2 learner ranks) where there are three GPUs or the CPU."""
+    """sync, lora (sync with LoRA adapters), ray, and fsdp (Ray with two FSDP2 learner ranks) where
+    there are three GPUs or the CPU."""
     if args.no_ray:
-        return ("sync",)
+        return ("sync", "lora")
     gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    return ("sync", "ray", "fsdp") if args.device == "cpu" or gpus >= 3 else ("sync", "ray")
+    return ("sync", "lora", "ray", "fsdp") if args.device == "cpu" or gpus >= 3 else ("sync", "lora", "ray")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = [
         f"{n}/{k}"
         for n, e in report["checkpoints"].items()
-        for k in ("sync", "ray", "fsdp")
+        for k in ("sync", "lora", "ray", "fsdp")
         if k in e and e[k]["exit_code"] != 0
     ]
     if failed:

@@ -10,11 +10,13 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from testbed.models.lora import attach
 from testbed.models.tiny_hub import build_model
 from testbed.runtimes.learner_strategy import apply
 from testbed.runtimes.ray.shard import shard_weight
 from testbed.runtimes.sharded_checkpoint import load_sharded, save_sharded
 from testbed.runtimes.sharded_state import full_state, policy_buckets, published_policy
+from testbed.scenario.lora import LoraSettings
 from testbed.scenario.sharding import FSDPConfig
 from tests.test_trainers import TOK, policy
 from trainers.grpo import GRPOTrainer
@@ -52,7 +54,10 @@ class _WordVocab:
 
 
 def model(name: str) -> torch.nn.Module:
-    """The built 0.57M-shape policy (Qwen3-MoE) or the tiny Qwen2-MoE (shared expert), seeded."""
+    """The built 0.57M-shape policy (Qwen3-MoE), with LoRA adapters (`built_lora`: policy.lora r 4 on
+    attention and the fused experts), or the tiny Qwen2-MoE (shared expert), seeded."""
+    if name == "built_lora":
+        return attach(policy(seed=0), LoraSettings(r=4, alpha=8))
     return policy(seed=0) if name == "built" else build_model(_WordVocab(), seed=0)
 
 

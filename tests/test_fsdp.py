@@ -1,9 +1,10 @@
 """`learner_strategy: fsdp` on real parts: FSDP2's `fully_shard` per decoder layer in two gloo
 processes, each holding half of every weight, must train as one process on the whole batch does,
 for SAO (critic and KL reference sharded too), the running mean and GRPO, on the built policy and
-on the tiny Qwen2-MoE (a shared expert, transformers' own forward), after several updates; and
-their state moves between rank counts: gathered full, and as sharded checkpoints
-(torch.distributed.checkpoint) from 2 ranks into 1 process and from 1 process into 2 ranks."""
+on the tiny Qwen2-MoE (a shared expert, transformers' own forward), and for SAO on the built policy
+with LoRA adapters, after several updates; and their state moves between rank counts: gathered full,
+and as sharded checkpoints (torch.distributed.checkpoint) from 2 ranks into 1 process and from 1
+process into 2 ranks."""
 
 import socket
 
@@ -18,6 +19,8 @@ from tests.sharded_ranks import CONFIGS, DCP_CASES, MICRO_CASE, MICRO_CASES, run
 from tests.test_data_parallel import assert_close, assert_same, batches
 
 MODELS = ["built", "qwen2_moe"]
+# built_lora: policy.lora; SAO alone (its critic, and the KL reference as the policy with its adapters off)
+CASES = [(m, k) for m in MODELS for k in CONFIGS] + [("built_lora", "sao")]
 UPDATES = 3
 
 
@@ -34,25 +37,23 @@ def two_ranks(tmp_path_factory):
     the ranks to load."""
     cases, singles = [], {}
     dcp_dir = tmp_path_factory.mktemp("dcp")
-    for model_name in MODELS:
-        for kind in CONFIGS:
-            updates, single = [], trainer(model_name, kind)
-            for batch in batches(kind, n=UPDATES):
-                shards = split_batch(batch, 2, keep_groups=kind == "grpo")
-                updates.append((shards, shard_weights(shards)))
-                want = single.update(batch)
-            cases.append((model_name, kind, updates))
-            singles[(model_name, kind)] = (flat_state(single.state_dict()), want)
-            if (model_name, kind) in DCP_CASES:
-                rest = save_sharded(single, dcp_dir / f"single-{model_name}-{kind}")
-                torch.save(rest, dcp_dir / f"single-{model_name}-{kind}.rest.pt")
+    for model_name, kind in CASES:
+        updates, single = [], trainer(model_name, kind)
+        for batch in batches(kind, n=UPDATES):
+            shards = split_batch(batch, 2, keep_groups=kind == "grpo")
+            updates.append((shards, shard_weights(shards)))
+            want = single.update(batch)
+        cases.append((model_name, kind, updates))
+        singles[(model_name, kind)] = (flat_state(single.state_dict()), want)
+        if (model_name, kind) in DCP_CASES:
+            rest = save_sharded(single, dcp_dir / f"single-{model_name}-{kind}")
+            torch.save(rest, dcp_dir / f"single-{model_name}-{kind}.rest.pt")
     out = tmp_path_factory.mktemp("fsdp") / "rank0.pt"
     mp.spawn(run_rank, args=(2, free_port(), cases, str(out), str(dcp_dir)), nprocs=2, join=True)
     return singles, torch.load(out, weights_only=False), dcp_dir
 
 
-@pytest.mark.parametrize("model_name", MODELS)
-@pytest.mark.parametrize("kind", list(CONFIGS))
+@pytest.mark.parametrize(("model_name", "kind"), CASES)
 def test_fsdp_on_two_ranks_equals_one_process(two_ranks, model_name, kind):
     singles, results, _ = two_ranks
     got = results[(model_name, kind)]

@@ -5,7 +5,7 @@ One rollout per prompt and a critic, made stable by four designs. Where each pie
   1. faster value updates (TTUR): K critic updates per policy update and a larger critic lr
        -> `SAOTrainer.update` (the K loop), `SAOConfig.value_updates_per_policy_update`, `critic_lr`
   2. a frozen-attention MoE critic: the policy's architecture + Linear(hidden, 1), attention frozen
-       -> `testbed.models.critic.Critic.from_policy` (`critic_trainable: moe | all`)
+       -> `testbed.models.critic.Critic.from_policy` (`critic_trainable: moe | all | lora`)
   3. observation-skipping token-level GAE over action tokens only,
        delta_t = r_t + gamma V(t+1) - V(t),  A_t = delta_t + gamma lambda A_{t+1}  (one gamma*lambda
        step across an observation; V after the last action token = 0)
@@ -59,7 +59,13 @@ class SAOConfig(BaseModel):
     policy_lr: float = Field(2e-4, gt=0)
     critic_lr: float = Field(1e-3, gt=0, description="TTUR: larger than the policy's (paper: 5x)")
     value_updates_per_policy_update: int = Field(2, ge=1, description="K; the 'w/o faster value' ablation is 1")
-    critic_trainable: Literal["moe", "all"] = Field("moe", description="'moe' freezes the critic's attention")
+    critic_trainable: Literal["moe", "all", "lora"] = Field(
+        "moe",
+        description="'moe' freezes the critic's attention; 'lora' also freezes its experts' base weights and trains "
+        "LoRA adapters on them",
+    )
+    critic_lora_r: int = Field(8, ge=1, description="the critic's adapters' rank (critic_trainable: lora)")
+    critic_lora_alpha: int = Field(16, ge=1, description="the critic's adapters' scale alpha / r (lora)")
     critic_train_embeddings_norms: bool = False
     critic_module_patterns: ModulePatterns | None = Field(
         None,
@@ -136,7 +142,13 @@ class SAOTrainer:
         self.episodes_per_update = self.cfg.episodes_per_update
         self.top_k = policy.config.num_experts_per_tok
         self.critic = Critic.from_policy(
-            policy, self.cfg.critic_trainable, self.cfg.critic_train_embeddings_norms, self.cfg.critic_module_patterns
+            policy,
+            self.cfg.critic_trainable,
+            self.cfg.critic_train_embeddings_norms,
+            self.cfg.critic_module_patterns,
+            lora_r=self.cfg.critic_lora_r,
+            lora_alpha=self.cfg.critic_lora_alpha,
+            seed=seed,
         )
         self.policy_opt = torch.optim.AdamW(
             policy.parameters(), lr=self.cfg.policy_lr, weight_decay=0.0, eps=self.cfg.adam_eps
@@ -454,6 +466,8 @@ class SAOTrainer:
         )
         if self.cfg.router_aux_loss_coef > 0:  # only when on, so that existing caches keep their keys
             key["router_aux_loss_coef"] = self.cfg.router_aux_loss_coef
+        if self.cfg.critic_trainable == "lora":  # likewise
+            key.update(self.cfg.model_dump(include={"critic_lora_r", "critic_lora_alpha"}))
         if self.cfg.critic_module_patterns is not None:  # likewise
             key["critic_module_patterns"] = self.cfg.critic_module_patterns.model_dump(mode="json")
         return key

@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from testbed.models.memory import GB, ModelShape, Settings, plan, size
+from testbed.scenario.lora import DEFAULT_TARGETS
 from testbed.scenario.schema import Scenario
 
 PROMPT_TOKENS = 192  # a rendered prompt with its candidate styles, in a Hub tokenizer's tokens
@@ -55,6 +56,9 @@ def settings_for(scenario: Scenario, arm: Any, model: Any) -> Settings:
         prompt_tokens=PROMPT_TOKENS if scenario.policy.checkpoint else scenario.policy.max_positions // 2,
         new_tokens=scenario.sampling.max_new_tokens,
         critic=args.get("critic_trainable", "moe") if arm.type == "sao" else None,
+        critic_lora_r=int(args.get("critic_lora_r", 8)),
+        lora_targets=scenario.policy.lora.target_modules if scenario.policy.lora else None,
+        lora_r=scenario.policy.lora.r if scenario.policy.lora else 8,
         reference=float(args.get("kl_coef", 0.0)) > 0,
         separate_processes=rt.kind == "ray",
         device_share=min(1.0, rt.actor_gpus) if rt.kind == "ray" and rt.actor_gpus else 1.0,
@@ -92,27 +96,35 @@ def config_rows(directory: str, gpu_gb: float, gpus: list[int]) -> list[dict[str
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(directory))
     shape, rows = ModelShape.of(model), []
     for workers in gpus:
-        choices = [("replicate", False, False)] + ([("fsdp", True, False), ("fsdp", True, True)] if workers > 1 else [])
-        for strategy, ckpt, offload in choices:
+        choices = [("replicate", False, False, False)]
+        if workers == 1:  # the synchronous runtime, one process: LoRA policy and critic
+            choices.append(("sync", False, False, True))
+        else:
+            choices += [("fsdp", True, False, False), ("fsdp", True, True, False)]
+        for strategy, ckpt, offload, lora in choices:
             s = Settings(
                 dtype="bfloat16",
-                strategy=strategy,
+                strategy="replicate" if strategy == "sync" else strategy,
                 learner_workers=workers,
                 param_dtype="bfloat16",
                 offload=offload,
                 activation_checkpointing=ckpt,
                 prompt_tokens=PROMPT_TOKENS,
                 new_tokens=256,
-                critic="moe",
+                critic="lora" if lora else "moe",
+                lora_targets=DEFAULT_TARGETS if lora else None,
+                separate_processes=strategy != "sync",
             )
             p = plan(shape, s, int(gpu_gb * GB))
-            learner = p["processes"]["learner rank"]
+            learner = p["processes"].get("learner rank") or p["processes"]["process"]
+            actor = p["processes"].get("rollout actor")
+            name = f"{strategy}{' + checkpointing' if ckpt else ''}{' + offload' if offload else ''}"
             rows.append(
                 {
                     "gpus": workers,
-                    "settings": f"{strategy}{' + checkpointing' if ckpt else ''}{' + offload' if offload else ''}",
+                    "settings": "synchronous, LoRA policy + critic (r 8)" if lora else name,
                     "learner_gb": learner["total"] / GB,
-                    "actor_gb": p["processes"]["rollout actor"]["total"] / GB,
+                    "actor_gb": actor["total"] / GB if actor else None,
                     "fits": p["fits"],
                 }
             )
@@ -130,9 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     for directory in args.config_dirs:
         head, *rows = config_rows(directory, args.gpu_gb, args.gpus)
         for row in rows:
+            actor = "-" if row["actor_gb"] is None else f"{row['actor_gb']:.1f}"  # the synchronous runtime has none
             print(
                 f"| {os.path.basename(directory.rstrip('/'))} | {head['parameters'] / 1e9:.2f}B | {row['gpus']} | "
-                f"{row['settings']} | {row['learner_gb']:.1f} | {row['actor_gb']:.1f} | "
+                f"{row['settings']} | {row['learner_gb']:.1f} | {actor} | "
                 f"{'yes' if row['fits'] else 'no'} |"
             )
     return 0

@@ -229,8 +229,15 @@ def build_policy_shape(scenario: Scenario) -> tuple[dict[str, Any], Any, int]:
         tokenizer, _ = tokenizer_and_corpus(cfg, scenario.world.archetypes, scenario.env)  # the corpus stays unbuilt
         with torch.device("meta"):
             model = build_policy(cfg, tokenizer)
-        described = {"shape": cfg.model_dump(exclude={"checkpoint", "sft"}), "vocab_size": tokenizer.vocab_size}
+        described = {"shape": cfg.model_dump(exclude={"checkpoint", "sft", "lora"}), "vocab_size": tokenizer.vocab_size}
         pad_id = tokenizer.pad_id
+    if cfg.lora is not None:  # its targets checked on the shapes now, not when the arm starts
+        from testbed.models.lora import lora_plan
+
+        try:
+            described["lora"] = lora_plan(model, cfg.lora)
+        except ValueError as exc:
+            raise ScenarioError(str(exc)) from None
     hf = model.config
     experts, top_k = moe_shape(hf) or (None, None)
     sizes = {name: p.numel() for name, p in model.named_parameters()}
@@ -333,7 +340,11 @@ def arm_plan(
         "critic": counts and {**counts, "frozen": counts["total"] - counts["trainable"]},
         "reference": None
         if reference is None
-        else {"kl_coef": getattr(ref, "coef", None), "parameters": sum(p.numel() for p in reference.parameters())},
+        else {
+            "kl_coef": getattr(ref, "coef", None),
+            "parameters": sum(p.numel() for p in reference.parameters()),
+            "shared": scenario.policy.lora is not None,  # policy.lora: the base under the adapters
+        },
         "warmup": {"samples": samples, "files": files, "runs": 0},
     }
 

@@ -59,6 +59,14 @@ def models_table(plan: dict[str, Any]) -> Table:
         ("policy", f"{p['family']}: {what}"),
         ("parameters", f"{_n(p['parameters'])} total, {_n(p['active_parameters'])} active per token{moe}"),
     ]
+    if lora := p.get("lora"):
+        rows.append(
+            (
+                "LoRA",
+                f"r {lora['r']}, alpha {lora['alpha']:g}, dropout {lora['dropout']:g} on {', '.join(lora['targets'])}: "
+                f"{_n(lora['adapters'])} adapter parameters train, the base is frozen and is the KL reference",
+            )
+        )
     for s in plan["starting_policies"]:
         seeds = ", ".join(map(str, s["seeds"]))
         if "checkpoint" in s:
@@ -90,9 +98,11 @@ def models_table(plan: dict[str, Any]) -> Table:
         rows.append(
             (
                 f"reference ({a['name']})",
-                f"frozen starting policy, {_n(ref['parameters'])} parameters, kl_coef {ref['kl_coef']}"
-                if ref
-                else "none (kl_coef 0)",
+                "none (kl_coef 0)"
+                if not ref
+                else f"the policy with its LoRA adapters off (no copy), kl_coef {ref['kl_coef']}"
+                if ref.get("shared")
+                else f"frozen starting policy, {_n(ref['parameters'])} parameters, kl_coef {ref['kl_coef']}",
             )
         )
     return _rows(_table("Models"), rows)

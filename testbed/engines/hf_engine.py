@@ -9,6 +9,7 @@ from transformers import DynamicCache
 
 from testbed.engines.perturb import LogitPerturbation
 from testbed.models.decoder import LeanDecoder
+from testbed.models.lora import has_adapters
 from testbed.models.tokenizer import WordTokenizer
 from testbed.scenario.schema import SamplingConfig
 from testbed.types import Segment, Trajectory
@@ -79,8 +80,9 @@ class HFEngine:
         self.version = 0
         # Training-inference mismatch on purpose (testbed/engines/perturb.py); off by default.
         self.perturb = LogitPerturbation(logit_rounding, logit_noise, noise_seed)  # type: ignore[arg-type]
-        # The lean forward (testbed/models/decoder.py) where the model is the shape it knows.
-        self.lean = LeanDecoder(model) if lean and LeanDecoder.supports(model) else None
+        # The lean forward (testbed/models/decoder.py) where the model is the shape it knows; not
+        # under LoRA adapters (it reads the base weights directly): transformers' forward applies them.
+        self.lean = LeanDecoder(model) if lean and LeanDecoder.supports(model) and not has_adapters(model) else None
         # A Hub tokenizer may end a response at several ids (its eos and the generation config's).
         self.stop_ids = tuple(getattr(tokenizer, "stop_ids", (tokenizer.eos_id,)))
         self._stops = torch.tensor(self.stop_ids)  # moved to the model's device per batch

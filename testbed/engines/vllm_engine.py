@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from testbed.models.lora import base_model, has_adapters, merged_copy, merged_state
 from testbed.models.policy import token_logprobs
 from testbed.types import Segment, Trajectory
 from testbed.world import prompts, render_prompt
@@ -121,7 +122,8 @@ class VLLMEngine:
         from transformers import GenerationConfig
 
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(self.directory)
+        # a LoRA policy (policy.lora) starts vLLM on its merged weights: vLLM holds a plain model
+        (merged_copy(self.model) if has_adapters(self.model) else self.model).save_pretrained(self.directory)
         tok = self.tokenizer
         GenerationConfig(
             bos_token_id=getattr(tok, "bos_id", None), eos_token_id=list(self.stop_ids), pad_token_id=tok.pad_id
@@ -324,10 +326,11 @@ def load_cpu_experts(worker: Any, experts: dict[str, tuple[torch.Tensor, torch.T
 
 def checkpoint_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The model's tensors under the names its checkpoint files use (transformers 5 fuses e.g. the
-    experts in memory and splits them again on save; vLLM loads the saved layout)."""
-    state = {k: v.detach() for k, v in model.state_dict().items()}
+    experts in memory and splits them again on save; vLLM loads the saved layout). A LoRA policy's
+    adapters are merged first, under the base model's names."""
+    state = merged_state(model)
     try:
         from transformers.core_model_loading import revert_weight_conversion
     except ImportError:  # an older transformers keeps the checkpoint layout in memory
         return state
-    return revert_weight_conversion(model, state)
+    return revert_weight_conversion(base_model(model), state)

@@ -1,8 +1,9 @@
 """The SAO critic: the policy's backbone plus a per-token value head, initialised from the
 starting policy (the project's Qwen3-MoE or any Hub checkpoint). With `trainable="moe"` its
 attention is frozen and only the MoE layers (router and experts) and the value head learn
-(docs/algorithms.md, design 2); the parts are found by module-name patterns
-(`testbed.models.modules`)."""
+(docs/algorithms.md, design 2); with `trainable="lora"` the experts get LoRA adapters instead
+(`testbed.models.lora`) and their base weights freeze too. The parts are found by module-name
+patterns (`testbed.models.modules`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from testbed.models.lora import attach_to_experts, has_adapters, merged_copy
 from testbed.models.modules import (  # noqa: F401  (re-exported: the trainers and tests import them from here)
     ATTENTION,
     DEFAULT_PATTERNS,
@@ -26,6 +28,8 @@ from testbed.models.modules import (  # noqa: F401  (re-exported: the trainers a
     parameter_split,
 )
 from testbed.models.policy import hidden_states
+
+Trainable = Literal["moe", "all", "lora"]
 
 
 class Critic(nn.Module):
@@ -44,23 +48,32 @@ class Critic(nn.Module):
     def from_policy(
         cls,
         policy: HFModule,
-        trainable: Literal["moe", "all"] = "moe",
+        trainable: Trainable = "moe",
         train_embeddings_norms: bool = False,
         patterns: ModulePatterns | None = None,
+        lora_r: int = 8,
+        lora_alpha: int = 16,
+        seed: int = 0,
     ) -> Critic:
-        """A copy of the policy's backbone (`get_decoder()`: `model` in transformers' causal LMs)."""
-        critic = cls(copy.deepcopy(policy.get_decoder()), policy.config.hidden_size, patterns)
+        """A copy of the policy's backbone (`get_decoder()`: `model` in transformers' causal LMs);
+        of a LoRA policy, its base with the adapters merged (a plain model: the critic's own
+        adapters, if any, go on the experts alone)."""
+        merged: HFModule = merged_copy(policy) if has_adapters(policy) else None
+        backbone = merged.get_decoder() if merged is not None else copy.deepcopy(policy.get_decoder())
+        critic = cls(backbone, policy.config.hidden_size, patterns)
+        if trainable == "lora":
+            attach_to_experts(critic.backbone, lora_r, lora_alpha, patterns, seed)
         critic.set_trainable(trainable, train_embeddings_norms)
         return critic
 
-    def set_trainable(self, trainable: Literal["moe", "all"], train_embeddings_norms: bool = False) -> None:
-        if trainable == "moe":
+    def set_trainable(self, trainable: Trainable, train_embeddings_norms: bool = False) -> None:
+        if trainable in ("moe", "lora"):
             missing = missing_parts(self.backbone, self.patterns or DEFAULT_PATTERNS)
             if missing:
                 family = getattr(self.backbone.config, "model_type", "?")
                 sample = [n for n, _ in self.backbone.named_parameters()][:6]
                 raise ValueError(
-                    f"critic_trainable 'moe': no parameter of this {family} checkpoint matches the "
+                    f"critic_trainable '{trainable}': no parameter of this {family} checkpoint matches the "
                     f"{' / '.join(missing)} patterns (names look like {sample}); give SAO's "
                     "critic_module_patterns for it, or use critic_trainable: all"
                 )
@@ -68,6 +81,8 @@ class Critic(nn.Module):
             family = module_family("." + name, self.patterns)
             if trainable == "all":
                 param.requires_grad = True
+            elif trainable == "lora" and family == EXPERTS:  # the adapters learn, the experts' base weights stay
+                param.requires_grad = ".lora_" in name
             elif family == ATTENTION:
                 param.requires_grad = False
             elif family in (EXPERTS, ROUTER):

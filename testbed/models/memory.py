@@ -8,6 +8,10 @@ Per learner rank and model (policy, KL reference, critic):
   gathers at a time: the one computing and the one prefetched);
 - gradients: trainable parameters x bytes, / W under FSDP;
 - optimiser: AdamW's two moments per trainable parameter, in the parameter's dtype, / W under FSDP;
+- LoRA (`policy.lora`, SAO's `critic_trainable: lora`): the frozen base's weights plus the
+  adapters' (r x (in + out) per adapted matrix, r x experts x (in + out) per fused expert weight);
+  gradients and optimiser state for the adapters alone (and the critic's routers); no KL reference
+  copy (the policy with its adapters off is the reference);
 - activations: the tokens of one rank's update x what one decoder layer keeps for backward
   (about 34 x hidden bytes per token in 16-bit, Korthikanti et al. 2022, plus the routed experts'
   top_k x 3 x expert width), or only each layer's input with activation checkpointing, plus the
@@ -44,6 +48,9 @@ class ModelShape:
     top_k: int
     expert_width: int
     largest_layer: int  # parameters of the largest decoder layer
+    router_parameters: int = 0
+    # (name, shape) of every 2-D and 3-D parameter: what LoRA could adapt
+    matrices: tuple[tuple[str, tuple[int, ...]], ...] = field(default=(), repr=False, compare=False)
 
     @classmethod
     def of(cls, model: Any) -> ModelShape:
@@ -68,7 +75,25 @@ class ModelShape:
             int(top_k),
             int(width),
             max(per_layer, default=0),
+            sum(n for name, n in sizes.items() if module_family(name) == ROUTER),
+            tuple((n, tuple(p.shape)) for n, p in model.named_parameters() if p.dim() in (2, 3)),
         )
+
+
+def adapter_parameters(shape: ModelShape, targets: tuple[str, ...] | None, r: int) -> int:
+    """LoRA's parameters on every matrix a target names (a dotted suffix of the matrix or of its
+    module, as testbed/models/lora.py matches them; None: the experts, the critic's adapters):
+    A [r, in] and B [out, r] per matrix, r per expert for a fused expert weight [E, a, b]."""
+    total = 0
+    for name, dims in shape.matrices:
+        module = name.removesuffix(".weight")
+        if targets is None:
+            hit = module_family(name) == EXPERTS
+        else:
+            hit = any(m == t or m.endswith("." + t) for t in targets for m in (name, module))
+        if hit:
+            total += r * (dims[0] + dims[1]) if len(dims) == 2 else r * dims[0] * (dims[1] + dims[2])
+    return total
 
 
 @dataclass
@@ -87,7 +112,10 @@ class Settings:
     round_episodes: int = 32
     prompt_tokens: int = 192
     new_tokens: int = 48
-    critic: str | None = None  # None (no critic), "moe" or "all"
+    critic: str | None = None  # None (no critic), "moe", "all" or "lora"
+    critic_lora_r: int = 8
+    lora_targets: tuple[str, ...] | None = None  # policy.lora's target_modules; None: no LoRA
+    lora_r: int = 8
     reference: bool = False
     separate_processes: bool = True  # ray: learners and actors are their own processes
     device_share: float = 1.0  # the share of a device each process gets (ray's actor_gpus below 1)
@@ -99,11 +127,11 @@ def sharded(s: Settings) -> bool:
     return s.strategy == "fsdp" and s.learner_workers > 1
 
 
-def model_items(shape: ModelShape, s: Settings, trained: int, role: str) -> dict[str, int]:
-    """Bytes of one model on one learner rank: weights, gradients, optimiser state."""
+def model_items(shape: ModelShape, s: Settings, trained: int, role: str, adapters: int = 0) -> dict[str, int]:
+    """Bytes of one model on one learner rank: weights (with LoRA adapters), gradients, optimiser state."""
     width = BYTES[s.dtype]
     w = s.learner_workers if sharded(s) else 1
-    items = {f"{role} weights": shape.parameters * width // w}
+    items = {f"{role} weights": (shape.parameters + adapters) * width // w}
     if sharded(s):  # two gathered layers at a time, in the compute dtype
         items[f"{role} gathered layers"] = 2 * shape.largest_layer * BYTES[s.param_dtype or s.dtype]
     if trained:
@@ -131,10 +159,15 @@ def activation_bytes(shape: ModelShape, s: Settings) -> int:
 
 
 def learner_items(shape: ModelShape, s: Settings) -> dict[str, int]:
-    items = model_items(shape, s, shape.parameters, "policy")
-    if s.reference:
+    adapters = adapter_parameters(shape, s.lora_targets, s.lora_r) if s.lora_targets else 0
+    items = model_items(shape, s, adapters or shape.parameters, "policy", adapters)
+    if s.reference and not s.lora_targets:  # a LoRA policy is its own reference (adapters off)
         items.update(model_items(shape, s, 0, "reference"))
-    if s.critic:
+    if s.critic == "lora":
+        adapters = adapter_parameters(shape, None, s.critic_lora_r)
+        # the routers train in full beside the experts' adapters
+        items.update(model_items(shape, s, adapters + shape.router_parameters, "critic", adapters))
+    elif s.critic:
         trained = shape.moe_parameters if s.critic == "moe" else shape.parameters
         items.update(model_items(shape, s, trained, "critic"))
     items["activations"] = activation_bytes(shape, s)
@@ -192,4 +225,8 @@ def fixes_for(item: str, s: Settings) -> list[str]:
             fixes.append("runtime.fsdp.offload: true (parameters, gradients and optimiser state on the host)")
     if item.startswith("critic") and s.critic == "all":
         fixes.append("SAO's critic_trainable: moe (the critic's attention frozen)")
+    if item.startswith("critic") and s.critic in ("moe", "all"):
+        fixes.append("SAO's critic_trainable: lora (adapters on the experts: their gradients and AdamW state alone)")
+    if item.startswith(("policy", "reference")) and not s.lora_targets:
+        fixes.append("policy.lora (adapters: gradients and AdamW state for them alone, no reference copy)")
     return fixes

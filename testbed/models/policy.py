@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 from testbed.models import lean_forward
+from testbed.models.lora import has_adapters
 from testbed.models.modules import HFModule
 from testbed.models.tokenizer import WordTokenizer
 from testbed.models.units import engine_managed
@@ -93,9 +94,10 @@ def hidden_states(
 ) -> tuple[torch.Tensor, tuple | None]:
     """(last hidden state [B, T, H], router logits per layer or None) of right-padded tokens: the
     lean forward (testbed/models/lean_forward.py) for the testbed's own Qwen3-MoE shape, the
-    backbone's own forward for any other model, and for a backbone that DDP or FSDP2 wraps (their
-    hooks run on module calls; testbed/models/units.py). Padding positions hold unspecified values."""
-    if lean_forward.supports(backbone) and not engine_managed(backbone):
+    backbone's own forward for any other model, for a backbone that DDP or FSDP2 wraps (their
+    hooks run on module calls; testbed/models/units.py) and for one with LoRA adapters (the lean
+    forward would read the base weights alone). Padding positions hold unspecified values."""
+    if lean_forward.supports(backbone) and not engine_managed(backbone) and not has_adapters(backbone):
         return lean_forward.backbone_forward(backbone, tokens, attention_mask, routing)
     kwargs = {"output_router_logits": True} if routing else {}
     out = backbone(input_ids=tokens, attention_mask=attention_mask, use_cache=False, **kwargs)

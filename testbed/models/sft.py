@@ -46,8 +46,9 @@ def policy_key(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> str
     for an env that brings its own corpus (multi-turn), so the single-turn keys never move."""
     spec = {
         "format": CACHE_FORMAT,
-        # per_seed only picks sft.seed per run seed (testbed/cli/run.py): the policy is the same
-        "policy": cfg.model_dump(mode="json", exclude={"checkpoint": True, "sft": {"per_seed"}}),
+        # per_seed only picks sft.seed per run seed (testbed/cli/run.py) and LoRA trains after SFT:
+        # the policy is the same
+        "policy": cfg.model_dump(mode="json", exclude={"checkpoint": True, "lora": True, "sft": {"per_seed"}}),
         "archetypes": archetypes,
         "vocabulary": hashlib.sha256("\n".join(vocabulary()).encode()).hexdigest(),
         "torch": torch.__version__.split("+")[0],

@@ -40,8 +40,11 @@ def is_tied(model: nn.Module) -> bool:
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The transformer blocks (`layers`) of a decoder, a causal LM (its `model`) or a critic (its `backbone`)."""
-    for candidate in (model, getattr(model, "model", None), getattr(model, "backbone", None)):
+    """The transformer blocks (`layers`) of a decoder, a causal LM (its `model`), a critic (its
+    `backbone`) or a PEFT-wrapped causal LM (policy.lora: its `get_decoder()`)."""
+    get_decoder = getattr(model, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else None
+    for candidate in (model, getattr(model, "model", None), getattr(model, "backbone", None), decoder):
         layers = getattr(candidate, "layers", None)
         if isinstance(layers, nn.ModuleList):
             return list(layers)

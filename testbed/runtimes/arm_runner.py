@@ -24,7 +24,8 @@ from rich.progress import Progress, TaskID
 
 from testbed import registry
 from testbed.judging.build import build_gold_judge
-from testbed.models.modules import describe_split
+from testbed.models.lora import has_adapters
+from testbed.models.modules import describe_split, parameter_split
 from testbed.models.tokenizer import WordTokenizer
 from testbed.protocols import DriftSchedule, Engine, Env, Judge, missing_methods
 from testbed.runtimes import checkpoint
@@ -170,10 +171,16 @@ class ArmRunner:
         head), if it reports one (`parameter_counts`; a remote learner's local shadow has it)."""
         return getattr(getattr(self.trainer, "shadow", self.trainer), "parameter_counts", None)
 
+    def policy_split(self) -> dict[str, int] | None:  # a LoRA policy's: its adapters train, its base not
+        policy = getattr(getattr(self.trainer, "shadow", self.trainer), "policy", None)
+        return parameter_split(policy) if has_adapters(policy) else None
+
     def log_parameter_split(self) -> None:
         counts = self.parameter_split()
         if counts:
             self.log(f"{self.arm.name} seed {self.seed}: {describe_split(counts)}")
+        if policy := self.policy_split():
+            self.log(f"{self.arm.name} seed {self.seed}: policy (LoRA) {describe_split(policy)}")
 
     def warm_up(self, policy_key: str, starting_engine: Engine) -> None:
         """The trainer's optional warm-up (SAO: value pretraining) on samples of the starting
@@ -390,4 +397,5 @@ class ArmRunner:
             "episodes_per_s": round(self.env.clock / wall_total, 2),
             "time_s": {k: round(v, 3) for k, v in self.timer.seconds.items()},
             **({"parameters": split} if (split := self.parameter_split()) else {}),
+            **({"policy_parameters": policy} if (policy := self.policy_split()) else {}),
         }

@@ -26,6 +26,7 @@ from rich.progress import Progress
 
 from testbed import device
 from testbed.engines.mismatch import mismatch_probe
+from testbed.models import lora
 from testbed.models.sft import cache_root
 from testbed.models.tokenizer import WordTokenizer
 from testbed.protocols import DriftSchedule, Judge
@@ -57,6 +58,8 @@ class SyncRunner(ArmRunner):
         super().__init__(scenario, arm, seed, **kw)
         seed_everything(seed)
         policy = copy.deepcopy(base_policy).to(device.for_this_process(scenario.runtime_for(arm).device))
+        # policy.lora: the engine samples through the adapters of the module it shares (no merged copy)
+        policy = lora.attach(policy, scenario.policy.lora, seed)
         self.engine = self.eval_engine = make_engine(scenario, policy, tokenizer)
         self.trainer = make_trainer(arm, policy, tokenizer, scenario, seed)
         self.probe = mismatch_probe(scenario, policy, tokenizer, self.trainer)

@@ -18,6 +18,7 @@ from testbed import registry
 from testbed.paths import check_directory
 from testbed.scenario.errors import format_validation_error
 from testbed.scenario.loading import ScenarioError, apply_override, clip, placed_under, read_scenario_file
+from testbed.scenario.lora import LoraSettings
 from testbed.scenario.plugins import (
     EngineConfig,
     EnvConfig,
@@ -97,6 +98,9 @@ class PolicyConfig(Strict):
     expert_size: int = Field(64, ge=1, description="moe_intermediate_size")
     max_positions: int = Field(128, ge=16)
     sft: SFTConfig = Field(default_factory=SFTConfig)
+    lora: LoraSettings | None = Field(
+        None, description="train LoRA adapters (PEFT) on the frozen policy instead of all of it"
+    )
 
     @field_validator("checkpoint")
     @classmethod

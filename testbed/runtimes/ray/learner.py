@@ -32,6 +32,7 @@ import ray
 import torch
 
 from testbed.cpu_numerics import configure_torch
+from testbed.models import lora
 from testbed.runtimes import learner_strategy, sharded_checkpoint
 from testbed.runtimes.checkpoint import SHARDED
 from testbed.runtimes.ray.shard import shard_weight
@@ -167,6 +168,7 @@ class LearnerWorker:
         self.strategy, self.fsdp = strategy, fsdp
         self.bucket_bytes = fsdp.bucket_bytes() if fsdp is not None else None  # of the published policy
         self.trainer: Any = None
+        self.merge: list[lora.MergeItem] | None = None  # policy.lora: how its adapters merge (setup)
 
     def rendezvous_address(self) -> str:
         return rendezvous_address()
@@ -185,6 +187,9 @@ class LearnerWorker:
             "digest": self.digest(),  # of the one-process trainer, before the engines take its models
             "splits": sharded_checkpoint.tensor_parts(t) is not None,  # can write a sharded checkpoint
         }
+        policy = getattr(t, "policy", None)
+        # policy.lora: which adapter updates which base tensor, read before an engine wraps the modules
+        self.merge = lora.merge_plan(policy) if lora.has_adapters(policy) else None
         learner_strategy.apply(t, self.strategy, self.fsdp)
         return info
 
@@ -199,6 +204,8 @@ class LearnerWorker:
         model = getattr(self.trainer, "policy", None)
         if isinstance(model, torch.nn.Module):
             policy = published_policy(model, self.rank, self.bucket_bytes)  # a collective where sharded
+            if policy is not None and self.merge is not None:  # the engines hold plain models
+                policy = lora.merged_weights(policy, self.merge)
         else:  # a plug-in trainer: its state_dict's policy (the trainer protocol)
             policy = (
                 {k: v.detach().cpu() for k, v in self.trainer.state_dict()["policy"].items()}

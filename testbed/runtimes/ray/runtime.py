@@ -38,6 +38,7 @@ from testbed import device, registry
 from testbed.cpu_numerics import configure_torch
 from testbed.device import for_this_process
 from testbed.engines.mismatch import MismatchProbe, trainer_band
+from testbed.models import lora
 from testbed.models.tokenizer import WordTokenizer
 from testbed.runtimes import checkpoint, learner_strategy
 from testbed.runtimes.arm_runner import ArmRunner, make_engine, make_trainer, seed_everything
@@ -45,6 +46,7 @@ from testbed.runtimes.collect import Round
 from testbed.runtimes.learn import RunStopped
 from testbed.runtimes.ray.learner import LearnerGroup
 from testbed.runtimes.ray.rollout import ActorEngine, RolloutActor, build_policy
+from testbed.scenario.lora import LoraSettings
 from testbed.scenario.schema import ArmConfig, Scenario
 
 ACTOR_DIED = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
@@ -77,6 +79,7 @@ class TrainerFactory:
     mismatch: bool = False  # engine.mismatch: the learner measures it (testbed/engines/mismatch.py)
     device: str = "cpu"  # runtime.device: where the learner places the policy (and so its reference and critic)
     micro_batch_tokens: int | None = None  # runtime.micro_batch_tokens
+    lora: LoraSettings | None = None  # policy.lora: the learner trains adapters and publishes merged weights
 
     def probe(self, trainer: Any) -> Any:
         """The learner's mismatch probe on the trainer's policy, or None when it is off."""
@@ -86,7 +89,9 @@ class TrainerFactory:
 
     def __call__(self) -> Any:
         configure_torch(self.threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
-        policy = build_policy(self.policy_config, self.policy_state, for_this_process(self.device))
+        policy = lora.attach(
+            build_policy(self.policy_config, self.policy_state, for_this_process(self.device)), self.lora, self.seed
+        )
         trainer = registry.build(
             self.arm.trainer_class(),
             self.arm.args,
@@ -155,6 +160,7 @@ class RayRunner(ArmRunner):
             scenario.engine.measure_mismatch,
             rt.device,
             rt.micro_batch_tokens,
+            scenario.policy.lora,
         )
         self.name = f"testbed-{self.store.root.name}-{arm.name}-seed{seed}"  # named, so a fault test can find them
         gpus = device.gpus(rt, "actor")
@@ -169,7 +175,11 @@ class RayRunner(ArmRunner):
             strategy=rt.learner_strategy,
             fsdp=rt.fsdp,
         )
-        self.trainer = LearnerProxy(make_trainer(arm, policy, tokenizer, scenario, seed), self.learner)
+        # the shadow trains nothing; with policy.lora its adapters say how to merge a checkpoint's policy
+        lora_settings = scenario.policy.lora
+        shadow_policy = lora.attach(copy.deepcopy(policy), lora_settings, seed) if lora_settings else policy
+        self.trainer = LearnerProxy(make_trainer(arm, shadow_policy, tokenizer, scenario, seed), self.learner)
+        self.merge = lora.merge_plan(shadow_policy) if lora_settings else None
         self.weights = [ray.put(state)]
         spec = (scenario.engine.type, scenario.engine.args)
         scenario_data = scenario.model_dump(mode="json", by_alias=True)  # an actor builds its editor's judge from it
@@ -208,7 +218,10 @@ class RayRunner(ArmRunner):
                 raise RunStopped(
                     "the Ray runtime resumes a trainer whose state_dict() holds its policy weights under 'policy'"
                 )
-            self.publish(resume["trainer"]["policy"], self.trainer.version)
+            policy_state = resume["trainer"]["policy"]
+            if self.merge is not None:  # the checkpoint holds base and adapters; the actors a plain model
+                policy_state = lora.merged_weights(policy_state, self.merge)
+            self.publish(policy_state, self.trainer.version)
 
     def save_checkpoint(self, **kw: Any) -> None:
         self.finish_update()  # the learner's state and the recorded updates must agree

@@ -21,6 +21,7 @@ import torch
 from testbed import device
 from testbed.engines.mismatch import mismatch_probe
 from testbed.envs.schedules.sim_time import SimTimeSchedule
+from testbed.models import lora
 from testbed.models.tokenizer import WordTokenizer
 from testbed.runtimes.arm_runner import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.runtimes.collect import Round
@@ -32,7 +33,8 @@ from testbed.world import prompts
 
 
 def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+    """The published version's weights: a copy, adapters merged (policy.lora)."""
+    return {k: v.clone() for k, v in lora.merged_state(module).items()}
 
 
 class SimRunner(ArmRunner):
@@ -48,11 +50,12 @@ class SimRunner(ArmRunner):
         super().__init__(scenario, arm, seed, **kw)
         seed_everything(seed)
         rt = scenario.runtime_for(arm)
-        self.policy = copy.deepcopy(base_policy).to(device.for_this_process(rt.device))  # the learner's
+        plain = copy.deepcopy(base_policy).to(device.for_this_process(rt.device))
+        self.policy = lora.attach(copy.deepcopy(plain), scenario.policy.lora, seed)  # the learner's
         self.trainer = make_trainer(arm, self.policy, tokenizer, scenario, seed)
         self.probe = mismatch_probe(scenario, self.policy, tokenizer, self.trainer)
-        # The rollouts' copy: loaded with the weights of whichever version generates next.
-        self.engine = self.eval_engine = make_engine(scenario, copy.deepcopy(self.policy), tokenizer)
+        # The rollouts' copy, a plain model: loaded with the (merged) weights of whichever version generates next.
+        self.engine = self.eval_engine = make_engine(scenario, plain, tokenizer)
         self.versions: dict[int, dict[str, torch.Tensor]] = {0: weights(self.policy)}
         self.loaded = 0  # the version in the engine's copy
         self.specs = {spec.prompt_id: spec for spec in prompts("train")}  # the env's prompts, for requeues
