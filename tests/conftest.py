@@ -29,3 +29,26 @@ def shared_cache(tmp_path_factory):
     path = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "testbed-cache"
     path.mkdir(exist_ok=True)
     return path
+
+
+# Modules whose module-scoped fixture is most of their cost (a two-rank spawn, a tracked run, a
+# tiny run for the notebooks, a judge server) and the longest single tests. pytest-xdist's worksteal
+# gives each worker a contiguous half of the collection and steals from the tail of a queue: a
+# module split across the two workers pays its fixture twice (the FSDP spawn took 45 s on each).
+# Collected first, they run at the head of the first worker's queue, where nothing steals them.
+FIRST = (
+    "test_sft_quality.py",
+    "test_fsdp.py",
+    "test_tracking.py",
+    "test_notebooks.py",
+    "test_data_parallel.py",
+    "test_hub_models.py",
+    "test_llm_judge.py",
+    "test_judge_server.py",
+    "test_judge_server_attacks.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: the rest keep their order
