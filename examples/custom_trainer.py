@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from testbed.models.policy import token_logprobs
 from testbed.types import Trajectory
-from trainers.advantages import broadcast_to_tokens
+from trainers.baselines import broadcast_to_tokens
 from trainers.batching import collate
 from trainers.losses import reinforce_loss
 from trainers.numerics import guarded_step

@@ -159,9 +159,9 @@ BUILT_ON_THE_CPU = {
     ("trainers/batching.py", "collate", "zeros"): 4,
     ("trainers/batching.py", "collate", "tensor"): 1,
     ("trainers/advantages.py", "length_adaptive_lambda", "as_tensor"): 1,  # keeps its input's device
-    ("trainers/advantages.py", "broadcast_to_tokens", "as_tensor"): 1,  # then moved to the mask's
+    ("trainers/baselines.py", "broadcast_to_tokens", "as_tensor"): 1,  # then moved to the mask's
     ("trainers/running_mean.py", "update", "tensor"): 2,  # metrics from Python floats
-    ("trainers/sao.py", "warmup", "tensor"): 1,
+    ("trainers/value_pretrain.py", "pretrain_values", "tensor"): 1,
 }
 FACTORIES = {
     "zeros",

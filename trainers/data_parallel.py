@@ -1,6 +1,6 @@
 """Data-parallel maths for the trainers: a no-op unless this process trains one shard of a batch
 (a torch.distributed process group of more than one rank is initialised AND the update runs
-inside `shard_weight(w)`, which testbed/runtimes/ray/learner.py sets).
+inside `shard_weight(w)`, which testbed/runtimes/ray/learner_worker.py sets).
 
 The gradients are reduced by torch's own engines, not here: the learner hands the trainers'
 models to DistributedDataParallel (`learner_strategy: replicate`) or to FSDP2's `fully_shard`

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from testbed.device import of as device_of
 from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
-from trainers.advantages import broadcast_to_tokens, group_advantages
+from trainers.baselines import broadcast_to_tokens, group_advantages
 from trainers.batching import collate
 from trainers.diagnostics import expert_load, grad_norms_by_family
 from trainers.losses import dis_policy_loss, ppo_clip_loss, token_mean

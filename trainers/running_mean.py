@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from testbed.device import of as device_of
 from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
-from trainers.advantages import SlidingWindowBaseline, broadcast_to_tokens
+from trainers.baselines import SlidingWindowBaseline, broadcast_to_tokens
 from trainers.batching import Batch, collate
 from trainers.data_parallel import full_batch
 from trainers.losses import dis_policy_loss, reinforce_loss, token_mean

@@ -13,7 +13,8 @@ One rollout per prompt and a critic, made stable by four designs. Where each pie
      decoupled lambdas: critic targets with lambda_critic = 1, policy advantages with
        lambda_policy = 1 - 1/(alpha * l)  -> `length_adaptive_lambda`, `policy_and_critic_advantages`
   4. value pretraining on Monte-Carlo returns of the fixed SFT policy, then a value warm-up with
-     the policy frozen  -> `SAOTrainer.warmup` (the trainer protocol's warm-up hook), `value_warmup_updates`
+     the policy frozen  -> `trainers.value_pretrain.pretrain_values` (the trainer protocol's warm-up hook
+     `SAOTrainer.warmup`), `value_warmup_updates`
 Value loss 0.5 * token_mean[(V - G)^2] (optional clipping) -> `trainers.losses.value_loss`.
 Advantage order (`advantages_from`): from the critic after its K steps (default, the paper's "catch up
   before it is used"), or from the critic before it saw the batch; every update logs how much the K
@@ -25,20 +26,19 @@ Optional: the KL anchor to the SFT policy (`kl_coef`, `trainers.reference`), the
 load-balancing loss (`router_aux_loss_coef`). Rollouts too stale to train on never reach the
 trainer: the runtime drops them (`runtime.max_staleness`).
 
-Every ablation of the paper's Table 4 is a switch in `SAOConfig`.
+Every ablation of the paper's Table 4 is a switch in `SAOConfig` (`trainers.sao_config`).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.device import of as device_of
-from testbed.models.critic import Critic, ModulePatterns, trainable_parameter_counts
+from testbed.models.critic import Critic, trainable_parameter_counts
 from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
 from trainers.advantages import critic_mask, length_adaptive_lambda, policy_and_critic_advantages
@@ -48,74 +48,11 @@ from trainers.losses import dis_policy_loss, explained_variance, ppo_clip_loss, 
 from trainers.micro_batch import Piece, combine, policy_routing, routed, router_totals, scatter_rows, split
 from trainers.numerics import guarded_steps
 from trainers.reference import reference_for
-from trainers.renamed import moved_to_runtime, refuse_renamed, renamed_to
 from trainers.router_balance import with_router_aux
+from trainers.sao_config import SAOConfig
+from trainers.value_pretrain import pretrain_values, pretrained_critic_key
 
-
-class SAOConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # an inf lr would NaN the policy
-
-    episodes_per_update: int = Field(32, ge=1, description="single rollouts per policy update (each a judged episode)")
-    policy_lr: float = Field(2e-4, gt=0)
-    critic_lr: float = Field(1e-3, gt=0, description="TTUR: larger than the policy's (paper: 5x)")
-    value_updates_per_policy_update: int = Field(2, ge=1, description="K; the 'w/o faster value' ablation is 1")
-    critic_trainable: Literal["moe", "all", "lora"] = Field(
-        "moe",
-        description="'moe' freezes the critic's attention; 'lora' also freezes its experts' base weights and trains "
-        "LoRA adapters on them",
-    )
-    critic_lora_r: int = Field(8, ge=1, description="the critic's adapters' rank (critic_trainable: lora)")
-    critic_lora_alpha: int = Field(16, ge=1, description="the critic's adapters' scale alpha / r (lora)")
-    critic_train_embeddings_norms: bool = False
-    critic_module_patterns: ModulePatterns | None = Field(
-        None,
-        description=(
-            "regexes naming the checkpoint's attention / router / experts parameters, for a family whose names "
-            "the defaults (testbed/models/modules.py) do not cover"
-        ),
-    )
-    gae: Literal["token", "step_average", "step_last", "naive"] = Field(
-        "token", description=("'token' skips observations; 'naive' runs GAE across them (values at observation tokens)")
-    )
-    gamma: float = Field(1.0, ge=0, le=1)
-    lambda_policy: float | Literal["adaptive"] = Field("adaptive", description="'adaptive': 1 - 1/(alpha * l)")
-    alpha: float = Field(1.5, gt=0)
-    lambda_critic: float = Field(1.0, ge=0, le=1)
-    policy_loss: Literal["dis", "ppo_clip"] = Field("dis", description="'ppo_clip' is vanilla VAPO (no DIS)")
-    eps_low: float = Field(0.3, gt=0, lt=1)
-    eps_high: float = Field(5.0, gt=0)
-    clip_low: float = Field(0.2, gt=0, lt=1)
-    clip_high: float = Field(0.28, gt=0)
-    value_clip: float | None = Field(None, gt=0, description="PPO-style value clipping (off by default)")
-    advantages_from: Literal["fitted", "pre_update"] = Field(
-        "fitted",
-        description=(
-            "'fitted': advantages from the critic after its K steps on this batch (the paper's order: the critic "
-            "catches up first); 'pre_update': from the critic as it was before it saw the batch, so the baseline "
-            "cannot have been pulled toward the returns it is subtracted from"
-        ),
-    )
-    value_pretrain_samples: int = Field(2048, ge=0, description="judged SFT samples for value pretraining (0: none)")
-    value_pretrain_epochs: int = Field(6, ge=1)
-    value_pretrain_batch: int = Field(64, ge=1)
-    value_warmup_updates: int = Field(10, ge=0, description="critic-only updates at the start of RL (policy frozen)")
-    max_grad_norm: float = Field(1.0, gt=0)
-    adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
-    kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in the paper")
-    router_aux_loss_coef: float = Field(
-        0.0,
-        ge=0,
-        description=(
-            "MoE load-balancing loss (Switch/Mixtral) weight, on the policy's and the critic's routers; 0 = off"
-        ),
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _old_spellings(cls, args: Any) -> Any:
-        return refuse_renamed(
-            args, {"batch_size": renamed_to("episodes_per_update"), "staleness_bound": moved_to_runtime}
-        )
+__all__ = ["SAOConfig", "SAOTrainer"]
 
 
 class SAOTrainer:
@@ -393,7 +330,7 @@ class SAOTrainer:
         metrics = {k: float(v) for k, v in combine(parts).items()}
         return {**metrics, **norms, **expert_load(*routed(routing), self.top_k, "policy_")}, nonfinite
 
-    # -- value pretraining ----------------------------------------------------------------------
+    # -- value pretraining (trainers/value_pretrain.py) ----------------------------------------
 
     @property
     def warmup_samples(self) -> int:
@@ -401,45 +338,11 @@ class SAOTrainer:
         return self.cfg.value_pretrain_samples
 
     def warmup(self, trajectories: list[Trajectory], on_step: Callable[..., None] | None = None) -> dict[str, Any]:
-        """Regress the critic on lambda=1 returns of judged samples from the fixed SFT policy,
-        epoch by epoch, and report the loss and explained variance after each epoch; and after
-        each critic step, to `on_step(step, total, epoch=..., value_loss=...)`: the epoch's mean
-        loss so far (at its last step, the curve's point)."""
-        curve = []
-        skipped = 0  # critic steps skipped for a non-finite loss or gradient
-        size = self.cfg.value_pretrain_batch
-        batches = -(-len(trajectories) // size)  # per epoch
-        for epoch in range(self.cfg.value_pretrain_epochs):
-            order = list(range(len(trajectories)))
-            self.rng.shuffle(order)
-            losses, evs = [], []
-            for i in range(0, len(order), size):
-                data = collate(
-                    [trajectories[j] for j in order[i : i + size]], self.pad_id, device=device_of(self.critic)
-                )
-                with torch.no_grad():
-                    before, _ = self.critic(data.tokens, data.attention_mask)
-                _, returns = policy_and_critic_advantages(
-                    data.rewards, before, data.action_mask, self.cfg.gamma, 1.0, 1.0, self.cfg.gae
-                )
-                evs.append(explained_variance(before, returns, critic_mask(data.action_mask, self.cfg.gae)))
-                step_metrics, nonfinite = self._critic_step(data, returns, before)
-                losses.append(step_metrics["critic_loss"])
-                skipped += nonfinite is not None
-                if on_step is not None:  # the losses are host floats already
-                    on_step(
-                        epoch * batches + i // size + 1,
-                        self.cfg.value_pretrain_epochs * batches,
-                        epoch=epoch + 1,
-                        value_loss=sum(losses) / len(losses),
-                    )
-            curve.append(
-                {
-                    "epoch": epoch + 1,
-                    "value_loss": sum(losses) / len(losses),
-                    "explained_variance": float(torch.tensor(evs).nanmean()),
-                }
-            )
+        """Value pretraining (`trainers.value_pretrain.pretrain_values`): the loss and explained
+        variance after each epoch, and after each critic step to `on_step`."""
+        curve, skipped = pretrain_values(
+            trajectories, self.cfg, self.critic, self._critic_step, self.rng, self.pad_id, on_step
+        )
         self.skipped_steps_total += skipped
         return {
             "samples": len(trajectories),
@@ -450,27 +353,7 @@ class SAOTrainer:
 
     def warmup_key(self) -> dict[str, Any]:
         """The settings that determine the pretrained critic (the loop caches it under these)."""
-        key = self.cfg.model_dump(
-            include={
-                "critic_trainable",
-                "critic_train_embeddings_norms",
-                "gae",
-                "gamma",
-                "critic_lr",
-                "value_clip",
-                "value_pretrain_samples",
-                "value_pretrain_epochs",
-                "value_pretrain_batch",
-                "max_grad_norm",
-            }
-        )
-        if self.cfg.router_aux_loss_coef > 0:  # only when on, so that existing caches keep their keys
-            key["router_aux_loss_coef"] = self.cfg.router_aux_loss_coef
-        if self.cfg.critic_trainable == "lora":  # likewise
-            key.update(self.cfg.model_dump(include={"critic_lora_r", "critic_lora_alpha"}))
-        if self.cfg.critic_module_patterns is not None:  # likewise
-            key["critic_module_patterns"] = self.cfg.critic_module_patterns.model_dump(mode="json")
-        return key
+        return pretrained_critic_key(self.cfg)
 
     def warmup_state(self) -> dict[str, Any]:
         return {"critic": self.critic.state_dict(), "critic_opt": self.critic_opt.state_dict()}

@@ -1,6 +1,7 @@
 """What every runtime shares for one arm x seed (`ArmRunner`): the env and its collector, the loop
-state, the store rows, held-out evaluation, the failure guard and the checkpoints; and how an arm's
-engine, env and trainer are built (like every plugin, through the registry).
+state, the store rows, held-out evaluation, the failure guard and the checkpoints. How an arm's
+engine, env and trainer are built (like every plugin, through the registry) is
+`testbed.runtimes.arm_build`, importable from here too.
 
 Runtimes subclass `ArmRunner` with their `loop()`: the synchronous loop (`testbed.runtimes.loop`),
 the Ray runtime (`testbed.runtimes.ray`) and the simulated cluster (`testbed.runtimes.simulated`).
@@ -12,23 +13,19 @@ that keeps failing, or NaN/inf updates that keep coming, stop the run with a che
 
 from __future__ import annotations
 
-import random
 import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-import torch
 from rich.progress import Progress, TaskID
 
-from testbed import registry
 from testbed.judging.build import build_gold_judge
 from testbed.models.lora import has_adapters
 from testbed.models.modules import describe_split, parameter_split
-from testbed.models.tokenizer import WordTokenizer
-from testbed.protocols import DriftSchedule, Engine, Env, Judge, missing_methods
+from testbed.protocols import DriftSchedule, Engine, Judge
 from testbed.runtimes import checkpoint
+from testbed.runtimes.arm_build import make_engine, make_env, make_trainer, seed_everything
 from testbed.runtimes.bars import StepBar
 from testbed.runtimes.collect import Collector, Timer, dropped_rows, episode_rows, evaluate_heldout, judged_samples
 from testbed.runtimes.learn import (
@@ -42,7 +39,6 @@ from testbed.runtimes.learn import (
     warm_up,
     warmup_cache_key,
 )
-from testbed.runtimes.learner_strategy import micro_batching
 from testbed.runtimes.reference_policy import reference_rows
 from testbed.scenario.schema import ArmConfig, Scenario
 from testbed.store import RunStore
@@ -50,49 +46,6 @@ from testbed.types import Trajectory
 from testbed.world import prompts
 
 __all__ = ["ArmRunner", "RunStopped", "make_engine", "make_env", "make_trainer", "seed_everything"]
-
-
-def make_engine(scenario: Scenario, policy: torch.nn.Module, tokenizer: WordTokenizer) -> Engine:
-    """The scenario's rollout engine, built like every plugin (registry.build)."""
-    return registry.build(scenario.engine.load(), scenario.engine.args, policy, tokenizer, scenario.sampling)
-
-
-def make_env(scenario: Scenario, arm: ArmConfig, judge: Judge, schedule: DriftSchedule, seed: int) -> Env:
-    """The arm's environment over the training prompts, built like every plugin (registry.build)."""
-    spec = scenario.env_for(arm)
-    world = (
-        {"candidate_change_share": scenario.world.candidate_change_share}
-        if scenario.world.candidate_change_share < 1
-        else {}
-    )
-    env = registry.build(spec.load(), spec.args, judge, schedule, prompts("train"), seed=seed, **world)
-    missing = missing_methods(env, Env)
-    if missing:
-        raise TypeError(
-            f"env {spec.type} gave a {type(env).__name__} without {', '.join(missing)} (testbed.protocols.Env)"
-        )
-    return env
-
-
-def make_trainer(
-    arm: ArmConfig, policy: torch.nn.Module, tokenizer: WordTokenizer, scenario: Scenario, seed: int
-) -> Any:
-    """The arm's trainer, built like every plugin (registry.build)."""
-    trainer = registry.build(
-        arm.trainer_class(),
-        arm.args,
-        policy,
-        pad_id=tokenizer.pad_id,
-        temperature=scenario.sampling.temperature,
-        seed=seed,
-    )
-    return micro_batching(trainer, scenario.runtime_for(arm).micro_batch_tokens)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 class ArmRunner:

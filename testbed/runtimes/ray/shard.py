@@ -1,8 +1,8 @@
 """The data-parallel context: "this update is one shard of a bigger batch, with weight w".
 
-It lives in the core so that the learner (testbed/runtimes/ray/learner.py) can set it without
-importing `trainers/` (DESIGN.md: the core never imports its siblings); the maths that reads it
-is in trainers/data_parallel.py. No torch, no Ray here: the trainers import this module.
+It lives in the core so that the learner (testbed/runtimes/ray/learner_worker.py) can set it
+without importing `trainers/` (DESIGN.md: the core never imports its siblings); the maths that
+reads it is in trainers/data_parallel.py. No torch, no Ray here: the trainers import this module.
 """
 
 from __future__ import annotations
