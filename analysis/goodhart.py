@@ -20,13 +20,15 @@ passes) is leniency; a gap that grows with training is the policy learning to ex
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from analysis.curves import judged
 from analysis.realign import bootstrap_ci, phase_bounds
+from analysis.recovery import Switches, switch_count, switches_for
 
 COLUMNS = [
     "arm",
@@ -61,17 +63,41 @@ def scored(episodes: pd.DataFrame) -> pd.DataFrame:
     return ok
 
 
-def gap_overview(episodes: pd.DataFrame, switch_points: Sequence[int], budget: int) -> pd.DataFrame:
-    """One row per arm and phase (phase "all" for the whole run): see the module docstring."""
+def _spans(g: pd.DataFrame, arm, switch_points: Switches, budget: int) -> list[tuple[str, Any, Any]]:
+    """(phase, start, end) of the arm's rows `g`: numbers for one list of switches; per-pair ones
+    give Series aligned with `g` (each seed's own phase; a seed without that phase: an empty span)."""
+    if not isinstance(switch_points, Mapping):
+        bounds = phase_bounds(switch_points, budget)
+        return [("all", 0, int(budget))] + [(str(i + 1), a, b) for i, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+    per_seed = {s: phase_bounds(switches_for(switch_points, arm, s), budget) for s in g["seed"].unique()}
+    spans: list[tuple[str, Any, Any]] = [("all", 0, int(budget))]
+    for i in range(switch_count(switch_points) + 1):
+        lo = g["seed"].map(lambda s, i=i: per_seed[s][i] if i + 1 < len(per_seed[s]) else 0)
+        hi = g["seed"].map(lambda s, i=i: per_seed[s][i + 1] if i + 1 < len(per_seed[s]) else 0)
+        spans.append((str(i + 1), lo, hi))
+    return spans
+
+
+def _edges(lo: Any, hi: Any) -> tuple[int, int]:
+    """A span's start and end: per-seed ones give the earliest start and the latest end."""
+    if not isinstance(lo, pd.Series):
+        return int(lo), int(hi)
+    has = hi > lo
+    return (int(lo[has].min()), int(hi[has].max())) if has.any() else (0, 0)
+
+
+def gap_overview(episodes: pd.DataFrame, switch_points: Switches, budget: int) -> pd.DataFrame:
+    """One row per arm and phase (phase "all" for the whole run): see the module docstring. With
+    per-pair switch points ({(arm, seed): [...]}) phase k is each seed's own k-th phase; `start`
+    and `end` are then the earliest start and the latest end over the arm's seeds."""
     ok = scored(episodes)
     if ok.empty:
         return pd.DataFrame(columns=COLUMNS)
-    bounds = phase_bounds(switch_points, budget)
-    spans = [("all", 0, int(budget))] + [(str(i + 1), a, b) for i, (a, b) in enumerate(zip(bounds, bounds[1:]))]
     rows = []
     for arm, g in ok.groupby("arm", sort=True):
-        for phase, start, end in spans:
-            part = g[(g["t"] >= start) & (g["t"] < end)]
+        for phase, lo, hi in _spans(g, arm, switch_points, budget):
+            part = g[(g["t"] >= lo) & (g["t"] < hi)]
+            start, end = _edges(lo, hi)
             per_seed = part.groupby("seed")[["reward", "gold_reward", "gap"]].mean()
             with np.errstate(divide="ignore", invalid="ignore"):  # no training reward: no share to withhold
                 per_seed["withheld"] = np.where(
@@ -156,10 +182,13 @@ def gap_figure(
     window: int,
     palette: dict[str, str] | None = None,
     targets: Sequence[str | None] = (),
+    pair_switches: Switches = (),
 ):
     """Two panels against the clock: training (solid) and gold (dashed) reward per arm, and the
-    gap; mean over seeds with a 95% bootstrap band. None without gold verdicts."""
+    gap; mean over seeds with a 95% bootstrap band. None without gold verdicts. `pair_switches`
+    per (arm, seed) (a schedule in simulated seconds): each pair's switch dotted, no phase tint."""
     from analysis.figure_style import mean_lineplot, new_figure, shade_phases
+    from analysis.pair_phases import mark_pair_switches
 
     curve = gap_curve(episodes, window)
     if curve.empty:
@@ -171,10 +200,12 @@ def gap_figure(
     long["judge"] = long["judge"].map({"reward": "training judge", "gold_reward": "gold judge"})
     ax = axes[0, 0]
     shade_phases(ax, switch_points, budget, list(targets))
+    mark_pair_switches(ax, pair_switches)
     mean_lineplot(ax, long, "t", "value", "arm", palette=palette, style="judge")
     ax.set(xlabel="episodes (drift clock)", ylabel=f"reward (rolling {window})", title="training vs gold reward")
     ax = axes[0, 1]
     shade_phases(ax, switch_points, budget, list(targets), label=False)
+    mark_pair_switches(ax, pair_switches)
     mean_lineplot(ax, curve, "t", "gap", "arm", palette=palette)
     ax.axhline(0.0, color="#444444", lw=0.8)
     ax.set(xlabel="episodes (drift clock)", ylabel="training - gold reward", title="Goodhart gap")

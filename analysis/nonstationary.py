@@ -79,7 +79,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis import realign
+from analysis import pair_phases, realign
 from analysis.bootstrap import stratified_bootstrap
 from analysis.shares import first_crossing, share_series
 
@@ -202,22 +202,22 @@ def fall_time(
 
 def old_fall(
     evals: pd.DataFrame | None,
-    switch_points: Sequence[int],
+    switch_points: realign.Switches,
     budget: int,
     episodes: pd.DataFrame | None = None,
     old_level: float = DEFAULT_OLD_LEVEL,
 ) -> pd.DataFrame:
     """One row per arm, seed (with evaluations) and switch (columns `FALL_COLUMNS`): `old_fall`,
     the episodes until the old target's held-out share falls to `old_level` (see the module
-    docstring). The phases' targets come from the episodes where given, else the evaluations."""
-    if evals is None or evals.empty or not switch_points:
+    docstring). The phases' targets come from the episodes where given, else the evaluations
+    (per-pair `switch_points`: each pair's own switches, phases and targets)."""
+    if evals is None or evals.empty or not pair_phases.has_switches(switch_points):
         return pd.DataFrame(columns=FALL_COLUMNS)
-    episodes = episodes if episodes is not None else pd.DataFrame()
-    targets = realign.phase_targets(episodes, evals, switch_points, budget)
-    bounds = realign.phase_bounds(switch_points, budget)
+    shared = pair_phases.shared_targets(switch_points, episodes, evals, budget)
     rows = []
     for (arm, seed), ev in evals.groupby(["arm", "seed"], sort=True):
-        for i, switch in enumerate(switch_points):
+        points, bounds, targets = pair_phases.pair_schedule(switch_points, budget, episodes, ev, arm, seed, shared)
+        for i, switch in enumerate(points):
             old, new = targets[i], targets[i + 1]
             et, share = share_series(ev, old)
             at_switch = share[et <= switch]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import nonstationary, paired
+from analysis import nonstationary, pair_phases, paired
 
 
 def schedule_groups(runs: list[Any]) -> list[list[Any]]:
@@ -67,7 +67,8 @@ def _nonstationary(
     for group in schedule_groups(runs):
         head, names = group[0], [r.name for r in group]
         ep, ref = _group_tables(group, labelled)
-        seg = nonstationary.segment_metrics(ep, head.switch_points, head.budget, windows[head.name], reference=ref)
+        sp = pair_phases.group_switches(group, labelled, ep) if not ep.empty else head.switch_points
+        seg = nonstationary.segment_metrics(ep, sp, head.budget, windows[head.name], reference=ref)
         if not seg.empty:
             seg.insert(0, "run", seg["arm"].map(ep.groupby("arm")["run"].first()))
             segments.append(seg)

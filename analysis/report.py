@@ -60,18 +60,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from analysis import cluster, goodhart, nonstationary, realign, training_data
+from analysis.nonstationary_runs import _nonstationary, _with_old_fall, schedule_groups  # noqa: F401
 
 # ----------------------------------------------------------------------------------------------
 # analysis
 # The non-stationary metrics over runs grouped by schedule live in their own module.
-from analysis.nonstationary_runs import _nonstationary, _with_old_fall, schedule_groups  # noqa: F401
+from analysis.report_figures import _concat, _figure_jobs  # noqa: F401
 from analysis.results import Analysis
 
 # The run directory's tables, read once: in their own module, importable from here as before.
@@ -113,7 +112,7 @@ def _run_tables(
         seeds=run.seeds if not run.episodes.empty else None,
         reference=run.reference,
     )
-    falls = nonstationary.old_fall(run.evals, run.switch_points, run.budget, run.episodes, old_level)
+    falls = nonstationary.old_fall(run.evals, run.switches, run.budget, run.episodes, old_level)
     ps = _label(_with_old_fall(ps, falls, old_level), run, labelled)
     out = {
         "per_seed": ps,
@@ -124,7 +123,7 @@ def _run_tables(
         "offpolicy": _label(training_data.offpolicy_overview(run.episodes, run.updates, run.dropped), run, labelled),
         "turns": _label(training_data.turns_overview(run.episodes, window=w), run, labelled),
     }
-    gap = goodhart.gap_overview(run.episodes, run.switch_points, run.budget)
+    gap = goodhart.gap_overview(run.episodes, run.switches, run.budget)
     if not gap.empty:
         gap = gap.merge(goodhart.gap_rise(run.episodes, w), on="arm", how="left", suffixes=("", "_all"))
         out["goodhart"] = _label(gap, run, labelled)
@@ -195,62 +194,6 @@ def analyse(
 # figures
 
 
-def _concat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
-    dfs = [d for d in dfs if not d.empty]
-    return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
-
-
-def _figure_jobs(a: Analysis, group: list[RunData], palette) -> list[tuple[str, Callable[[], Any]]]:
-    """(name, draw) for each figure of a group of runs that share a schedule: `draw` makes the
-    figure when called, so that make_figures can catch its failure."""
-    from analysis import nonstationary_plots, plots
-
-    head = group[0]
-    sp, budget = head.switch_points, head.budget
-    window = a.windows.get(head.name)
-    ep = _concat([r.episodes for r in group])
-    up = _concat([r.updates for r in group])
-    ev = _concat([r.evals for r in group])
-    title = head.name if len(group) == 1 else f"{len(group)} runs"
-    jobs: list[tuple[str, Callable[[], Any]]] = [
-        ("realignment", lambda: plots.realignment_figure(ep, ev, sp, budget, window, title=title, palette=palette)),
-        (
-            "target_share",
-            lambda: plots.target_share_figure(
-                ev, sp, budget, palette=palette, title=title, targets=realign.phase_targets(ep, ev, sp, budget)
-            ),
-        ),
-        (
-            "reward_vs_judge_calls",
-            lambda: plots.judge_calls_figure(ep, up, sp, budget, window, palette=palette, title=title),
-        ),
-        ("training_diagnostics", lambda: plots.training_figure(up, sp, budget, palette=palette)),
-        ("critic_diagnostics", lambda: plots.critic_figure(up, sp, budget, palette=palette)),
-        (
-            "goodhart_gap",
-            lambda: goodhart.gap_figure(
-                ep,
-                sp,
-                budget,
-                realign.auto_window(sp, budget, window),
-                palette=palette,
-                targets=realign.phase_targets(ep, ev, sp, budget),
-            ),
-        ),
-    ]
-    # the non-stationary tables of this group's arms (the arm labels are unique across runs)
-    mine = set(a.arms.loc[a.arms["run"].isin([r.name for r in group]), "arm"]) if not a.arms.empty else set()
-    seg, iv, imp = (
-        df[df[col].isin(mine)] if not df.empty else df
-        for df, col in ((a.segments, "arm"), (a.intervals, "arm"), (a.improvement, "arm_x"))
-    )
-    jobs += [
-        ("segments", lambda: nonstationary_plots.segment_figure(seg, iv, palette=palette)),
-        ("probability_of_improvement", lambda: nonstationary_plots.improvement_figure(imp)),
-    ]
-    return jobs
-
-
 def make_figures(a: Analysis, fig_dir: Path, log=print) -> list[Path]:
     """Draw every figure that the data allows into fig_dir; returns the files written."""
     from analysis import plots
@@ -277,7 +220,7 @@ def make_figures(a: Analysis, fig_dir: Path, log=print) -> list[Path]:
 
     for group in groups:
         suffix = "" if len(groups) == 1 else f"_{group[0].name}"
-        jobs = _figure_jobs(a, group, palette)
+        jobs = _figure_jobs(a, group, palette, a.labelled)
         for name, job in jobs:
             try:
                 save(job(), name + suffix)

@@ -4,13 +4,12 @@ reference reward (the run's reference policy, or the best arm without one). The 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import pandas as pd
 
-from analysis import realign, recovery
+from analysis import pair_phases, realign, recovery
 from analysis.curves import judged
+from analysis.recovery import Switches
 
 REFERENCE, BEST_ARM = "reference", "best arm"  # what a segment's regret is measured against
 
@@ -34,10 +33,15 @@ SEGMENT_COLUMNS = [
 ]
 
 
-def _segment_rows(ok: pd.DataFrame, bounds: list[int], targets: list, window: int) -> pd.DataFrame:
-    """Per arm, seed and segment: episodes, reward sum, auc and plateau (and `run` where `ok` has it)."""
+def _segment_rows(
+    ok: pd.DataFrame, episodes: pd.DataFrame, switch_points: Switches, budget: int, window: int
+) -> pd.DataFrame:
+    """Per arm, seed and segment (each pair's own with per-pair `switch_points`): episodes, reward
+    sum, auc and plateau (and `run` where `ok` has it)."""
     rows = []
+    shared = pair_phases.shared_targets(switch_points, episodes, None, budget)
     for (arm, seed), g in ok.sort_values("t").groupby(["arm", "seed"], sort=True):
+        _, bounds, targets = pair_phases.pair_schedule(switch_points, budget, episodes, None, arm, seed, shared)
         t, r = g["t"].to_numpy(), g["reward"].to_numpy(float)
         run = {"run": g["run"].iloc[0]} if "run" in g else {}
         for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
@@ -79,21 +83,21 @@ def _against(out: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFrame:
 
 def segment_metrics(
     episodes: pd.DataFrame,
-    switch_points: Sequence[int],
+    switch_points: Switches,
     budget: int,
     window: int | None = None,
     reference: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per arm, seed and segment (columns `SEGMENT_COLUMNS`; see the module docstring).
     `reference` is the run's `reference` table (None or empty: regret against the best arm).
-    A seed without judged episodes in a segment has a row with episodes 0 and NaN metrics."""
+    A seed without judged episodes in a segment has a row with episodes 0 and NaN metrics.
+    Per-pair `switch_points` ({(arm, seed): [...]}, `RunData.switches`): each pair's segments run
+    between its own switches (`start`, `end` its own); segment k of every pair is compared alike."""
     window = realign.auto_window(switch_points, budget, window)
-    bounds = realign.phase_bounds(switch_points, budget)
-    targets = realign.phase_targets(episodes, None, switch_points, budget)
     ok = judged(episodes)
     if ok.empty:
         return pd.DataFrame(columns=SEGMENT_COLUMNS)
-    out = _segment_rows(ok, bounds, targets, window)
+    out = _segment_rows(ok, episodes, switch_points, budget, window)
     # the best arm: per segment, the highest mean plateau over an arm's seeds
     arm_plateau = out.groupby(["segment", "arm"], sort=True)["plateau"].mean().dropna()
     best = {k: (float(p.max()), p.idxmax()[1]) for k, p in arm_plateau.groupby(level="segment")}

@@ -96,7 +96,7 @@ def grid_table(root: Path) -> pd.DataFrame:
         a = analyse([run])
         summary = with_segments(a.summary.copy(), a.intervals)
         # what each arm's baseline knew, per phase: one column per statistic and phase
-        stats = baseline_overview(run.updates, run.switch_points, run.budget)
+        stats = baseline_overview(run.updates, run.switches, run.budget)
         if not stats.empty:
             wide = stats.pivot(index="arm", columns="phase", values=list(BASELINE_STATS))
             wide.columns = [f"{stat}_phase{phase}" for stat, phase in wide.columns]
@@ -111,8 +111,9 @@ def grid_table(root: Path) -> pd.DataFrame:
 def grid_markdown(grid: pd.DataFrame, axes: list[str]) -> str:
     out = []
     for switch, g in grid.groupby("switch", sort=True):
-        first = g.iloc[0]
-        out.append(f"### Switch {int(switch)} at t={int(first['t'])} ({first['from_style']} -> {first['to_style']})\n")
+        first, ts = g.iloc[0], sorted({int(t) for t in g["t"].dropna()})
+        at = f"t={ts[0]}" if len(ts) == 1 else f"t={ts[0]}..{ts[-1]} (each arm x seed at its own)" if ts else "t=?"
+        out.append(f"### Switch {int(switch)} at {at} ({first['from_style']} -> {first['to_style']})\n")
         header = ["point", *axes, "arm", REACHED, *SHOWN.values(), "final reward"]
         body = [
             [

@@ -8,6 +8,7 @@ import pandas as pd
 
 from analysis.curves import judged
 from analysis.realign import DEFAULT_WINDOW
+from analysis.recovery import Switches, switch_count, switches_for
 
 
 def offpolicy_overview(
@@ -133,18 +134,22 @@ BASELINE_STATS = {
 }
 
 
-def baseline_overview(updates: pd.DataFrame, switch_points: list[int], budget: int) -> pd.DataFrame:
+def baseline_overview(updates: pd.DataFrame, switch_points: Switches, budget: int) -> pd.DataFrame:
     """Per arm and phase: the median over updates (all seeds) of each `BASELINE_STATS` column the
-    arm logs (SAO logs the critic's; every arm its reward and advantages), and `updates`."""
+    arm logs (SAO logs the critic's; every arm its reward and advantages), and `updates`. Per-pair
+    switch points ({(arm, seed): [...]}): phase k is each seed's own k-th phase."""
     from analysis.realign import phase_bounds
 
     cols = ["arm", "phase", "updates", *BASELINE_STATS]
     if updates is None or updates.empty or "t" not in updates:
         return pd.DataFrame(columns=cols)
-    bounds = phase_bounds(switch_points, budget)
     rows = []
     for arm, g in updates.groupby("arm", sort=True):
-        for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        seeds = g["seed"] if "seed" in g else pd.Series(0, index=g.index)
+        own = {s: phase_bounds(switches_for(switch_points, arm, s), budget) for s in seeds.unique()}
+        for i in range(switch_count(switch_points) + 1):
+            a = seeds.map(lambda s, i=i, own=own: own[s][i] if i + 1 < len(own[s]) else budget)
+            b = seeds.map(lambda s, i=i, own=own: own[s][i + 1] if i + 1 < len(own[s]) else budget)
             part = g[(g["t"] > a) & (g["t"] <= b)]  # an update at t trained on episodes before t
             row = {"arm": arm, "phase": i + 1, "updates": len(part)}
             for stat in BASELINE_STATS:
