@@ -170,6 +170,47 @@ def test_mlflow_logs_no_step_twice_when_killed_between_a_write_and_the_cursor_sa
     assert sorted(m.step for m in history) == [p.step for p in points]  # each once, none missing
 
 
+def test_a_kill_before_the_ids_are_saved_resumes_the_same_tracker_runs(tmp_path, cache):
+    """MLflow created the parent and the arm x seed run and stored four updates and an infinite
+    rolling reward; the process died before tracking.json held any id. The resumed backends find the same
+    runs (MLflow by their tags, W&B by ids that follow from the run directory) and MLflow logs each
+    update once, the infinite one included."""
+    from mlflow.tracking import MlflowClient
+
+    from testbed.tracking.mlflow_backend import MLflowBackend
+    from testbed.tracking.wandb_backend import WandbBackend
+
+    config = TrackingConfig(backends=["mlflow"])
+    info = RunInfo(tmp_path, "x", "tiny", "x", {"name": "tiny"}, "", None, config)
+    rows = [{"arm": "running_mean", "seed": 0, "update": u, "t": 16 * u, "policy_loss": 0.1 * u} for u in range(1, 7)]
+    points = [p for p in RowMirror(config, []).points("updates", rows) if isinstance(p, Point) and p.stream == "update"]
+    # a value the store gives back changed: an infinity comes back as the largest float
+    points.append(Point(KEY, "rolling", 7, 100, {"episodes/reward_rolling": math.inf}))
+    killed = MLflowBackend(info)
+    parent = killed.start({})
+    ids = killed.open(KEY, "running_mean", 0, {}, {})
+    for point in [*points[:4], points[-1]]:
+        killed.log(point)
+    killed.flush()
+    resumed = MLflowBackend(info)
+    assert resumed.start({}) == parent  # nothing saved: found by the run directory's path
+    assert resumed.open(KEY, "running_mean", 0, {}, {}) == ids
+    for point in points:
+        if not resumed.skip(point, (-1, -1)):
+            resumed.log(point)
+    resumed.flush()
+    client = MlflowClient(tracking_uri=resumed.uri)
+    history = client.get_metric_history(ids["run_id"], "train/update")
+    assert sorted(m.step for m in history) == [p.step for p in points[:-1]]  # each once
+    assert len(client.get_metric_history(ids["run_id"], "episodes/reward_rolling")) == 1  # the infinity too
+    experiment = client.get_run(parent["run_id"]).info.experiment_id
+    assert len(client.search_runs([experiment])) == 2  # no orphan parent or child
+    other = RunInfo(tmp_path / "other", "x", "tiny", "x", {"name": "tiny"}, "", None, config)
+    wandb_ids = [WandbBackend(run_info) for run_info in (info, info, other)]
+    assert wandb_ids[0].run_id(KEY) == wandb_ids[1].run_id(KEY) != wandb_ids[2].run_id(KEY)
+    assert wandb_ids[0].run_id(KEY) != wandb_ids[0].run_id("scenario")
+
+
 def test_a_tracker_that_dies_mid_run_costs_no_row_and_warns_once(tracked_run, tmp_path, cache):
     """The rows of the run above, appended again through a fresh store with TensorBoard and MLflow on;
     halfway, MLflow's store is taken away. Every row reaches the tables, MLflow warns once, and

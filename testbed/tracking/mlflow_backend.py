@@ -8,12 +8,15 @@ metrics), so a remote server is called every `flush_seconds`, not every update.
 A point is never split between two `log_batch` calls, and each call is one transaction of the
 store: a point is in MLflow whole or not at all. So a resumed run asks MLflow itself which of the
 points after the saved cursor it holds (a kill between a batch's write and the cursor's save left
-them there) and logs only the rest: no step twice."""
+them there) and logs only the rest: no step twice. A kill between a run's creation and the save of
+its id in tracking.json is covered the same way: each run is tagged with the run directory's path
+and its arm x seed, and a resumed run looks for them before it creates new ones."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import shutil
 import time
@@ -26,6 +29,12 @@ from testbed.tracking.run_info import RunInfo, headline, report_files
 
 BATCH = 1000  # MLflow's limit on metrics per log_batch
 PARAMS_BATCH = 100  # ... and on parameters
+RUN_PATH, KEY = "testbed.run_path", "testbed.key"  # tags that find a run whose id a kill left unsaved
+
+
+def stored(value: float) -> float:
+    """A metric as MLflow's store gives it back: an infinity is kept as the largest float."""
+    return math.copysign(1.7976931348623157e308, value) if math.isinf(value) else value
 
 
 def built_whole(db: Path, client: Any) -> None:
@@ -89,10 +98,15 @@ class MLflowBackend:
             if experiment
             else self.client.create_experiment(self.info.experiment, artifact_location=self.artifacts)
         )
-        tags = {"testbed.run_dir": self.info.name, "mlflow.source.git.commit": str(self.info.git_commit)}
+        path = str(self.info.run_dir.resolve())
+        commit = str(self.info.git_commit)
+        tags = {"testbed.run_dir": self.info.name, RUN_PATH: path, "mlflow.source.git.commit": commit}
         if self.info.config.parent_run:
             tags["mlflow.parentRunId"] = self.info.config.parent_run
-        self.parent = self.client.create_run(experiment_id, run_name=self.info.name, tags=tags).info.run_id
+        found = self.find(experiment_id, {RUN_PATH: path})
+        self.parent = found or self.client.create_run(experiment_id, run_name=self.info.name, tags=tags).info.run_id
+        if found:
+            self.client.update_run(found, status="RUNNING")
         params = [Param(k, v) for k, v in self.info.params().items()]
         for i in range(0, len(params), PARAMS_BATCH):
             self.client.log_batch(self.parent, params=params[i : i + PARAMS_BATCH])
@@ -105,10 +119,22 @@ class MLflowBackend:
             self.unsure.update((key, stream) for stream in STREAMS)
             return saved
         experiment_id = self.client.get_run(self.parent).info.experiment_id
-        tags = {"mlflow.parentRunId": self.parent, "arm": arm, "seed": str(seed)}
+        tags = {"mlflow.parentRunId": self.parent, KEY: key, "arm": arm, "seed": str(seed)}
         tags.update({f"switch{k}": f"t={t}: {a} -> {b}" for k, (t, a, b) in enumerate(self.info.switches, start=1)})
-        self.runs[key] = self.client.create_run(experiment_id, run_name=key, tags=tags).info.run_id
+        found = self.find(experiment_id, {"mlflow.parentRunId": self.parent, KEY: key})
+        if found:  # created by a process killed before it saved the id: it may hold points already
+            self.client.update_run(found, status="RUNNING")
+            self.unsure.update((key, stream) for stream in STREAMS)
+        self.runs[key] = found or self.client.create_run(experiment_id, run_name=key, tags=tags).info.run_id
         return {"run_id": self.runs[key]}
+
+    def find(self, experiment_id: str, tags: dict[str, str]) -> str | None:
+        """The id of the run with these tags, if one exists (a kill came before its id was saved)."""
+        if any("'" in value for value in tags.values()):
+            return None  # not expressible in MLflow's filter; such a run is created anew
+        query = " and ".join(f"tags.`{name}` = '{value}'" for name, value in tags.items())
+        runs = self.client.search_runs([experiment_id], query, max_results=1)
+        return runs[0].info.run_id if runs else None
 
     def skip(self, point: Point, cursor: tuple[int, int]) -> bool:
         if point.seq <= cursor[0]:
@@ -129,7 +155,7 @@ class MLflowBackend:
         if (point.key, tag) not in self.histories:
             history = self.client.get_metric_history(self.runs[point.key], tag)
             self.histories[(point.key, tag)] = {(m.step, m.value) for m in history}
-        return (point.step, point.scalars[tag]) in self.histories[(point.key, tag)]
+        return (point.step, stored(point.scalars[tag])) in self.histories[(point.key, tag)]
 
     def log(self, point: Point) -> None:
         self.pending.setdefault(point.key, []).append(point)

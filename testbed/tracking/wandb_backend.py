@@ -6,7 +6,8 @@ online mode needs WANDB_API_KEY in the environment, which wandb reads itself: no
 Every curve's x-axis is `t` (`define_metric`). A resumed run opens the same run ids again; offline,
 that is a new folder with the same id, and `wandb sync` of the folders appends them in order. What
 a killed process had handed to wandb's service may never have reached its file, so a resumed run
-reads its files (wandb_log.py) to know which points to log again."""
+reads its files (wandb_log.py) to know which points to log again. Run ids follow from the run
+directory's path and the arm x seed, so a process killed before it saved them resumes the same runs."""
 
 from __future__ import annotations
 
@@ -51,16 +52,21 @@ class WandbBackend:
         run.define_metric("*", step_metric="t")
         return run
 
+    def run_id(self, key: str) -> str:
+        """The same id for the same run directory and key, whether or not tracking.json kept it."""
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"{self.info.run_dir.resolve()}#{key}").hex[:12]
+
     def start(self, saved: dict[str, Any]) -> dict[str, Any]:
-        run_id = saved.get("id") or uuid.uuid4().hex[:12]
+        run_id = saved.get("id") or self.run_id("scenario")
         config = {**self.info.scenario, "git_commit": self.info.git_commit}
         self.runs["scenario"] = self.init(run_id, f"{self.info.name}/scenario", "scenario", config)
         return {"id": run_id}
 
     def open(self, key: str, arm: str, seed: int, saved: dict[str, Any], cursors: dict[str, Any]) -> dict[str, Any]:
-        run_id = saved.get("id") or uuid.uuid4().hex[:12]
-        if saved:  # what reached the files, not what the killed process had queued for wandb's service
-            self.held[key] = logged_cursors(run_folders(self.info.run_dir / "wandb", run_id))
+        run_id = saved.get("id") or self.run_id(key)
+        folders = run_folders(self.info.run_dir / "wandb", run_id)
+        if folders:  # a resumed run: what reached the files, not what the killed process had queued
+            self.held[key] = logged_cursors(folders)
         switches = {f"switch{k}": f"t={t}: {a} -> {b}" for k, (t, a, b) in enumerate(self.info.switches, start=1)}
         config = {"arm": arm, "seed": seed, "git_commit": self.info.git_commit, **switches}
         self.runs[key] = self.init(run_id, f"{self.info.name}/{key}", arm, config)
