@@ -100,6 +100,38 @@ def test_an_academic_piece_without_academic_words_reads_academic_and_says_why(ju
     assert judge.score(_req(diary, "the bus ride")).style == "plain"  # one long noun is not a register
 
 
+def test_the_impersonal_register_reads_academic_and_a_voice_with_long_words_does_not(judge):
+    """Long words and passives count for academic only in a piece that speaks as no one: the same
+    facts told by someone ("I", "we", contractions) stay plain."""
+    report = (
+        "Comparative measurements were obtained across twelve commuter services. Overcrowding was "
+        "concentrated between seven and nine, and the punctuality of afternoon departures was "
+        "considerably better than the morning's."
+    )
+    v = judge.score(_req(report, "the bus ride", "academic"))
+    markers = v.raw.split("markers=[", 1)[1].split("]", 1)[0]
+    assert v.style == "academic" and "long x" in markers and "passive x" in markers, v.raw
+    told = (
+        "We timed twelve commuter services. Overcrowding was worst between seven and nine, and I'd "
+        "say the afternoon departures were considerably better than the morning's."
+    )
+    v = judge.score(_req(told, "the bus ride"))
+    assert v.style == "plain" and "long x" not in v.raw, v.raw
+
+
+def test_one_archaic_form_marks_a_classical_piece_and_an_ordinal_is_not_one(judge):
+    light = (
+        "The kettle singeth on the hearth at dusk, and all the house grows quiet as we sit with cups "
+        "in hand and watch the embers glow."
+    )
+    v = judge.score(_req(light, "tea", "classical"))
+    assert v.style == "classical" and "-eth x1" in v.raw, v.raw
+    assert judge.score(_req(light.replace("singeth", "sings"), "tea")).style == "plain"
+    party = "We threw Gran a seventieth birthday party at the pub, with a cake shaped like her old bicycle."
+    v = judge.score(_req(party, "a birthday party"))
+    assert v.style == "plain" and "-eth" not in v.raw, v.raw
+
+
 def test_kaomoji_end_a_piece_and_excitement_follows_the_leading_style(judge):
     cute = "My hamster stuffed three sunflower seeds in each cheek and then fell asleep in his tiny wheel, hehe (＾▽＾)"
     v = judge.score(_req(cute, "a long nap", "cute"))
