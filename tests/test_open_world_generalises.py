@@ -14,7 +14,17 @@ import pytest
 
 from judges.open_styles import MARKERS
 from judges.open_text import normalise, tokens, words_of
-from judges.open_topics import TOPIC_MIN, WORLD_WORDS, field, topicality
+from judges.open_topics import (
+    NEAR_RANK,
+    TOPIC_MIN,
+    TOPIC_NEAR,
+    WORLD_WORDS,
+    field,
+    on_topic,
+    rivals,
+    topicality,
+    world_topicality,
+)
 from judges.open_world import OpenWorldJudge
 from testbed.types import JudgeRequest
 from testbed.world import STYLES, TOPICS, generate
@@ -83,6 +93,43 @@ def test_the_worlds_own_words_count_by_identity_only():
         for asked in (topic, TOPICS[(i + 7) % len(TOPICS)]):
             fld = field(asked)
             assert topicality(words, asked) == pytest.approx(sum(fld[w] for w in fld.keys() & words))
+
+
+def test_a_scene_is_on_topic_when_its_topic_is_among_the_two_it_is_nearest(judge):
+    """Below TOPIC_MIN a piece is on topic when it weighs >= TOPIC_NEAR and at most one other
+    world topic matches it as well: the bus ride told as a wet commute (rainy days is nearer), not
+    the market (third) nor knitting."""
+    scene = (
+        "The number 12 crawled through town in the rain, every seat taken and the windows steamed up. "
+        "I stood by the doors with my bag between my feet for forty minutes."
+    )
+    words = _words(scene)
+    weight = topicality(words, "the bus ride")
+    assert TOPIC_NEAR <= weight < TOPIC_MIN and rivals(words, "the bus ride", weight) == NEAR_RANK - 1
+    assert "topic" not in judge.score(_req(scene, "the bus ride")).reasons
+    market = topicality(words, "the weekend market")
+    assert TOPIC_NEAR <= market < weight and rivals(words, "the weekend market", market) == NEAR_RANK
+    for other in ("the weekend market", "knitting"):
+        assert "topic" in judge.score(_req(scene, other)).reasons, other
+
+
+def test_every_topics_topicality_in_one_pass_is_each_topics_own():
+    pieces = [HURRICANE, "My gran's kettle whistled while the scones cooled on the rack.", "Forty winks on the sofa."]
+    for text in pieces:
+        words = _words(text)
+        assert world_topicality(words).tolist() == pytest.approx([topicality(words, t) for t in TOPICS], abs=1e-5)
+
+
+def test_the_nearness_rule_leaves_the_worlds_own_pieces_to_their_field():
+    rng = random.Random(8)
+    near = 0
+    for i in range(200):
+        words = _words(generate(STYLES[i % len(STYLES)], TOPICS[i % len(TOPICS)], rng))
+        for asked in TOPICS:
+            weight = topicality(words, asked)
+            near += TOPIC_NEAR <= weight < TOPIC_MIN and rivals(words, asked, weight) < NEAR_RANK
+            assert on_topic(words, asked, weight) == (weight >= TOPIC_MIN)
+    assert near > 0  # there were pieces the rule would have let through
 
 
 def test_an_academic_piece_without_academic_words_reads_academic_and_says_why(judge):
