@@ -57,29 +57,28 @@ def academic_structure(low: str, counts: Mapping[str, int], counted: Container[s
     """(mass, what was found: 'nominal x5', 'hedge x1', 'evidence x1') for the normalised piece
     `low` and the Counter of its words; words in `counted` (the style lexicons' words, already
     counted) are not counted again."""
-    nominal = sum(
-        c
-        for w, c in counts.items()
-        if len(w) > STEM_MIN + 2 and w.endswith(_SUFFIXES) and _nominal(w) and w not in _EVERYDAY and w not in counted
-    )
+    nominal = long_ = 0
+    for w, c in counts.items():  # one pass: a nominalisation is not counted again as a long word
+        if len(w) <= STEM_MIN + 2 or w in counted:
+            continue
+        if w.endswith(_SUFFIXES) and _nominal(w) and w not in _EVERYDAY:
+            nominal += c
+        elif len(w) >= LONG_MIN and w.isalpha():
+            long_ += c
     hedge = len(_HEDGE.findall(low)) if any(k in low for k in _HEDGE_KEYS) else 0
     evidence = len(_EVIDENCE.findall(low)) if any(k in low for k in _EVIDENCE_KEYS) else 0
-    long_, passive = 0, 0
-    if not any(w in _PERSONAL or ("'" in w and not w.endswith("'s")) for w in counts):  # impersonal
-        long_ = sum(
-            c
-            for w, c in counts.items()
-            if len(w) >= LONG_MIN and w.isalpha() and w not in counted and not _counted_nominal(w)
-        )
+    personal = bool(counts.keys() & _PERSONAL) or (
+        "'" in low and any("'" in w and not w.endswith("'s") for w in counts)  # a contraction
+    )
+    passive = 0
+    if personal:
+        long_ = 0
+    else:
         passive = len(_PASSIVE.findall(low))
     parts = (("nominal", nominal), ("hedge", hedge), ("evidence", evidence), ("long", long_), ("passive", passive))
     found = [f"{name} x{n}" for name, n in parts if n]
     mass = NOMINAL_W * nominal + HEDGE_W * hedge + EVIDENCE_W * evidence + LONG_W * long_ + PASSIVE_W * passive
     return mass, found
-
-
-def _counted_nominal(word: str) -> bool:
-    return len(word) > STEM_MIN + 2 and word.endswith(_SUFFIXES) and _nominal(word) and word not in _EVERYDAY
 
 
 def _nominal(word: str) -> bool:
