@@ -10,7 +10,7 @@ issue 29: its held-out half was committed before the judge change it tests; scor
 development data; and open_world_voices_heldout2.jsonl, split `heldout2`, 135 pieces written later
 in two personas per style, committed before the topicality change it tests, scored once after it;
 and open_world_voices_heldout3.jsonl, split `heldout3`, 145 pieces in three further personas per
-style, committed before the register and nearness changes it tests, to be scored once after them).
+style, committed before the register and nearness changes it tests, scored once after them).
 The original corpus has no `heldout2` or `heldout3` split. Prints, per corpus,
 split and mode: style agreement on good pieces per true style and overall, each with Cohen's kappa;
 the share of good pieces that pass quality; the share of bad pieces that fail it, per bad kind;
