@@ -12,8 +12,9 @@ Quality passes only if every check holds:
   fluency     >= KNOWN_MIN of the words are English (wordfreq) or style-lexicon words, >=
               FUNCTION_MIN of them function words, and fewer than DISORDER_MAX closed-class word
               orders English does not produce
-  topic       the topic's semantic field weighs >= TOPIC_MIN (judges/open_topics.py); skipped when
-              neither the request nor the prompt names a topic
+  topic       the piece's similarity to the topic's description is >= TOPIC_MIN, or >= TOPIC_NEAR
+              with the topic among the two descriptions it is nearest (judges/open_topics.py);
+              skipped when neither the request nor the prompt names a topic
   stuffing    weight-1 style markers are at most STUFFING_MAX of the words
   injection   the piece does not address its judge (judges/open_guard.py)
 """
@@ -30,7 +31,7 @@ from judges.config import validate_config
 from judges.open_guard import injection
 from judges.open_styles import LEXICON_WORDS, MARKED, style_scores
 from judges.open_text import normalise, proper_ending, repetition, shape, tokens, words_of
-from judges.open_topics import TOPIC_MIN, topicality
+from judges.open_topics import on_topic, topicality
 from judges.rubric_contract import DOMINANCE, label_noise_flips
 from testbed.types import JudgeRequest, Verdict
 from testbed.world.prompts import topic_of_prompt
@@ -120,7 +121,7 @@ class OpenWorldJudge:
             failed.append("fluency")
         topic = req.topic if req.topic else topic_of_prompt(prompt)
         field_w = topicality(counts.keys(), topic) if topic else -1.0
-        if "topic" in checks and topic and field_w < TOPIC_MIN:
+        if "topic" in checks and topic and not on_topic(counts.keys(), topic, field_w):
             failed.append("topic")
         if "stuffing" in checks and strong > STUFFING_MAX * max(sh.words, 1):
             failed.append("stuffing")

@@ -14,7 +14,17 @@ import pytest
 
 from judges.open_styles import MARKERS
 from judges.open_text import normalise, tokens, words_of
-from judges.open_topics import TOPIC_MIN, WORLD_WORDS, field, topicality
+from judges.open_topics import (
+    NEAR_RANK,
+    TOPIC_MIN,
+    TOPIC_NEAR,
+    WORLD_WORDS,
+    field,
+    on_topic,
+    rivals,
+    topicality,
+    world_topicality,
+)
 from judges.open_world import OpenWorldJudge
 from testbed.types import JudgeRequest
 from testbed.world import STYLES, TOPICS, generate
@@ -85,6 +95,43 @@ def test_the_worlds_own_words_count_by_identity_only():
             assert topicality(words, asked) == pytest.approx(sum(fld[w] for w in fld.keys() & words))
 
 
+def test_a_scene_is_on_topic_when_its_topic_is_among_the_two_it_is_nearest(judge):
+    """Below TOPIC_MIN a piece is on topic when it weighs >= TOPIC_NEAR and at most one other
+    world topic matches it as well: the bus ride told as a wet commute (rainy days is nearer), not
+    the market (third) nor knitting."""
+    scene = (
+        "The number 12 crawled through town in the rain, every seat taken and the windows steamed up. "
+        "I stood by the doors with my bag between my feet for forty minutes."
+    )
+    words = _words(scene)
+    weight = topicality(words, "the bus ride")
+    assert TOPIC_NEAR <= weight < TOPIC_MIN and rivals(words, "the bus ride", weight) == NEAR_RANK - 1
+    assert "topic" not in judge.score(_req(scene, "the bus ride")).reasons
+    market = topicality(words, "the weekend market")
+    assert TOPIC_NEAR <= market < weight and rivals(words, "the weekend market", market) == NEAR_RANK
+    for other in ("the weekend market", "knitting"):
+        assert "topic" in judge.score(_req(scene, other)).reasons, other
+
+
+def test_every_topics_topicality_in_one_pass_is_each_topics_own():
+    pieces = [HURRICANE, "My gran's kettle whistled while the scones cooled on the rack.", "Forty winks on the sofa."]
+    for text in pieces:
+        words = _words(text)
+        assert world_topicality(words).tolist() == pytest.approx([topicality(words, t) for t in TOPICS], abs=1e-5)
+
+
+def test_the_nearness_rule_leaves_the_worlds_own_pieces_to_their_field():
+    rng = random.Random(8)
+    near = 0
+    for i in range(200):
+        words = _words(generate(STYLES[i % len(STYLES)], TOPICS[i % len(TOPICS)], rng))
+        for asked in TOPICS:
+            weight = topicality(words, asked)
+            near += TOPIC_NEAR <= weight < TOPIC_MIN and rivals(words, asked, weight) < NEAR_RANK
+            assert on_topic(words, asked, weight) == (weight >= TOPIC_MIN)
+    assert near > 0  # there were pieces the rule would have let through
+
+
 def test_an_academic_piece_without_academic_words_reads_academic_and_says_why(judge):
     text = (
         "The persistence of older bicycles in urban fleets appears to reflect their lower rates of "
@@ -100,6 +147,38 @@ def test_an_academic_piece_without_academic_words_reads_academic_and_says_why(ju
     assert judge.score(_req(diary, "the bus ride")).style == "plain"  # one long noun is not a register
 
 
+def test_the_impersonal_register_reads_academic_and_a_voice_with_long_words_does_not(judge):
+    """Long words and passives count for academic only in a piece that speaks as no one: the same
+    facts told by someone ("I", "we", contractions) stay plain."""
+    report = (
+        "Comparative measurements were obtained across twelve commuter services. Overcrowding was "
+        "concentrated between seven and nine, and the punctuality of afternoon departures was "
+        "considerably better than the morning's."
+    )
+    v = judge.score(_req(report, "the bus ride", "academic"))
+    markers = v.raw.split("markers=[", 1)[1].split("]", 1)[0]
+    assert v.style == "academic" and "long x" in markers and "passive x" in markers, v.raw
+    told = (
+        "We timed twelve commuter services. Overcrowding was worst between seven and nine, and I'd "
+        "say the afternoon departures were considerably better than the morning's."
+    )
+    v = judge.score(_req(told, "the bus ride"))
+    assert v.style == "plain" and "long x" not in v.raw, v.raw
+
+
+def test_one_archaic_form_marks_a_classical_piece_and_an_ordinal_is_not_one(judge):
+    light = (
+        "The kettle singeth on the hearth at dusk, and all the house grows quiet as we sit with cups "
+        "in hand and watch the embers glow."
+    )
+    v = judge.score(_req(light, "tea", "classical"))
+    assert v.style == "classical" and "-eth x1" in v.raw, v.raw
+    assert judge.score(_req(light.replace("singeth", "sings"), "tea")).style == "plain"
+    party = "We threw Gran a seventieth birthday party at the pub, with a cake shaped like her old bicycle."
+    v = judge.score(_req(party, "a birthday party"))
+    assert v.style == "plain" and "-eth" not in v.raw, v.raw
+
+
 def test_kaomoji_end_a_piece_and_excitement_follows_the_leading_style(judge):
     cute = "My hamster stuffed three sunflower seeds in each cheek and then fell asleep in his tiny wheel, hehe (＾▽＾)"
     v = judge.score(_req(cute, "a long nap", "cute"))
@@ -112,14 +191,15 @@ def test_kaomoji_end_a_piece_and_excitement_follows_the_leading_style(judge):
 
 
 def test_the_voices_corpus_is_disjoint_splits_in_every_style_and_bad_kind():
-    """dev and heldout (split once), and held-out set 2, written later in other voices (two
-    personas per style, named in each id) and committed before the judge change it tests."""
+    """dev and heldout (split once), and held-out sets 2 and 3, written later in other voices (two
+    and three personas per style, named in each id), each committed before the judge change it
+    tests."""
     rows = {
         split: [json.loads(line) for line in (ROOT / f"judges/data/open_world_voices_{split}.jsonl").open()]
-        for split in ("dev", "heldout", "heldout2")
+        for split in ("dev", "heldout", "heldout2", "heldout3")
     }
     every = [r for part in rows.values() for r in part]
-    assert len(rows["dev"] + rows["heldout"]) >= 200 and len(rows["heldout2"]) >= 120
+    assert len(rows["dev"] + rows["heldout"]) >= 200 and len(rows["heldout2"]) >= 120 and len(rows["heldout3"]) >= 130
     assert len({r["id"] for r in every}) == len(every)
     written = [r["text"] for r in every if r["kind"] != "master_key"]  # the probes are fixed strings
     assert len(set(written)) == len(written)  # no piece in two splits
@@ -129,9 +209,12 @@ def test_the_voices_corpus_is_disjoint_splits_in_every_style_and_bad_kind():
         kinds = Counter(r["kind"] for r in part if not r["good"])
         assert len(kinds) >= 8 and kinds["off_topic"] >= 5
         assert all(r["topic"] in TOPICS and r["style"] in r["candidates"] for r in part)
-    personas = Counter((r["style"], r["id"].rsplit("-", 1)[1]) for r in rows["heldout2"] if r["good"])
-    assert all(sum(n >= 10 for (s, _), n in personas.items() if s == style) == 2 for style in STYLES)
-    assert sum(not r["good"] for r in rows["heldout2"]) >= 25
+    for split, n in (("heldout2", 2), ("heldout3", 3)):
+        personas = Counter((r["style"], r["id"].rsplit("-", 1)[1]) for r in rows[split] if r["good"])
+        assert all(sum(k >= 6 for (s, _), k in personas.items() if s == style) == n for style in STYLES), split
+        assert sum(not r["good"] for r in rows[split]) >= 25
+    seen = {r["id"].rsplit("-", 1)[1] for r in rows["heldout2"]} - {"bad"}
+    assert not seen & {r["id"].rsplit("-", 1)[1] for r in rows["heldout3"]}  # set 3's voices are new
 
 
 def test_cohen_kappa_and_the_figures_it_reports():
