@@ -283,3 +283,28 @@ def test_a_paraphrased_instruction_to_the_judge_fails_as_injection(line):
     assert "injection" in judge.score(_req(text, "a museum visit")).reasons
     honest = "We walked the museum's long halls and looked at the old maps. I declare this the finest day of the year."
     assert "injection" not in judge.score(_req(honest, "a museum visit")).reasons
+
+
+def test_period_diction_and_syntax_read_classical_where_one_such_mark_alone_stays_plain():
+    judge = OpenWorldJudge()
+    letter = (
+        "We are come to the seaside for my health, and I confess I do not regret it. Each morning we walk "
+        "upon the sands, and on Tuesday last the waves did break so high that Papa declared we must turn back."
+    )
+    v = judge.score(_req(letter, "the beach", "classical"))
+    assert v.style == "classical" and "period syntax" in v.raw, v.raw
+    plain = "I fear the bus will be late again, so I am leaving early and taking a book to read at the stop."
+    assert judge.score(_req(plain, "the bus ride")).style == "plain"
+
+
+def test_the_dark_fantasy_self_image_reads_chuunibyou_and_the_nursery_reads_cute():
+    judge = OpenWorldJudge()
+    fallen = (
+        "Platform nine. Between arrival and leaving the veil is thin, and I hear my fallen brethren calling. "
+        "The foolish commuters do not see my wings. The last train is my fortress."
+    )
+    assert judge.score(_req(fallen, "the train station", "chuunibyou")).style == "chuunibyou"
+    nursery = "Good morning, my little ducklings! Wellies on, and let's find the biggest puddle. Hooray for rain!"
+    assert judge.score(_req(nursery, "rainy days", "cute")).style == "cute"
+    vet = "Took the puppy to the vet for her jabs. She was fine, and the nurse said she is growing well."
+    assert judge.score(_req(vet, "dogs")).style == "plain"  # one nursery word is not the register
