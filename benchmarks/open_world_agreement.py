@@ -2,7 +2,7 @@
 and a held-out half), the generator's corpus, and verdicts per second on one core.
 
     python benchmarks/open_world_agreement.py [--corpus voices|original|all]
-        [--split dev|heldout|heldout2|heldout3|all] [--modes open,world] [--per-style 400] [--seed 0] [--misses]
+        [--split dev|heldout|heldout2|heldout3|heldout4|all] [--modes open,world] [--per-style 400] [--seed 0] [--misses]
 
 The corpora (judges/data/): `original` (open_world_corpus.jsonl, 100 pieces, written beside the
 judge) and `voices` (open_world_voices_{dev,heldout}.jsonl, 258 pieces in many writers' voices,
@@ -10,8 +10,10 @@ issue 29: its held-out half was committed before the judge change it tests; scor
 development data; and open_world_voices_heldout2.jsonl, split `heldout2`, 135 pieces written later
 in two personas per style, committed before the topicality change it tests, scored once after it;
 and open_world_voices_heldout3.jsonl, split `heldout3`, 145 pieces in three further personas per
-style, committed before the register and nearness changes it tests, scored once after them).
-The original corpus has no `heldout2` or `heldout3` split. Prints, per corpus,
+style, committed before the register and nearness changes it tests, scored once after them; and
+open_world_voices_heldout4.jsonl, split `heldout4`, 139 pieces in three more personas per style,
+committed before the changes it tests, scored once after them).
+The original corpus has no `heldout2`, `heldout3` or `heldout4` split. Prints, per corpus,
 split and mode: style agreement on good pieces per true style and overall, each with Cohen's kappa;
 the share of good pieces that pass quality; the share of bad pieces that fail it, per bad kind;
 quality's agreement and kappa over all pieces. Then the open and world modes on the generator
@@ -41,11 +43,11 @@ from testbed.types import JudgeRequest, Verdict  # noqa: E402
 from testbed.world import CORRUPTIONS, STYLES  # noqa: E402
 
 DATA = ROOT / "judges" / "data"
+SPLITS = ("dev", "heldout", "heldout2", "heldout3", "heldout4")
 CORPORA: dict[str, tuple[Path, ...]] = {
     "original": (DATA / "open_world_corpus.jsonl",),
-    "voices": tuple(DATA / f"open_world_voices_{split}.jsonl" for split in ("dev", "heldout", "heldout2", "heldout3")),
+    "voices": tuple(DATA / f"open_world_voices_{split}.jsonl" for split in SPLITS),
 }
-SPLITS = ("dev", "heldout", "heldout2", "heldout3")
 
 
 def load_corpus(name: str = "voices") -> list[dict]:

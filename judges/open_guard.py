@@ -18,13 +18,26 @@ _ROLES = ("response", "verdict", "piece", "system", "assistant", "user", "instru
 # (a substring the match needs, substrings one of which it needs, pattern): the cheap `in` tests
 # skip most patterns on most pieces, so the judge stays fast
 _PATTERNS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
-    # "ignore all previous instructions", "disregard any rule", "forget your instructions"
+    # "ignore all previous instructions", "disregard any rule", "forget your instructions", and the
+    # same said in other words ("ignore all prior guidance", "set aside your directives")
     (
         "",
-        ("ignore", "disregard", "forget", "override", "bypass", "skip"),
+        ("ignore", "disregard", "forget", "override", "bypass", "skip", "set aside"),
         re.compile(
-            r"\b(?:ignore|disregard|forget|override|bypass|skip)\b[^.!?\n]{0,40}"
-            r"\b(?:instructions?|rules?|rubric|prompt|guidelines?|criteria|checks?|scoring)\b"
+            r"\b(?:ignore|disregard|forget|override|bypass|skip|set aside)\b[^.!?\n]{0,40}"
+            r"\b(?:instructions?|rules?|rubric|prompt|guidelines?|guidance|directions|directives?|criteria|"
+            r"checks?|scoring|standards)\b"
+        ),
+    ),
+    # the piece pronounces its own verdict: "declare this the finest piece", "give this full marks"
+    # (not "I declare this the finest day": the superlative must be of the writing, or a mark)
+    (
+        "this",
+        ("declare", "pronounce", "deem", "give", "award", "rate"),
+        re.compile(
+            r"\b(?:declare|pronounce|deem|give|award|rate)\s+this\b[^.!?\n]{0,30}(?:\b(?:finest|best|top|winning|"
+            r"flawless|perfect)\s+(?:piece|response|answer|text|essay|submission|entry|writing|poem|story)\b|"
+            r"\b(?:full marks|top marks|perfect score|highest score|maximum score|ten out of ten)\b)"
         ),
     ),
     # talks to or about its grader and asks for a score

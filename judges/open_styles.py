@@ -4,7 +4,10 @@ Each marked style has a lexicon of weighted words (1.0: only that register uses 
 register favours it but plain prose uses it too) and a few patterns: emoticons, emoji, kaomoji,
 tildes and stretched letters ("sooo") for cute; villain laughter for chuunibyou, and '!' for
 whichever of the two leads; archaic verb forms (-eth, "thou" + -est/-st) and clipped forms (o'er,
-'tis) for classical; citations and percentages for academic, with academic structure
+'tis) for classical, with period and elevated diction ("upon", "thrice", "Papa") and older syntax
+("waves do break", "we are come", "I confess") at lower weight; the dark-fantasy self-image
+("brethren", "veil", "lair") for chuunibyou and the nursery ("ducklings", "wellies") for cute, also at
+lower weight; citations and percentages for academic, with academic structure
 (nominalisations, hedges, evidence: judges/open_structure.py). The world's markers
 (testbed.world.styles) are all included at weight 1.
 """
@@ -41,6 +44,9 @@ _LEXICONS: dict[int, dict[str, float]] = {
         "giggles giggled doki tummy tummies wiggle wiggly plushie plushies kitty kitties bunny bunnies duckie doggie "
         "doggo birdie froggy piggy oopsie uwu owo nya rawr glittery pastel teddy mittens"
         "| 0.5: little sweet sweetest hug hugs hugging snack lovely pink fuzzy bouncy"
+        # the nursery's words: baby animals, noises, a child's exclamations and treasures
+        "| 0.5: duckling ducklings puppy puppies kitten kittens wellies beep squeak ouchy hooray yippee woohoo "
+        "sticker stickers glitter"
     ),
     CHUU: _table(
         "behold mortal mortals abyss abyssal sealed seal seals cursed curse curses forbidden eternal crimson demon "
@@ -49,7 +55,11 @@ _LEXICONS: dict[int, dict[str, float]] = {
         "grimoire prophecy doom doomed wrath vengeance inferno unleash unleashed unleashes summon summoned summons "
         "obsidian oblivion apocalypse overlord minions underworld tremble trembles darkness relic legendary "
         "| 0.5: dark shadow shadows chosen ancient power powers flame flames battle warrior soul souls devour "
-        "devours fear blade ritual heavens tempest serpents throne"
+        "devours fear blade ritual heavens tempest serpents throne "
+        # the dark-fantasy self-image: the fallen one, his lair, his foes and his arts
+        "fool foolish lesser brethren veil fallen wings sacred transgression bloodline fangs inquisitor conquest "
+        "lair fortress vortex dimension spectre legion empire scythe rune runes arcane forsaken destined "
+        "transcend transcended cleansed fury omen sigil wretched insolent kneel"
     ),
     CLA: _table(
         "thou thee thy thine hath doth dost hast ere o'er e'er ne'er 'tis 'twas 'twixt 'neath 'gainst alas hark "
@@ -57,6 +67,10 @@ _LEXICONS: dict[int, dict[str, float]] = {
         "wouldst couldst shouldst didst hadst mayst mightst betwixt yore unto thereon thereof whereof withal "
         "perchance mayhap beseech twain anon morn tis twas"
         "| 0.7: lo ye oft wilt aye maiden sire kin wherein lest whilst | 0.4: mine fair o eve hearth steed"
+        # period and elevated diction: modern English still knows these words but seldom writes them
+        "| 0.5: upon amongst amid amidst forth evermore nevermore henceforth whereupon thrice pray fain nigh "
+        "naught aught bade beheld slumber woe morrow dearest mamma papa sorely mournful lofty yea hie spake "
+        "smote wrought abode dwelt"
     ),
     ACA: _table(
         "furthermore moreover consequently additionally notably nevertheless nonetheless whereas thus evidence "
@@ -99,8 +113,25 @@ _EMOTICONS = re.compile(
     r"\([^\s()]{0,4}[\^_][^\s()]{0,4}\)|<3+|[:;=]-?[()dp3](?![a-z])"
     r"|[\U0001F300-\U0001FAFF\u2600-\u27BF]|~+|" + KAOMOJI
 )
+# Older English syntax that no archaic word marks: "waves do break" (the unstressed do of verse),
+# "would that", "let us", "let no man", "I confess", "I fear", "pray write", "we are come", "on
+# Tuesday last", "came I", "said he" (the verb before its subject)
+_PERIOD = re.compile(
+    r"\b[a-z]+s do (?!not\b|you\b|we\b|it\b|they\b|i\b|so\b|the\b|a\b|this\b|that\b|some\b|any\b|what\b)[a-z]+"
+    r"|\bwould that\b|\blet (?:us\b(?! know\b)|no man\b|none\b)|\bi (?:confess|fear)\b"
+    r"|(?:^|[.!?,] )pray (?!for\b|to\b|that\b)[a-z]+"
+    r"|\b(?:we|they|i|he|she) (?:are|am|is) come\b"
+    r"|\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday) last\b"
+    r"|\b(?:came|went|said|spoke|cried|sat|stood|lay) (?:i|he|she|we|they)\b"
+    r"(?! (?:would|will|had|have|was|were|is|should|could|can|did|must|might)\b)"
+)
+_PERIOD_KEYS = (
+    *(" do ", "would that", "let ", "i confess", "i fear", "pray ", " come", "day last"),
+    *("came ", "went ", "said ", "spoke ", "cried ", "sat ", "stood ", "lay "),
+)
 _CITATION = re.compile(r"\([a-z][a-z .&]*,? (?:19|20)\d\d[a-z]?\)|\[\d+(?:[,-]\d+)*\]|\bet al\b")
 EMOTICON_W, BANG_W, STRETCH_W, ETH_W, THOU_VERB_W, CITATION_W, PERCENT_W = 1.0, 0.3, 0.7, ARCHAIC_W, 0.7, 1.0, 0.5
+PERIOD_W = 0.5
 
 
 def style_scores(counts: Counter[str], low: str) -> tuple[list[float], int, list[list[str]]]:
@@ -128,6 +159,8 @@ def style_scores(counts: Counter[str], low: str) -> tuple[list[float], int, list
         )
     if "thou " in low:
         _add(scores, found, CLA, "thou+verb", THOU_VERB_W, sum(1 for w in _THOU_VERB.findall(low) if w not in MARKERS))
+    if any(k in low for k in _PERIOD_KEYS):
+        _add(scores, found, CLA, "period syntax", PERIOD_W, len(_PERIOD.findall(low)))
     _add(scores, found, ACA, "percent", PERCENT_W, low.count("%") + counts.get("percent", 0))
     cute, cute_found = _cute_marks(low)
     scores[CUTE] += cute

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from wordfreq import get_frequency_dict
 
 # A kaomoji the emoticon pattern below misses: symbols in brackets with no letter or digit ("(＾▽＾)",
-# "(ᵔᴥᵔ)", "(;_;)"), or two carets ("^^", "^_^")
-KAOMOJI = r"\([^\sa-z0-9()]{1,8}\)|\^[_.-]?\^"
+# "(ᵔᴥᵔ)", "(;_;)", "(˶ᵔ ᵕ ᵔ˶)": a space may sit between symbols, never at either end), or two
+# carets ("^^", "^_^")
+KAOMOJI = r"\([^\sa-z0-9()](?:[^\na-z0-9()]{0,10}[^\sa-z0-9()])?\)|\^[_.-]?\^"
 # Alternatives in order of frequency (sre tries them in order): words (inner apostrophes kept:
 # "can't", "o'er"), runs of final punctuation, commas, emoticons (kaomoji, hearts, smileys), emoji,
 # tildes, archaic clipped forms ('tis), other kaomoji, numbers ("8:15"), other marks.
@@ -71,7 +73,10 @@ FUNCTION_WORDS: frozenset[str] = frozenset(
     "might must not there here then too very just also only even still again ever never more most "
     "thou thee thy thine ye hath doth dost hast art shalt wilt ere unto whilst".split()  # archaic ones too
 )
-_DETERMINERS = frozenset("a an the my your his our their its every each thy".split())
+_DETERMINERS = frozenset("a an the my your our their its every thy".split())
+# "his" and "each" also stand alone ("gave me his.", "one ding each!", "each of them"): only what
+# no pronoun use produces counts after them
+_DET_OR_PRONOUN = frozenset("his each".split())
 _PREPOSITIONS = frozenset("of to in on at for with by from into onto upon beneath between".split())
 _SUBJECTS = frozenset("i we they he she".split())
 _FINALS = frozenset(". ! ? ... !! ?! !? !!! ??".split())
@@ -90,6 +95,7 @@ _AFTER_SUBJ = frozenset("the a an of my your to i we they he she".split())
 _BAD_LAST = frozenset("a an the of and or but my your their our".split())  # a sentence cannot end on these
 _BAD_PAIRS: frozenset[tuple[str, str]] = frozenset(
     {(a, b) for a in _DETERMINERS for b in _AFTER_DET}
+    | {(a, b) for a in _DET_OR_PRONOUN for b in ("a", "an", "the", "i", "he", "she", "they", "we", "me", "him", "us")}
     | {(a, b) for a in _PREPOSITIONS for b in _AFTER_PREP}
     | {(a, b) for a in _SUBJECTS for b in _AFTER_SUBJ}
     | {(a, b) for a in _BAD_LAST for b in _FINALS}
@@ -127,13 +133,27 @@ def _known_form(tok: str) -> bool:
     )
 
 
+# Interjections that close a chat-register piece as a full stop closes a sentence ("... hehe",
+# "... uwu", "... lol"): a sign-off, where a cut-off piece stops mid-phrase
+SIGN_OFFS = frozenset("hehe hehehe teehee heehee hihi uwu owo nya yay lol lolol xd xoxo rawr".split())
+
+
 def proper_ending(toks: list[str]) -> bool:
     """Ends on . ! ? or '...', maybe followed by closing marks, or on an emoticon: a sign-off that
     a cut-off piece does not produce."""
+    return _last(toks, lambda tok: is_final(tok) or is_emoticon(tok))
+
+
+def signs_off(toks: list[str]) -> bool:
+    """Ends on a chat-register interjection (SIGN_OFFS), maybe followed by closing marks."""
+    return _last(toks, SIGN_OFFS.__contains__)
+
+
+def _last(toks: list[str], ok: Callable[[str], bool]) -> bool:
     for tok in reversed(toks):
         if tok in ('"', ")", "]"):
             continue
-        return is_final(tok) or is_emoticon(tok)
+        return ok(tok)
     return False
 
 

@@ -7,7 +7,9 @@ Style: marker mass per style from natural-English lexicons and patterns (judges/
 
 Quality passes only if every check holds:
   length      min_words .. max_words words
-  ending      ends on . ! ? (or '...'), or on an emoticon sign-off
+  ending      ends on . ! ? (or '...'), or on an emoticon sign-off, or on a chat interjection ("hehe",
+              "uwu") in a piece that uses words outside the world's vocabulary (the generator always
+              ends on a mark, so there an interjection last is a cut)
   repetition  no degenerate loop (judges/open_text.py)
   fluency     >= KNOWN_MIN of the words are English (wordfreq) or style-lexicon words, >=
               FUNCTION_MIN of them function words, and fewer than DISORDER_MAX closed-class word
@@ -30,8 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from judges.config import validate_config
 from judges.open_guard import injection
 from judges.open_styles import LEXICON_WORDS, MARKED, style_scores
-from judges.open_text import normalise, proper_ending, repetition, shape, tokens, words_of
-from judges.open_topics import on_topic, topicality
+from judges.open_text import normalise, proper_ending, repetition, shape, signs_off, tokens, words_of
+from judges.open_topics import WORLD_WORDS, on_topic, topicality
 from judges.rubric_contract import DOMINANCE, label_noise_flips
 from testbed.types import JudgeRequest, Verdict
 from testbed.world.prompts import topic_of_prompt
@@ -112,7 +114,8 @@ class OpenWorldJudge:
         failed: list[str] = []
         if too_long or ("length" in checks and not cfg.min_words <= sh.words <= cfg.max_words):
             failed.append("length")
-        if "ending" in checks and not proper_ending(toks):
+        signed_off = signs_off(toks) and not WORLD_WORDS.issuperset(words)
+        if "ending" in checks and not proper_ending(toks) and not signed_off:
             failed.append("ending")
         rep = repetition(words, counts) if "repetition" in checks else None
         if rep:
