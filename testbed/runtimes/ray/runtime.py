@@ -221,7 +221,7 @@ class RayRunner(ArmRunner):
             policy_state = resume["trainer"]["policy"]
             if self.merge is not None:  # the checkpoint holds base and adapters; the actors a plain model
                 policy_state = lora.merged_weights(policy_state, self.merge)
-            self.publish(policy_state, self.trainer.version)
+            self.publish([ray.put(policy_state)], self.trainer.version)
 
     def save_checkpoint(self, **kw: Any) -> None:
         self.finish_update()  # the learner's state and the recorded updates must agree
@@ -233,8 +233,10 @@ class RayRunner(ArmRunner):
         finally:
             self.trainer.sharded_to = None
 
-    def publish(self, policy_state: dict, version: int) -> None:
-        self.weights, self.trainer.version = [ray.put(policy_state)], version
+    def publish(self, weights: list[ray.ObjectRef], version: int) -> None:
+        """The rollout actors' next weights: refs to the parts of a policy state_dict (the learner's
+        buckets, or one whole state put by the driver), which each actor loads one by one."""
+        self.weights, self.trainer.version = weights, version
 
     def submit_generation(self, index: int, starts: list) -> ray.ObjectRef:
         return self.actors[index].rollout.remote(starts, self.weights, self.trainer.version)
@@ -340,7 +342,7 @@ class RayRunner(ArmRunner):
             return
         ref, self.update_ref = self.update_ref, None
         try:
-            metrics, version, policy_state = ray.get(ref)
+            metrics, version, weights = ray.get(ref)  # the weights stay in the object store: refs
         except ACTOR_DIED as exc:
             raise RunStopped(
                 f"arm {self.arm.name} seed {self.seed}: the learner failed at update {self.state.updates + 1} "
@@ -349,7 +351,7 @@ class RayRunner(ArmRunner):
             ) from None
         self.busy["learner"] += time.perf_counter() - self.update_started
         self.timer.seconds["training"] += time.perf_counter() - self.update_started
-        self.publish(policy_state, version)
+        self.publish(weights, version)
         stale = self.batch_staleness
         metrics = {**metrics, "staleness_mean": sum(stale) / len(stale), "staleness_max": max(stale)}
         self.record_update(metrics)
