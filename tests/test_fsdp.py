@@ -105,6 +105,14 @@ def test_bucket_keys_by_hand():
     assert bucket_keys(sizes, 8) == [["a", "b"], ["c"], ["d", "e"]]  # c, larger than a bucket, alone
     assert bucket_keys(sizes, 100) == [["a", "b", "c", "d", "e"]]
     assert bucket_keys({}, 8) == []
+    assert bucket_keys(sizes, None) == [["a", "b", "c", "d", "e"]]  # publish_bucket_mb null: one bucket
+    # keys that travel together (a LoRA pair and its base weight) form one unit, where its first key is
+    assert bucket_keys(sizes, 8, [("b", "e")]) == [["a"], ["b", "e"], ["c"], ["d"]]
+    assert bucket_keys(sizes, 8, [("b", "e"), ("e", "d")]) == [
+        ["a"],
+        ["b", "d", "e"],
+        ["c"],
+    ]  # groups sharing a key join
 
 
 def test_the_policy_gathered_in_buckets_equals_the_whole_gather(two_ranks):
