@@ -76,6 +76,7 @@ def extras(t, model_name: str, kind: str, updates: list, rank: int, dcp_dir: str
     """The sharded checkpoints (DCP_CASES), the published policy whole and in buckets (MICRO_CASE),
     the micro-batched training (MICRO_CASES) of a case, each None where the case has none."""
     name, out = f"{model_name}-{kind}", {"rest": None, "from_single": None, "published": None, "micro": None}
+    out |= {"checkpointed": None, "bf16": None, "offload": None}
     if (model_name, kind) in DCP_CASES:
         out["rest"] = save_sharded(t, f"{dcp_dir}/ranks-{name}")
         from_single = sharded(model_name, kind)
@@ -86,6 +87,22 @@ def extras(t, model_name: str, kind: str, updates: list, rank: int, dcp_dir: str
         bucket = sum(v.numel() * v.element_size() for v in t.policy.state_dict().values()) // 5
         buckets = len(list(policy_buckets(t.policy, bucket)))
         out["published"] = (published_policy(t.policy, rank), published_policy(t.policy, rank, bucket), buckets)
+        # the other FSDP settings on the same updates: activation checkpointing (float32), and
+        # bfloat16 compute with float32 reductions (the default); offload is refused on the CPU
+        for name, cfg in (
+            ("checkpointed", FSDPConfig(param_dtype="float32", activation_checkpointing=True)),
+            ("bf16", FSDPConfig(param_dtype="bfloat16", reduce_dtype="float32")),
+        ):
+            other = trainer(model_name, kind)
+            apply(other, "fsdp", cfg)
+            for shards, weights in updates:
+                with shard_weight(weights[rank]):
+                    other.update(shards[rank])
+            out[name] = full_state(other.state_dict())
+        try:
+            apply(trainer(model_name, kind), "fsdp", FSDPConfig(offload=True))
+        except ValueError as refused:
+            out["offload"] = str(refused)
     if (model_name, kind) in MICRO_CASES:
         micro = sharded(model_name, kind, MICRO_TOKENS)
         for shards, weights in updates:

@@ -100,6 +100,27 @@ def test_micro_batches_on_two_sharded_ranks_equal_whole_shards(two_ranks, model_
     assert_close(flat_state(got["micro"]), flat_state(got["state"]))
 
 
+def test_activation_checkpointing_and_bfloat16_compute_on_two_ranks(two_ranks):
+    """runtime.fsdp's other settings, SAO on the built policy, the same three updates on two ranks:
+    activation checkpointing (recompute each decoder layer in backward) gives the float32 run's
+    state; bfloat16 compute with float32 reductions keeps float32 weights and moments and takes
+    nearly the float32 run's steps, visibly rounded; offload is refused on CPU learners, by name."""
+    _, results, _ = two_ranks
+    got = results[MICRO_CASE]
+    float32 = flat_state(got["state"])
+    assert_close(flat_state(got["checkpointed"]), float32)
+    bf16, start = flat_state(got["bf16"]), flat_state(trainer(*MICRO_CASE).state_dict())
+    keys = [k for k in float32 if k.startswith(("policy/", "critic/")) and torch.is_tensor(float32[k])]
+    keys = [k for k in keys if float32[k].is_floating_point()]
+    assert {bf16[k].dtype for k in keys} == {torch.float32}  # the sharded master weights stay float32
+    want = torch.cat([(float32[k] - start[k]).flatten() for k in keys])
+    step = torch.cat([(bf16[k] - start[k]).flatten() for k in keys])
+    assert torch.isfinite(step).all() and float(want.norm()) > 0
+    assert float(torch.nn.functional.cosine_similarity(step, want, dim=0)) > 0.98
+    assert 1e-4 < float((step - want).norm() / want.norm()) < 0.25  # bfloat16 rounding, not float32's
+    assert "runtime.fsdp.offload" in got["offload"]
+
+
 def test_bucket_keys_by_hand():
     sizes = {"a": 4, "b": 4, "c": 10, "d": 1, "e": 7}
     assert bucket_keys(sizes, 8) == [["a", "b"], ["c"], ["d", "e"]]  # c, larger than a bucket, alone
