@@ -152,10 +152,13 @@ class LearnerGroup:
         # Sharded ranks gather a state together: every call that returns one goes to all of them.
         self.sharded = strategy == "fsdp" and workers > 1
         actor = ray.remote(LearnerWorker)
+        # One copy of the factory (it carries the starting policy's weights) in the object store for
+        # all the ranks: passed by value, Ray would store it once per actor.
+        factory = ray.put(make_trainer)
         self.workers = [
             actor.options(
                 num_cpus=actor_cpus, num_gpus=actor_gpus, name=f"{name}-learner{rank}" if name else None
-            ).remote(make_trainer, rank, workers, torch_threads, strategy, fsdp)
+            ).remote(factory, rank, workers, torch_threads, strategy, fsdp)
             for rank in range(workers)
         ]
         self.init_method: str | None = None

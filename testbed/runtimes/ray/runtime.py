@@ -180,14 +180,16 @@ class RayRunner(ArmRunner):
         shadow_policy = lora.attach(copy.deepcopy(policy), lora_settings, seed) if lora_settings else policy
         self.trainer = LearnerProxy(make_trainer(arm, shadow_policy, tokenizer, scenario, seed), self.learner)
         self.merge = lora.merge_plan(shadow_policy) if lora_settings else None
-        self.weights = [ray.put(state)]
+        # the starting policy, once in the object store: every rollout actor (and a restarted one) starts from it
+        starting = ray.put(state)
+        self.weights = [starting]
         spec = (scenario.engine.type, scenario.engine.args)
         scenario_data = scenario.model_dump(mode="json", by_alias=True)  # an actor builds its editor's judge from it
         self.new_actor = lambda i: RolloutActor.options(
             num_cpus=rt.actor_cpus, num_gpus=gpus, name=f"{self.name}-rollout{i}-r{self.restarts}"
         ).remote(
             policy.config,
-            state,
+            starting,  # a ref as an argument: Ray hands each actor the value
             tokenizer,
             spec,
             scenario.sampling,
