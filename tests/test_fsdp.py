@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from testbed.runtimes.ray.learner import flat_state, shard_weights, split_batch
 from testbed.runtimes.sharded_checkpoint import load_sharded, save_sharded
 from testbed.runtimes.sharded_state import bucket_keys
-from tests.sharded_ranks import CONFIGS, DCP_CASES, MICRO_CASE, MICRO_CASES, run_rank, trainer
+from tests.sharded_ranks import CONFIGS, DCP_CASES, MICRO_CASE, MICRO_CASES, NAN_CASE, run_rank, trainer
 from tests.test_data_parallel import assert_close, assert_same, batches
 
 MODELS = ["built", "qwen2_moe"]
@@ -119,6 +119,16 @@ def test_activation_checkpointing_and_bfloat16_compute_on_two_ranks(two_ranks):
     assert float(torch.nn.functional.cosine_similarity(step, want, dim=0)) > 0.98
     assert 1e-4 < float((step - want).norm() / want.norm()) < 0.25  # bfloat16 rounding, not float32's
     assert "runtime.fsdp.offload" in got["offload"]
+
+
+def test_a_nonfinite_loss_on_one_sharded_rank_skips_the_step_on_both(two_ranks):
+    """The finiteness agreement under FSDP2: rank 1's loss is nan (one reward), rank 0's is finite;
+    both skip the step (one all-reduced flag before backward), so nothing moves but the skip count."""
+    _, results, _ = two_ranks
+    metrics, before, after = results[NAN_CASE]["nan"]
+    assert metrics["nonfinite"] == "policy loss" and metrics["skipped_steps"] == 1
+    assert torch.isfinite(torch.tensor(metrics["policy_loss"]))  # rank 0's own loss: it skipped for rank 1's
+    assert_same(flat_state(after), {**flat_state(before), "skipped_steps_total": 1})
 
 
 def test_bucket_keys_by_hand():
