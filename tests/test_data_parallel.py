@@ -266,6 +266,9 @@ def test_published_weights_travel_in_buckets_and_a_rollout_actor_loads_the_learn
         assert [k for bucket in buckets for k in bucket] == list(learned)  # every tensor once, in order
         assert_same({k: v for bucket in buckets for k, v in bucket.items()}, learned)
         assert any(not torch.equal(learned[k], state[k]) for k in state)  # two updates moved the policy
+        again = group.policy()  # what a resumed run publishes from loaded learners: the same buckets
+        assert len(again) == len(weights) and all(isinstance(w, ray.ObjectRef) for w in again)
+        assert_same({k: v for bucket in fetched(again) for k, v in bucket.items()}, learned)
         texts = [render_prompt(spec, ["cute", "academic"]) for spec in prompts("train")[:4]]
         trajs = ray.get(actor.generate.remote(texts, weights, version), timeout=TIMEOUT_S)
         assert ray.get(actor.ping.remote()) == version and {t.policy_version for t in trajs} == {version}
