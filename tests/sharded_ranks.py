@@ -3,6 +3,7 @@ torch.multiprocessing's spawn, each importing this module (so it stays light: no
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from testbed.runtimes.sharded_checkpoint import load_sharded, save_sharded
 from testbed.runtimes.sharded_state import full_state, policy_buckets, published_policy
 from testbed.scenario.lora import LoraSettings
 from testbed.scenario.sharding import FSDPConfig
+from testbed.types import Verdict
 from tests.test_trainers import TOK, policy
 from trainers.grpo import GRPOTrainer
 from trainers.running_mean import RunningMeanTrainer
@@ -41,6 +43,8 @@ DCP_CASES = [("built", "sao"), ("qwen2_moe", "running_mean")]
 # and GRPO with the router loss (its whole-batch counts all-reduced before the micro-batches).
 MICRO_CASES, MICRO_TOKENS = [("built", "sao"), ("built", "grpo")], 44  # rows of 17-25 tokens
 MICRO_CASE = MICRO_CASES[0]
+# A non-finite loss on one rank (rank 1's last episode's reward is nan) after the updates: both skip.
+NAN_CASE = ("built", "grpo")
 
 
 class _WordVocab:
@@ -76,6 +80,7 @@ def extras(t, model_name: str, kind: str, updates: list, rank: int, dcp_dir: str
     """The sharded checkpoints (DCP_CASES), the published policy whole and in buckets (MICRO_CASE),
     the micro-batched training (MICRO_CASES) of a case, each None where the case has none."""
     name, out = f"{model_name}-{kind}", {"rest": None, "from_single": None, "published": None, "micro": None}
+    out |= {"checkpointed": None, "bf16": None, "offload": None, "nan": None}
     if (model_name, kind) in DCP_CASES:
         out["rest"] = save_sharded(t, f"{dcp_dir}/ranks-{name}")
         from_single = sharded(model_name, kind)
@@ -86,6 +91,29 @@ def extras(t, model_name: str, kind: str, updates: list, rank: int, dcp_dir: str
         bucket = sum(v.numel() * v.element_size() for v in t.policy.state_dict().values()) // 5
         buckets = len(list(policy_buckets(t.policy, bucket)))
         out["published"] = (published_policy(t.policy, rank), published_policy(t.policy, rank, bucket), buckets)
+        # the other FSDP settings on the same updates: activation checkpointing (float32), and
+        # bfloat16 compute with float32 reductions (the default); offload is refused on the CPU
+        for name, cfg in (
+            ("checkpointed", FSDPConfig(param_dtype="float32", activation_checkpointing=True)),
+            ("bf16", FSDPConfig(param_dtype="bfloat16", reduce_dtype="float32")),
+        ):
+            other = trainer(model_name, kind)
+            apply(other, "fsdp", cfg)
+            for shards, weights in updates:
+                with shard_weight(weights[rank]):
+                    other.update(shards[rank])
+            out[name] = full_state(other.state_dict())
+        try:
+            apply(trainer(model_name, kind), "fsdp", FSDPConfig(offload=True))
+        except ValueError as refused:
+            out["offload"] = str(refused)
+    if (model_name, kind) == NAN_CASE:
+        shards, weights = copy.deepcopy(updates[-1])
+        shards[1][-1].verdict = Verdict(quality=1, style_match=float("nan"), style="cute")  # rank 1's shard only
+        before = full_state(t.state_dict())
+        with shard_weight(weights[rank]):
+            metrics = t.update(shards[rank])  # no deadlock: the ranks agree on skipping
+        out["nan"] = (metrics, before, full_state(t.state_dict()))
     if (model_name, kind) in MICRO_CASES:
         micro = sharded(model_name, kind, MICRO_TOKENS)
         for shards, weights in updates:

@@ -11,10 +11,14 @@ import ray
 import torch
 from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
 
-from testbed.models.policy import token_logprobs_and_routing
+from testbed.models.policy import token_logprobs, token_logprobs_and_routing
 from testbed.runtimes.ray.cluster import start_local
 from testbed.runtimes.ray.learner import LearnerGroup, flat_state, gradients, shard_weights, split_batch
+from testbed.runtimes.ray.rollout import RolloutActor, build_policy, fetched
+from testbed.scenario.schema import SamplingConfig
+from testbed.scenario.sharding import FSDPConfig
 from testbed.types import Segment, Verdict
+from testbed.world import prompts, render_prompt
 from tests.test_trainers import TOK, policy, rollouts
 from trainers.batching import collate
 from trainers.grpo import GRPOTrainer
@@ -161,7 +165,8 @@ def test_two_learners_stay_identical_and_match_one(ray_cluster, name):
             assert_close(states[0], flat_state(single.state_dict()))  # and one trainer on the whole batch
             assert version == single.version and metrics["nonfinite"] is None
             rank0_policy = {k.removeprefix("policy/"): v for k, v in states[0].items() if k.startswith("policy/")}
-            assert_same(flat_state(policy_state), rank0_policy)  # what the runtime publishes is rank 0's policy
+            published = {k: v for bucket in fetched(policy_state) for k, v in bucket.items()}
+            assert_same(published, rank0_policy)  # what the runtime publishes is rank 0's policy
             assert metrics["learner_workers"] == 2
             if kind != "running_mean":  # the trainers that compute router statistics
                 assert {"policy_expert_load_cv_w0", "policy_expert_load_cv_w1"} <= metrics.keys()
@@ -232,6 +237,55 @@ def test_one_worker_is_a_plain_remote_trainer(ray_cluster):
             )
         assert metrics["learner_workers"] == 1 and "policy_expert_load_cv_w0" in metrics and version == 2
     finally:
+        group.shutdown()
+
+
+def test_published_weights_travel_in_buckets_and_a_rollout_actor_loads_the_learners_policy(ray_cluster):
+    """runtime.fsdp.publish_bucket_mb on two FSDP2 ranks: rank 0 puts the gathered policy in the
+    object store as one object per bucket (several, each within the bucket size or one tensor), and
+    a real rollout actor, loading them one at a time into its engine's module, then samples with
+    exactly the learner's weights (its behaviour log-probs are the updated policy's, not the start's)."""
+    kind, args = CONFIGS["running_mean"]
+    start = policy(seed=0)
+    state = {k: v.detach().clone() for k, v in start.state_dict().items()}
+    total = sum(v.numel() * v.element_size() for v in state.values())
+    cfg = FSDPConfig(param_dtype="float32", publish_bucket_mb=total / 5 / 2**20)
+    group = LearnerGroup(MakeTrainer(kind, args), 2, timeout_s=60, strategy="fsdp", fsdp=cfg)
+    sampling = SamplingConfig(max_new_tokens=10)
+    actor = RolloutActor.options(num_cpus=0.5).remote(start.config, state, TOK, ("hf", {}), sampling, 0, 1)
+    try:
+        weights = None
+        for batch in batches("running_mean", n=2):
+            _, version, weights = ray.get(group.update(batch), timeout=TIMEOUT_S)
+        assert version == 2 and len(weights) >= 4 and all(isinstance(w, ray.ObjectRef) for w in weights)
+        buckets = list(fetched(weights))
+        for bucket in buckets:
+            size = sum(v.numel() * v.element_size() for v in bucket.values())
+            assert size <= cfg.bucket_bytes() or len(bucket) == 1
+        learned = group.state_dict()["policy"]  # gathered from the two ranks' shards
+        assert [k for bucket in buckets for k in bucket] == list(learned)  # every tensor once, in order
+        assert_same({k: v for bucket in buckets for k, v in bucket.items()}, learned)
+        assert any(not torch.equal(learned[k], state[k]) for k in state)  # two updates moved the policy
+        again = group.policy()  # what a resumed run publishes from loaded learners: the same buckets
+        assert len(again) == len(weights) and all(isinstance(w, ray.ObjectRef) for w in again)
+        assert_same({k: v for bucket in fetched(again) for k, v in bucket.items()}, learned)
+        texts = [render_prompt(spec, ["cute", "academic"]) for spec in prompts("train")[:4]]
+        trajs = ray.get(actor.generate.remote(texts, weights, version), timeout=TIMEOUT_S)
+        assert ray.get(actor.ping.remote()) == version and {t.policy_version for t in trajs} == {version}
+        data = collate(trajs, TOK.pad_id)
+        mask = data.action_mask
+
+        def logprobs(weights: dict) -> torch.Tensor:
+            with torch.no_grad():
+                return token_logprobs(
+                    build_policy(start.config, weights), data.tokens, data.attention_mask, where=mask
+                )[0][mask]
+
+        behaviour = data.behaviour_logprobs[mask]
+        assert (behaviour - logprobs(learned)).abs().max() < 1e-5  # the actor sampled with the learner's policy
+        assert (behaviour - logprobs(state)).abs().max() > 1e-3  # and not with the one it started with
+    finally:
+        ray.kill(actor)
         group.shutdown()
 
 

@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from testbed.runtimes.ray.learner import flat_state, shard_weights, split_batch
 from testbed.runtimes.sharded_checkpoint import load_sharded, save_sharded
 from testbed.runtimes.sharded_state import bucket_keys
-from tests.sharded_ranks import CONFIGS, DCP_CASES, MICRO_CASE, MICRO_CASES, run_rank, trainer
+from tests.sharded_ranks import CONFIGS, DCP_CASES, MICRO_CASE, MICRO_CASES, NAN_CASE, run_rank, trainer
 from tests.test_data_parallel import assert_close, assert_same, batches
 
 MODELS = ["built", "qwen2_moe"]
@@ -100,11 +100,50 @@ def test_micro_batches_on_two_sharded_ranks_equal_whole_shards(two_ranks, model_
     assert_close(flat_state(got["micro"]), flat_state(got["state"]))
 
 
+def test_activation_checkpointing_and_bfloat16_compute_on_two_ranks(two_ranks):
+    """runtime.fsdp's other settings, SAO on the built policy, the same three updates on two ranks:
+    activation checkpointing (recompute each decoder layer in backward) gives the float32 run's
+    state; bfloat16 compute with float32 reductions keeps float32 weights and moments and takes
+    nearly the float32 run's steps, visibly rounded; offload is refused on CPU learners, by name."""
+    _, results, _ = two_ranks
+    got = results[MICRO_CASE]
+    float32 = flat_state(got["state"])
+    assert_close(flat_state(got["checkpointed"]), float32)
+    bf16, start = flat_state(got["bf16"]), flat_state(trainer(*MICRO_CASE).state_dict())
+    keys = [k for k in float32 if k.startswith(("policy/", "critic/")) and torch.is_tensor(float32[k])]
+    keys = [k for k in keys if float32[k].is_floating_point()]
+    assert {bf16[k].dtype for k in keys} == {torch.float32}  # the sharded master weights stay float32
+    want = torch.cat([(float32[k] - start[k]).flatten() for k in keys])
+    step = torch.cat([(bf16[k] - start[k]).flatten() for k in keys])
+    assert torch.isfinite(step).all() and float(want.norm()) > 0
+    assert float(torch.nn.functional.cosine_similarity(step, want, dim=0)) > 0.98
+    assert 1e-4 < float((step - want).norm() / want.norm()) < 0.25  # bfloat16 rounding, not float32's
+    assert "runtime.fsdp.offload" in got["offload"]
+
+
+def test_a_nonfinite_loss_on_one_sharded_rank_skips_the_step_on_both(two_ranks):
+    """The finiteness agreement under FSDP2: rank 1's loss is nan (one reward), rank 0's is finite;
+    both skip the step (one all-reduced flag before backward), so nothing moves but the skip count."""
+    _, results, _ = two_ranks
+    metrics, before, after = results[NAN_CASE]["nan"]
+    assert metrics["nonfinite"] == "policy loss" and metrics["skipped_steps"] == 1
+    assert torch.isfinite(torch.tensor(metrics["policy_loss"]))  # rank 0's own loss: it skipped for rank 1's
+    assert_same(flat_state(after), {**flat_state(before), "skipped_steps_total": 1})
+
+
 def test_bucket_keys_by_hand():
     sizes = {"a": 4, "b": 4, "c": 10, "d": 1, "e": 7}
     assert bucket_keys(sizes, 8) == [["a", "b"], ["c"], ["d", "e"]]  # c, larger than a bucket, alone
     assert bucket_keys(sizes, 100) == [["a", "b", "c", "d", "e"]]
     assert bucket_keys({}, 8) == []
+    assert bucket_keys(sizes, None) == [["a", "b", "c", "d", "e"]]  # publish_bucket_mb null: one bucket
+    # keys that travel together (a LoRA pair and its base weight) form one unit, where its first key is
+    assert bucket_keys(sizes, 8, [("b", "e")]) == [["a"], ["b", "e"], ["c"], ["d"]]
+    assert bucket_keys(sizes, 8, [("b", "e"), ("e", "d")]) == [
+        ["a"],
+        ["b", "d", "e"],
+        ["c"],
+    ]  # groups sharing a key join
 
 
 def test_the_policy_gathered_in_buckets_equals_the_whole_gather(two_ranks):

@@ -187,22 +187,32 @@ def test_training_moves_the_adapters_and_leaves_the_base_bit_identical():
     assert metrics[0]["kl_ref"] == 0.0 < metrics[1]["kl_ref"]  # the reference stayed the starting policy
 
 
-def test_ray_learner_publishes_merged_weights_for_a_plain_engine():
+@pytest.mark.parametrize("bucket_mb", [None, 0.002])
+def test_ray_learner_publishes_merged_weights_for_a_plain_engine(bucket_mb):
+    """What a Ray learner publishes with policy.lora: merged weights under the plain model's keys,
+    in one bucket or in many small ones (each adapter pair travels with the weight it merges into)."""
     from testbed.runtimes.ray.learner import LearnerWorker
     from testbed.runtimes.ray.rollout import build_policy as plain_policy
+    from testbed.runtimes.ray.rollout import load_buckets
     from testbed.runtimes.ray.runtime import TrainerFactory
     from testbed.scenario.schema import ArmConfig
+    from testbed.scenario.sharding import FSDPConfig
 
     base = build_policy(SMALL, TOK)
     arm = ArmConfig(name="rm", type="running_mean", args={"episodes_per_update": 8})
     state = {k: v.clone() for k, v in base.state_dict().items()}
     factory = TrainerFactory(arm, base.config, state, TOK.pad_id, 1.0, 0, 1, lora=LORA)
-    worker = LearnerWorker(factory, rank=0, world=1, torch_threads=1)
+    fsdp = FSDPConfig(publish_bucket_mb=bucket_mb)
+    worker = LearnerWorker(factory, rank=0, world=1, torch_threads=1, fsdp=fsdp)
     worker.setup(None, 10.0)
     policy = worker.trainer.policy
-    _, version, published = worker.update(rollouts(policy, 8), None)
-    assert version == 1 and published.keys() == state.keys()
-    engine_model = plain_policy(base.config, published)  # what a rollout actor builds and loads
+    _, version, buckets = worker.update(rollouts(policy, 8), None)  # in process: the buckets themselves
+    assert version == 1
+    assert len(buckets) == 1 if bucket_mb is None else len(buckets) > 5
+    published = {k: v for bucket in buckets for k, v in bucket.items()}
+    assert published.keys() == state.keys()
+    engine_model = plain_policy(base.config, state)  # what a rollout actor builds, then loads into
+    assert load_buckets(engine_model, buckets) == len(buckets)
     assert not has_adapters(engine_model)
     assert any(not torch.equal(published[k], state[k]) for k in state)  # the update reached the engine
     tokens, mask, where = batch()

@@ -96,6 +96,12 @@ def shard_trainer(trainer: Any, cfg: FSDPConfig) -> None:
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    if cfg.offload and device == "cpu":  # FSDP2's CPUOffloadPolicy copies each layer to an accelerator to compute
+        raise ValueError(
+            "runtime.fsdp.offload: true needs learners on GPUs (it keeps weights and optimiser state on the host "
+            "and computes on the device); these learners are on the CPU, where everything is on the host already: "
+            "set runtime.fsdp.offload: false"
+        )
     mesh = init_device_mesh(device, (dist.get_world_size(),))
     precision = MixedPrecisionPolicy(
         param_dtype=DTYPES[cfg.param_dtype] if cfg.param_dtype else None,

@@ -8,7 +8,7 @@ Gathering is a collective: every rank calls these at the same point, in the same
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -33,13 +33,14 @@ def full_state(obj: Any) -> Any:
 
 
 def published_policy(policy: nn.Module, rank: int, bucket_bytes: int | None = None) -> dict[str, torch.Tensor] | None:
-    """The policy's full weights on the CPU for the rollout engines, on rank 0 (None elsewhere).
-    Sharded: gathered in buckets of about `bucket_bytes` (`policy_buckets`); None: all at once by
-    `get_model_state_dict(full_state_dict=True, cpu_offload=True)`, one parameter at a time, each
-    moved to the CPU at once, so an accelerator never holds more than one full tensor."""
+    """The policy's full weights on the CPU for the rollout engines, on rank 0 (None elsewhere), as
+    one dict. Sharded: gathered in buckets of about `bucket_bytes` (`published_buckets`); None: all
+    at once by `get_model_state_dict(full_state_dict=True, cpu_offload=True)`, one parameter at a
+    time, each moved to the CPU at once, so an accelerator never holds more than one full tensor.
+    (The Ray learner publishes `published_buckets` one by one instead: no whole copy is assembled.)"""
     if is_sharded(policy):
         if bucket_bytes is not None:
-            buckets = list(policy_buckets(policy, bucket_bytes))
+            buckets = list(published_buckets(policy, rank, bucket_bytes))
             return {k: v for bucket in buckets for k, v in bucket.items()} if rank == 0 else None
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
@@ -50,21 +51,63 @@ def published_policy(policy: nn.Module, rank: int, bucket_bytes: int | None = No
     return {k: v.detach().cpu() for k, v in policy.state_dict().items()}
 
 
-def bucket_keys(sizes: dict[str, int], bucket_bytes: int) -> list[list[str]]:
-    """Consecutive keys grouped so that each group's bytes stay within `bucket_bytes` (a larger
-    tensor alone). Pure: every rank computes the same groups from the full sizes."""
+def published_buckets(
+    policy: nn.Module, rank: int, bucket_bytes: int | None, together: Sequence[Iterable[str]] = ()
+) -> Iterator[dict[str, torch.Tensor]]:
+    """The policy's full weights on rank 0's CPU, bucket by bucket (`bucket_keys`: about
+    `bucket_bytes` each, all in one where None; the keys of each of `together` in one bucket).
+    Sharded: `policy_buckets`, a collective (every rank iterates to the end; the others get empty
+    dicts). Not sharded: rank 0 alone yields (a CPU copy of each bucket's tensors), the others nothing.
+    A consumer that drops each bucket before taking the next holds one bucket of full tensors."""
+    if is_sharded(policy):
+        yield from policy_buckets(policy, bucket_bytes, together)
+        return
+    if rank != 0:  # the others hold the same tensors; one copy travels
+        return
+    state = {k: v.detach() for k, v in policy.state_dict().items()}
+    sizes = {k: v.numel() * v.element_size() for k, v in state.items()}
+    for keys in bucket_keys(sizes, bucket_bytes, together):
+        yield {k: state[k].cpu() for k in keys}
+
+
+def bucket_keys(
+    sizes: dict[str, int], bucket_bytes: int | None, together: Sequence[Iterable[str]] = ()
+) -> list[list[str]]:
+    """Keys grouped so that each group's bytes stay within `bucket_bytes` (a larger unit alone; None:
+    one group of all). A unit is a key, or the keys of one of `together` (LoRA's adapter pair and
+    the base weight it merges into), placed where its first key is; units keep their order. Pure:
+    every rank computes the same groups from the full sizes."""
+    owner: dict[str, str] = {}  # key -> another key of its unit (groups that share a key join)
+    for group in together:
+        first, *rest = [*group] or [""]
+        for key in rest:
+            root, other = _root(owner, first), _root(owner, key)
+            if root != other:
+                owner[other] = root
+    units: dict[str, list[str]] = {}
+    for key in sizes:
+        units.setdefault(_root(owner, key), []).append(key)
     buckets: list[list[str]] = []
     held = 0
-    for key, size in sizes.items():
-        if not buckets or held + size > bucket_bytes:
+    for unit in units.values():
+        size = sum(sizes[k] for k in unit)
+        if not buckets or (bucket_bytes is not None and held + size > bucket_bytes):
             buckets.append([])
             held = 0
-        buckets[-1].append(key)
+        buckets[-1].extend(unit)
         held += size
     return [b for b in buckets if b]
 
 
-def policy_buckets(policy: nn.Module, bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
+def _root(owner: dict[str, str], key: str) -> str:
+    while owner.get(key, key) != key:
+        key = owner[key]
+    return key
+
+
+def policy_buckets(
+    policy: nn.Module, bucket_bytes: int | None, together: Sequence[Iterable[str]] = ()
+) -> Iterator[dict[str, torch.Tensor]]:
     """The sharded policy's full weights, bucket by bucket, on the CPU of rank 0 (empty dicts on
     the others): the state dict torch.distributed.checkpoint.state_dict gives (sharded, FQN keys),
     each bucket gathered and offloaded as `get_model_state_dict(full_state_dict=True,
@@ -75,7 +118,7 @@ def policy_buckets(policy: nn.Module, bucket_bytes: int) -> Iterator[dict[str, t
 
     state = {k: v for k, v in get_model_state_dict(policy).items() if torch.is_tensor(v)}
     sizes = {k: v.numel() * v.element_size() for k, v in state.items()}  # a DTensor's numel is the full one
-    for keys in bucket_keys(sizes, bucket_bytes):
+    for keys in bucket_keys(sizes, bucket_bytes, together):
         yield _gather_state_dict({k: state[k] for k in keys}, cpu_offload=True, ranks_only=(0,))
 
 

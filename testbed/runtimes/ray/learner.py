@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
-import torch
 
 from testbed.runtimes.checkpoint import SHARDED
 from testbed.runtimes.ray.learner_worker import (
@@ -116,7 +115,8 @@ def _get_all(refs: Sequence[ray.ObjectRef], grace_s: float = 5.0) -> list[Any]:
 
 @ray.remote(num_cpus=0)
 def _combine(refs: list[ray.ObjectRef]) -> tuple[dict, int, dict]:
-    """One update's result: rank 0's metrics and policy, plus every worker's expert load."""
+    """One update's result: rank 0's metrics and published policy (its buckets' refs: the objects
+    stay where rank 0 put them), plus every worker's expert load."""
     results = _get_all(refs)
     metrics, version, policy = results[0]
     metrics = dict(metrics)
@@ -131,7 +131,8 @@ def _combine(refs: list[ray.ObjectRef]) -> tuple[dict, int, dict]:
 # -- the group (driver side) --------------------------------------------------------------------
 class LearnerGroup:
     """`workers` data-parallel learner actors behind one trainer-like API. Blocking, except
-    `update`, which returns a ref to (metrics, version, rank 0's policy state_dict on CPU)."""
+    `update`, which returns a ref to (metrics, version, the policy's published buckets: a list of
+    refs to Ray objects, each a part of its full state_dict on the CPU, put by rank 0)."""
 
     def __init__(
         self,
@@ -151,10 +152,13 @@ class LearnerGroup:
         # Sharded ranks gather a state together: every call that returns one goes to all of them.
         self.sharded = strategy == "fsdp" and workers > 1
         actor = ray.remote(LearnerWorker)
+        # One copy of the factory (it carries the starting policy's weights) in the object store for
+        # all the ranks: passed by value, Ray would store it once per actor.
+        factory = ray.put(make_trainer)
         self.workers = [
             actor.options(
                 num_cpus=actor_cpus, num_gpus=actor_gpus, name=f"{name}-learner{rank}" if name else None
-            ).remote(make_trainer, rank, workers, torch_threads, strategy, fsdp)
+            ).remote(factory, rank, workers, torch_threads, strategy, fsdp)
             for rank in range(workers)
         ]
         self.init_method: str | None = None
@@ -218,8 +222,8 @@ class LearnerGroup:
         rest = _get_all([w.save_sharded.remote(str(directory)) for w in self.workers])[0]
         return {**rest, SHARDED: os.path.basename(directory)}
 
-    def policy(self) -> dict[str, torch.Tensor]:
-        """The policy's full weights (rank 0's gathered copy)."""
+    def policy(self) -> list[ray.ObjectRef]:
+        """The policy's full weights, published by rank 0 as `update` does: refs, one per bucket."""
         return _get_all([w.policy.remote() for w in self.workers])[0]
 
     def warmup(self, samples: list[Trajectory]) -> dict[str, Any]:

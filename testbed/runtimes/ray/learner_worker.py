@@ -24,7 +24,7 @@ from testbed.cpu_numerics import configure_torch
 from testbed.models import lora
 from testbed.runtimes import learner_strategy, sharded_checkpoint
 from testbed.runtimes.ray.shard import shard_weight
-from testbed.runtimes.sharded_state import full_state, published_policy
+from testbed.runtimes.sharded_state import full_state, published_buckets
 from testbed.scenario.sharding import FSDPConfig
 from testbed.types import Trajectory
 
@@ -158,18 +158,31 @@ class LearnerWorker:
         else:
             with shard_weight(weight):
                 metrics = self.trainer.update(shard)
+        return {**metrics, **mismatch}, self.trainer.version, self.publish()
+
+    def publish(self) -> list[Any] | None:
+        """Rank 0: the policy's full weights as Ray objects, one per bucket (`fsdp.publish_bucket_mb`),
+        each put in the object store as soon as it is gathered (and, with policy.lora, merged), then
+        dropped, so this process never holds more than one bucket of full tensors beside its own
+        (shards); None on the other ranks, which take part in the gather where sharded. Outside Ray
+        (a worker driven in process) the buckets themselves."""
+        put: Callable[[Any], Any] = ray.put if ray.is_initialized() else (lambda bucket: bucket)
         model = getattr(self.trainer, "policy", None)
-        if isinstance(model, torch.nn.Module):
-            policy = published_policy(model, self.rank, self.bucket_bytes)  # a collective where sharded
-            if policy is not None and self.merge is not None:  # the engines hold plain models
-                policy = lora.merged_weights(policy, self.merge)
-        else:  # a plug-in trainer: its state_dict's policy (the trainer protocol)
-            policy = (
-                {k: v.detach().cpu() for k, v in self.trainer.state_dict()["policy"].items()}
-                if self.rank == 0
-                else None
-            )
-        return {**metrics, **mismatch}, self.trainer.version, policy
+        if not isinstance(model, torch.nn.Module):  # a plug-in trainer: its state_dict's policy (the trainer protocol)
+            if self.rank != 0:
+                return None
+            return [put({k: v.detach().cpu() for k, v in self.trainer.state_dict()["policy"].items()})]
+        merge = self.merge or []  # policy.lora: each adapter pair travels with the weight it merges into
+        refs = []
+        for bucket in published_buckets(
+            model, self.rank, self.bucket_bytes, [(m.lora_a, m.lora_b, m.target) for m in merge]
+        ):
+            if self.rank == 0:  # the engines hold plain models
+                refs.append(
+                    put(lora.merged_weights(bucket, [m for m in merge if m.target in bucket]) if merge else bucket)
+                )
+            del bucket
+        return refs if self.rank == 0 else None
 
     def call(self, method: str, *args: Any) -> Any:
         """A trainer method or attribute (the warm-up hooks, state_dict, version ...)."""
@@ -185,8 +198,8 @@ class LearnerWorker:
     def load_sharded(self, directory: str, rest: dict[str, Any]) -> None:
         sharded_checkpoint.load_sharded(self.trainer, directory, rest)
 
-    def policy(self) -> dict[str, torch.Tensor] | None:
-        return published_policy(self.trainer.policy, self.rank, self.bucket_bytes)
+    def policy(self) -> list[Any] | None:
+        return self.publish()
 
     def flat_state(self) -> dict[str, Any]:
         return flat_state(full_state(self.trainer.state_dict()))

@@ -2,16 +2,21 @@
 driver issues (the env's episode runner: one response, or every turn of a multi-turn episode
 but its final judge call), with the newest weights the learner has published.
 
-Weights travel by version through Ray's object store: the driver passes the reference of the
-newest policy state (wrapped in a list, so Ray does not fetch it for every call) and its version;
-an actor fetches and loads it only when its version is older. So nothing is read from a disk the
-actor's node may not have.
+Weights travel by version through Ray's object store, in buckets: the driver passes the list of
+references to the newest policy's parts (the learner puts one object per bucket as it gathers
+them, `runtime.fsdp.publish_bucket_mb`; a list, so Ray does not fetch them for every call) and its
+version. An actor whose version is older fetches the buckets one at a time and loads each into the
+module its engine was built on (`load_buckets`: one bucket of full tensors in flight, never a
+whole second copy), then calls the engine's `load_weights(None, version)`, as the synchronous loop
+does after training the module the engine shares (the vLLM engine copies the module into vLLM in
+place and checks its probe then). So nothing is read from a disk the actor's node may not have.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -33,6 +38,30 @@ def build_policy(config: Any, state: dict[str, torch.Tensor], device: torch.devi
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(state)
     return model.to(device).eval()
+
+
+def fetched(weights: list[Any]) -> Iterator[dict[str, torch.Tensor]]:
+    """The published buckets one at a time (each a ref to a Ray object, or a dict as it is)."""
+    for part in weights:
+        yield ray.get(part) if isinstance(part, ray.ObjectRef) else part
+
+
+def load_buckets(model: torch.nn.Module, weights: list[Any]) -> int:
+    """Load a policy's published buckets into `model` in place, one at a time; raise unless they
+    hold exactly the model's state_dict keys. Returns the number of buckets."""
+    want, got, count = set(model.state_dict()), set[str](), 0
+    for bucket in fetched(weights):
+        result = model.load_state_dict(bucket, strict=False)
+        if result.unexpected_keys or got & bucket.keys():
+            raise RuntimeError(f"published weights: unexpected or repeated keys {sorted(result.unexpected_keys)[:5]}")
+        got |= bucket.keys()
+        count += 1
+        del bucket
+    if got != want:
+        raise RuntimeError(
+            f"published weights: {len(want - got)} of the policy's tensors missing, e.g. {sorted(want - got)[:5]}"
+        )
+    return count
 
 
 class LazyReview:
@@ -71,6 +100,7 @@ class RolloutActor:
 
         configure_torch(threads)  # Ray sets OMP_NUM_THREADS=1 in its workers
         policy = build_policy(policy_config, policy_state, for_this_process(device))  # runtime.device
+        self.policy = policy  # the engine's module: published buckets load into it (`use`)
         name, args = engine
         self.engine = registry.build(registry.load("engine", name), args, policy, tokenizer, sampling)
         self.episodes = episodes  # the env's episode runner (testbed.envs: SingleTurn, Revision)
@@ -98,7 +128,8 @@ class RolloutActor:
 
     def use(self, weights: list[ray.ObjectRef], version: int) -> None:
         if version != self.version:
-            self.engine.load_weights(ray.get(weights[0]), version)
+            load_buckets(self.policy, weights)
+            self.engine.load_weights(None, version)  # the module it shares has the new weights
             self.version = version
 
     def ping(self) -> int:

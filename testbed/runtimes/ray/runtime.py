@@ -180,14 +180,16 @@ class RayRunner(ArmRunner):
         shadow_policy = lora.attach(copy.deepcopy(policy), lora_settings, seed) if lora_settings else policy
         self.trainer = LearnerProxy(make_trainer(arm, shadow_policy, tokenizer, scenario, seed), self.learner)
         self.merge = lora.merge_plan(shadow_policy) if lora_settings else None
-        self.weights = [ray.put(state)]
+        # the starting policy, once in the object store: every rollout actor (and a restarted one) starts from it
+        starting = ray.put(state)
+        self.weights = [starting]
         spec = (scenario.engine.type, scenario.engine.args)
         scenario_data = scenario.model_dump(mode="json", by_alias=True)  # an actor builds its editor's judge from it
         self.new_actor = lambda i: RolloutActor.options(
             num_cpus=rt.actor_cpus, num_gpus=gpus, name=f"{self.name}-rollout{i}-r{self.restarts}"
         ).remote(
             policy.config,
-            state,
+            starting,  # a ref as an argument: Ray hands each actor the value
             tokenizer,
             spec,
             scenario.sampling,
@@ -221,7 +223,7 @@ class RayRunner(ArmRunner):
             policy_state = resume["trainer"]["policy"]
             if self.merge is not None:  # the checkpoint holds base and adapters; the actors a plain model
                 policy_state = lora.merged_weights(policy_state, self.merge)
-            self.publish(policy_state, self.trainer.version)
+            self.publish([ray.put(policy_state)], self.trainer.version)
 
     def save_checkpoint(self, **kw: Any) -> None:
         self.finish_update()  # the learner's state and the recorded updates must agree
@@ -233,8 +235,10 @@ class RayRunner(ArmRunner):
         finally:
             self.trainer.sharded_to = None
 
-    def publish(self, policy_state: dict, version: int) -> None:
-        self.weights, self.trainer.version = [ray.put(policy_state)], version
+    def publish(self, weights: list[ray.ObjectRef], version: int) -> None:
+        """The rollout actors' next weights: refs to the parts of a policy state_dict (the learner's
+        buckets, or one whole state put by the driver), which each actor loads one by one."""
+        self.weights, self.trainer.version = weights, version
 
     def submit_generation(self, index: int, starts: list) -> ray.ObjectRef:
         return self.actors[index].rollout.remote(starts, self.weights, self.trainer.version)
@@ -340,7 +344,7 @@ class RayRunner(ArmRunner):
             return
         ref, self.update_ref = self.update_ref, None
         try:
-            metrics, version, policy_state = ray.get(ref)
+            metrics, version, weights = ray.get(ref)  # the weights stay in the object store: refs
         except ACTOR_DIED as exc:
             raise RunStopped(
                 f"arm {self.arm.name} seed {self.seed}: the learner failed at update {self.state.updates + 1} "
@@ -349,7 +353,7 @@ class RayRunner(ArmRunner):
             ) from None
         self.busy["learner"] += time.perf_counter() - self.update_started
         self.timer.seconds["training"] += time.perf_counter() - self.update_started
-        self.publish(policy_state, version)
+        self.publish(weights, version)
         stale = self.batch_staleness
         metrics = {**metrics, "staleness_mean": sum(stale) / len(stale), "staleness_max": max(stale)}
         self.record_update(metrics)
