@@ -89,3 +89,34 @@ def test_micro_batch_tokens_bound_the_activation_figure():
     # 25 tokens: two rows at a time; 5: still one row (a micro-batch holds at least one)
     assert activation_bytes(shape, Settings(**{**vars(whole), "micro_batch_tokens": 25})) == 20 * 1280 + 8 * 80
     assert activation_bytes(shape, Settings(**{**vars(whole), "micro_batch_tokens": 5})) == 10 * 1280 + 4 * 80
+
+
+def test_a_sharded_learner_is_planned_while_it_builds_the_whole_models():
+    """FSDP cuts the models after the learner builds them whole (learner_strategy.shard_trainer): a
+    sharded rank's plan holds that moment too, and a build that cannot fit is refused by name even
+    though the sharded steady state would fit."""
+    from testbed.models.memory import GB, ModelShape, Settings, plan
+
+    shape = ModelShape(30 * 10**9, 29 * 10**9, layers=48, hidden=2048, vocab=151936, kv_heads=4, head_dim=128,
+                       top_k=8, expert_width=768, largest_layer=6 * 10**8)  # fmt: skip
+    base = Settings(dtype="bfloat16", strategy="fsdp", learner_workers=8, param_dtype="bfloat16",
+                    activation_checkpointing=True, critic="moe", new_tokens=256)  # fmt: skip
+    built = plan(shape, base, 141 * GB)["processes"]["learner rank, building"]["items"]
+    assert built == {"policy whole (building)": 60 * 10**9, "critic whole (building)": 60 * 10**9}
+    assert plan(shape, base, 141 * GB)["fits"]  # 120 GB of whole models under the 127 GB a plan may fill
+    with_reference = plan(shape, Settings(**{**vars(base), "reference": True}), 141 * GB)
+    assert not with_reference["fits"] and with_reference["processes"]["learner rank"]["total"] < 0.9 * 141 * GB
+    assert with_reference["largest"]["process"] == "learner rank, building"
+    assert any("kl_coef: 0" in fix for fix in with_reference["fixes"])
+    assert any("policy.lora" in fix for fix in with_reference["fixes"])
+    one_process = Settings(**{**vars(base), "learner_workers": 1})  # nothing is sharded: no build moment
+    assert "learner rank, building" not in plan(shape, one_process, 141 * GB)["processes"]
+
+
+def test_the_8_gpu_recipe_with_a_kl_reference_is_refused_for_its_build(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("ZAI_API_KEY", "not-a-key")
+    monkeypatch.setenv("TESTBED_CACHE", str(tmp_path / "cache"))
+    checkpoint = stand_in(tmp_path, RECIPES["gpu_moe_8x"])
+    code, _, err = dry_run(capsys, "gpu_moe_8x", checkpoint, "arms.0.args.kl_coef=0.1")
+    assert code == 2
+    assert "learner rank, building" in err and "whole (building)" in err and "kl_coef: 0" in err

@@ -118,6 +118,7 @@ def config_rows(directory: str, gpu_gb: float, gpus: list[int]) -> list[dict[str
             p = plan(shape, s, int(gpu_gb * GB))
             learner = p["processes"].get("learner rank") or p["processes"]["process"]
             actor = p["processes"].get("rollout actor")
+            build = p["processes"].get("learner rank, building")
             name = f"{strategy}{' + checkpointing' if ckpt else ''}{' + offload' if offload else ''}"
             rows.append(
                 {
@@ -125,6 +126,7 @@ def config_rows(directory: str, gpu_gb: float, gpus: list[int]) -> list[dict[str
                     "settings": "synchronous, LoRA policy + critic (r 8)" if lora else name,
                     "learner_gb": learner["total"] / GB,
                     "actor_gb": actor["total"] / GB if actor else None,
+                    "build_gb": build["total"] / GB if build else None,
                     "fits": p["fits"],
                 }
             )
@@ -137,15 +139,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-gb", type=float, default=141.0)
     parser.add_argument("--gpus", type=int, nargs="+", default=[1, 8])
     args = parser.parse_args(argv)
-    print("| model | parameters | GPUs | learner settings | learner rank GB | rollout actor GB | fits |")
-    print("|---|---|---|---|---|---|---|")
+    columns = ["model", "parameters", "GPUs", "learner settings", "learner rank GB", "while building"]
+    print(f"| {' | '.join(columns)} | rollout actor GB | fits |")
+    print("|---|---|---|---|---|---|---|---|")
     for directory in args.config_dirs:
         head, *rows = config_rows(directory, args.gpu_gb, args.gpus)
         for row in rows:
             actor = "-" if row["actor_gb"] is None else f"{row['actor_gb']:.1f}"  # the synchronous runtime has none
+            build = "-" if row["build_gb"] is None else f"{row['build_gb']:.1f}"  # only a sharded rank builds whole
             print(
                 f"| {os.path.basename(directory.rstrip('/'))} | {head['parameters'] / 1e9:.2f}B | {row['gpus']} | "
-                f"{row['settings']} | {row['learner_gb']:.1f} | {actor} | "
+                f"{row['settings']} | {row['learner_gb']:.1f} | {build} | {actor} | "
                 f"{'yes' if row['fits'] else 'no'} |"
             )
     return 0

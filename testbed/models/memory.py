@@ -174,6 +174,20 @@ def learner_items(shape: ModelShape, s: Settings) -> dict[str, int]:
     return items
 
 
+def build_items(shape: ModelShape, s: Settings) -> dict[str, int]:
+    """A sharded learner rank while it builds: each model whole on its device, in the weights' dtype,
+    until `fully_shard` cuts it (learner_strategy.shard_trainer; no gradients or optimiser state yet)."""
+    width = BYTES[s.dtype]
+    adapters = adapter_parameters(shape, s.lora_targets, s.lora_r) if s.lora_targets else 0
+    items = {"policy whole (building)": (shape.parameters + adapters) * width}
+    if s.reference and not s.lora_targets:
+        items["reference whole (building)"] = shape.parameters * width
+    if s.critic:
+        critic_adapters = adapter_parameters(shape, None, s.critic_lora_r) if s.critic == "lora" else 0
+        items["critic whole (building)"] = (shape.parameters + critic_adapters) * width
+    return items
+
+
 def actor_items(shape: ModelShape, s: Settings) -> dict[str, int]:
     kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * BYTES[s.dtype]
     return {
@@ -185,6 +199,8 @@ def actor_items(shape: ModelShape, s: Settings) -> dict[str, int]:
 def plan(shape: ModelShape, s: Settings, device_bytes: int) -> dict[str, Any]:
     """Each process's items and total against the device; `fits` False names the largest item."""
     processes = {"learner rank": learner_items(shape, s), "rollout actor": actor_items(shape, s)}
+    if sharded(s):  # the rank's peak may come before sharding: every model whole at once
+        processes["learner rank, building"] = build_items(shape, s)
     if not s.separate_processes:  # the synchronous runtime: one process holds both
         merged = {**processes["learner rank"], **processes["rollout actor"]}
         merged.pop("policy weights (engine)")  # the engine samples the trained policy itself
@@ -216,6 +232,11 @@ def fixes_for(item: str, s: Settings) -> list[str]:
         return ["a smaller sampling.max_new_tokens", "a smaller episodes_per_update (fewer sequences per round)"]
     if item == "policy weights (engine)":
         return ["a smaller model, or a 16-bit checkpoint (torch_dtype bfloat16)"]
+    if item.endswith("(building)"):  # sharding comes after the build: more ranks do not help
+        fixes = ["a smaller model, or a 16-bit checkpoint (torch_dtype bfloat16)"]
+        if s.reference and not s.lora_targets:
+            fixes.append("policy.lora (the reference is the policy with its adapters off: one whole copy fewer)")
+        return fixes + ["no KL reference (kl_coef: 0)" if s.reference else "a GPU with more memory per learner rank"]
     ray = "" if s.separate_processes else "runtime.kind: ray with "
     if not sharded(s):
         fixes = [f"{ray}runtime.learner_strategy: fsdp and 2+ runtime.learner_workers (each holds 1/W)"]
