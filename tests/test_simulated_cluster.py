@@ -191,3 +191,101 @@ def test_the_queue_limit_bounds_episodes_in_flight_and_queued():
     SimulatedCluster(cfg, 2, 1, None, seed=0).run(unlimited)
     assert limited.held <= 6 < unlimited.held
     assert len(limited.trained) == len(unlimited.trained) == 40  # the limit delays, it loses nothing
+
+
+class Evaluated(Bare):
+    """A Bare workload with one held-out evaluation, due once an episode has arrived."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.evals = []  # (time, the newest published version) of each evaluation
+
+    def eval_due(self):
+        return not self.evals and len(self.arrivals) >= 1
+
+    def between_events(self, now):
+        if self.eval_due():
+            self.evals.append((now, self.published[-1][0] if self.published else 0))
+
+    def train(self, batch, now, done_s):
+        self.updates = getattr(self, "updates", []) + [(now, done_s)]
+        return super().train(batch, now, done_s)
+
+
+def test_a_draining_evaluation_waits_for_the_learner_and_holds_completions_as_the_ray_driver_does():
+    """Two slots, batches of one, a 3 s update: episode 0 takes 1 s, episode 1 2 s. At t = 1 episode
+    0 is trained (until t = 4) and the evaluation is due. `aside` evaluates version 0 at once and
+    the freed slot starts episode 2 then. `drain` waits for the update (t = 4), finds no whole
+    batch queued (episode 1 completed at t = 2 but waits, unjudged, like a round the blocked Ray
+    driver has not collected), evaluates version 1 at t = 4, and only then starts episode 2 and
+    judges episode 1."""
+    latency = {"per_token_s": 1.0, "per_turn_s": 0, "judge_s": 0}
+    learner = {"fixed_s": 3.0, "per_token_s": 0, "sync_s": 0}
+    runs = {}
+    for evaluation in ("aside", "drain"):
+        cfg = SimulationConfig.model_validate(
+            {"rollout_slots": 2, "latency": latency, "learner": learner, "evaluation": evaluation}
+        )
+        work = Evaluated(budget=4, batch=1, tokens=lambda p, member: 2 if p == 1 else 1)
+        SimulatedCluster(cfg, 1, 1, None, seed=0).run(work)
+        runs[evaluation] = work
+    aside, drain = runs["aside"], runs["drain"]
+    assert aside.evals == [(1.0, 0)] and drain.evals == [(4.0, 1)]
+    assert (aside.starts[2][1], aside.starts[2][2]) == (1.0, 0)  # episode 2: started at t = 1 under version 0
+    assert (drain.starts[2][1], drain.starts[2][2]) == (4.0, 1)  # not before the drain ends, under version 1
+    arrived = {job.starts[0]: (max(job.done_s), at) for job, at in drain.arrivals}
+    assert arrived[1] == (2.0, 4.0)  # completed at 2 s, judged when the drain ended
+    assert {job.starts[0]: at for job, at in aside.arrivals}[1] == 2.0
+    assert len(drain.trained) == len(aside.trained) == 4  # it delays, it loses nothing
+
+
+def test_a_drain_trains_the_next_whole_batch_too():
+    """Both episodes complete at t = 1; the learner takes episode 0 (3 s), and the drain trains
+    episode 1 after it (t = 4 .. 7) before the evaluation reads version 2 at t = 7."""
+    cfg = SimulationConfig.model_validate(
+        {
+            "rollout_slots": 2,
+            "latency": {"per_token_s": 0, "per_turn_s": 1.0, "judge_s": 0},
+            "learner": {"fixed_s": 3.0, "per_token_s": 0, "sync_s": 0},
+            "evaluation": "drain",
+        }
+    )
+    work = Evaluated(budget=4, batch=1)
+    SimulatedCluster(cfg, 1, 1, None, seed=0).run(work)
+    assert work.evals == [(7.0, 2)]
+    assert work.updates[:2] == [(1.0, 4.0), (4.0, 7.0)]
+    assert [start for _, start, _ in work.starts[2:]] == [7.0, 7.0]
+
+
+def test_a_static_round_shares_one_latency_draw_and_single_slots_draw_their_own():
+    """With `issue_size` a job is one batched generation (a Ray actor's round): its members
+    complete together whatever the spread; without it, continuous batching, each its own time."""
+    latency = {"per_token_s": 0, "per_turn_s": 1.0, "judge_s": 0, "spread": 1.0}
+    for issue_size, together in ((4, True), (None, False)):
+        cfg = SimulationConfig.model_validate({"rollout_slots": 8, "issue_size": issue_size, "latency": latency})
+        work = Bare(budget=8 if issue_size else 32, batch=4, group=4 if issue_size else 1)  # issues whole jobs
+        SimulatedCluster(cfg, 4, 1, None, seed=0).run(work)
+        if together:
+            assert all(len(job.starts) == 4 and len(set(job.done_s)) == 1 for job, _ in work.arrivals)
+        else:
+            assert len({max(job.done_s) - job.start_s for job, _ in work.arrivals}) == 32
+
+
+def test_the_learner_spread_varies_updates_on_its_own_stream():
+    """`learner.spread`: each update's time (before the sync) times a log-normal factor of median 1;
+    drawn from a stream of its own, so the episodes' latencies are the same draws as without it."""
+    latency = {"per_token_s": 0, "per_turn_s": 1.0, "judge_s": 0, "spread": 0.5}
+    durations, episode_seconds_ = {}, {}
+    for spread in (0.0, 0.5):
+        learner = {"fixed_s": 0.1, "per_token_s": 0, "sync_s": 0.05, "spread": spread}
+        work = Evaluated(budget=4000, batch=1)
+        work.eval_due = lambda: False
+        SimulatedCluster(sim(8, latency=latency, learner=learner), 1, 1, None, seed=0).run(work)
+        durations[spread] = np.array([done - now for now, done in work.updates])
+        jobs = sorted((job for job, _ in work.arrivals), key=lambda job: job.seq)
+        episode_seconds_[spread] = [job.done_s[0] - job.start_s for job in jobs]
+    assert np.allclose(durations[0.0], 0.15)
+    compute = durations[0.5] - 0.05
+    assert np.median(compute) == pytest.approx(0.1, rel=0.05)
+    assert np.std(np.log(compute / 0.1)) == pytest.approx(0.5, abs=0.03)
+    assert episode_seconds_[0.0] == episode_seconds_[0.5]

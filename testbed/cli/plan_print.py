@@ -166,7 +166,11 @@ def simulation_rows(sim: dict[str, Any] | None) -> list[tuple[str, str]]:
     if not sim:
         return []
     return [
-        ("simulated cluster", f"{sim['rollout_slots']} rollout slots, staleness policy {sim['staleness_policy']}"),
+        (
+            "simulated cluster",
+            f"{sim['rollout_slots']} rollout slots, staleness policy {sim['staleness_policy']}, "
+            f"rounds of {sim['issue_size'] or 'one group'}, evaluations {sim['evaluation']}",
+        ),
         ("  latency (s)", ", ".join(f"{k} {v}" for k, v in sim["latency"].items())),
         ("  learner (s)", ", ".join(f"{k} {v}" for k, v in sim["learner"].items())),
     ]

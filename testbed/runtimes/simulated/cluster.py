@@ -19,8 +19,13 @@ is published. What runs on it (the prompts, the policy, the judge, the trainer) 
   queued stay under the queue limit, the Ray runtime's `queue_size`); the workload drops, at dequeue,
   what is too stale. `pace`: no episode starts while the updates due before it is trained
   (learner busy, plus whole batches ahead of it) would exceed `max_staleness`.
+- **Evaluations.** `evaluation: aside` takes no simulated time and waits for nothing. `drain`
+  models the Ray runtime's loop, which evaluates the newest policy: the learner finishes its update
+  in progress, then trains the next whole queued batch, while no episode starts and none that
+  completes meanwhile is judged (the driver is blocked); those are judged when the drain ends.
 - **Groups.** A job is one episode, or a GRPO group of `group_size` episodes that start together
-  (or `issue_size` episodes: a rollout actor's round); each member frees its slot when it
+  (or `issue_size` episodes: a rollout actor's round, generated as one batch, so its members share
+  one latency draw); each member frees its slot when it
   completes, and the job is queued when its last member is.
 """
 
@@ -32,7 +37,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from testbed.runtimes.simulated.latency import Draws, draw, earliest_seconds, episode_seconds, update_seconds
+from testbed.runtimes.simulated.latency import (
+    Draws,
+    draw,
+    earliest_seconds,
+    episode_seconds,
+    update_factor,
+    update_seconds,
+)
 from testbed.scenario.simulation import SimulationConfig
 
 
@@ -85,6 +97,10 @@ class Workload(Protocol):
         """Called before new starts at every step (the workload's evaluations)."""
         ...
 
+    def eval_due(self) -> bool:
+        """Whether a held-out evaluation is due (read only under `evaluation: drain`)."""
+        ...
+
 
 def tokens_and_turns(traj: Any) -> tuple[int, int]:
     return len(traj.response_tokens), max(1, traj.turns)
@@ -120,8 +136,10 @@ class SimulatedCluster:
         self.cfg, self.batch_size, self.group_size, self.max_staleness = cfg, batch_size, group_size, max_staleness
         self.queue_limit = queue_limit  # episodes in flight and queued, at most (None: no limit)
         self.rng = np.random.default_rng([seed, 26])  # latency draws: their own stream, in start order
+        self.learner_rng = np.random.default_rng([seed, 26, 1])  # the updates' factors: a stream of their own
         self.now, self.version, self.free = 0.0, 0, cfg.rollout_slots
         self.pending: list[Job] = []  # started, not yet generated
+        self.pending_due = float("inf")  # the earliest any of them could complete
         self.events: list[tuple[float, int, int, Job]] = []  # (done_s, job seq, member, job)
         self.in_flight = 0  # episodes started and not yet queued
         self.learner_until: float | None = None
@@ -137,6 +155,8 @@ class SimulatedCluster:
             if self.learner_until is not None and self.learner_until <= self.now:
                 self.finish_update(work)  # done at the instant of the completions just handled
             self.start_update(work)
+            if self.cfg.evaluation == "drain" and work.eval_due():
+                self.drain(work)
             work.between_events(self.now)
             self.start_rollouts(work)
             if self.pending and self.must_generate():
@@ -163,10 +183,7 @@ class SimulatedCluster:
     def must_generate(self) -> bool:
         """Whether a started episode could complete before (or at) the next known event."""
         horizon = self.known_next()
-        if horizon is None:
-            return True
-        lat = self.cfg.latency
-        return any(job.start_s + min(earliest_seconds(lat, d) for d in job.draws) <= horizon for job in self.pending)
+        return horizon is None or self.pending_due <= horizon
 
     # -- rollouts ---------------------------------------------------------------------------------
 
@@ -198,13 +215,18 @@ class SimulatedCluster:
             self.exhausted = True
             return
         for starts in groups:
-            draws = [draw(self.cfg.latency, self.rng) for _ in starts]
+            if self.cfg.issue_size:  # a static round is generated as one batch: one random factor for it
+                draws = [draw(self.cfg.latency, self.rng)] * len(starts)
+            else:
+                draws = [draw(self.cfg.latency, self.rng) for _ in starts]
             job = Job(self.next_seq, self.next_group, starts, self.version, self.now, draws, left=len(starts))
             self.next_seq += 1
             self.next_group += -(-len(starts) // self.group_size)
             self.free -= len(starts)
             self.in_flight += len(starts)
             self.pending.append(job)
+            earliest = min(earliest_seconds(self.cfg.latency, d) for d in draws)
+            self.pending_due = min(self.pending_due, self.now + earliest)
 
     def generate(self, work: Workload) -> None:
         """Generate every started episode, by the version it started under, and schedule its end."""
@@ -217,11 +239,12 @@ class SimulatedCluster:
                     job.done_s.append(job.start_s + seconds)
                     self.busy["slot_s"] += seconds
                     heapq.heappush(self.events, (job.start_s + seconds, job.seq, member, job))
-        self.pending = []
+        self.pending, self.pending_due = [], float("inf")
 
     def complete(self, at: float, work: Workload) -> None:
-        """Every member completing at `at`: free its slot; queue the jobs now complete."""
-        self.now = at
+        """Every member completing at `at`: free its slot; queue the jobs now complete (judged now,
+        later than `at` if a drain held them)."""
+        self.now = max(self.now, at)
         arrived = []
         while self.events and self.events[0][0] == at:
             _, _, _, job = heapq.heappop(self.events)
@@ -231,7 +254,7 @@ class SimulatedCluster:
                 arrived.append(job)
                 self.in_flight -= len(job.starts)
         if arrived:
-            work.arrive(sorted(arrived, key=lambda j: j.seq), at)
+            work.arrive(sorted(arrived, key=lambda j: j.seq), self.now)
 
     # -- the learner ------------------------------------------------------------------------------
 
@@ -241,12 +264,23 @@ class SimulatedCluster:
         batch = work.take(self.version, self.now)
         if batch is None:
             return
-        seconds = update_seconds(self.cfg.learner, batch_tokens(batch))
+        factor = update_factor(self.cfg.learner, self.learner_rng)
+        seconds = update_seconds(self.cfg.learner, batch_tokens(batch), factor)
         self.learner_until = self.now + seconds
         self.busy["learner_s"] += seconds
         self.publishing = work.train(batch, self.now, self.learner_until)
         if seconds == 0:  # an update that takes no time publishes before anything else starts
             self.finish_update(work)
+
+    def drain(self, work: Workload) -> None:
+        """Before an evaluation (`evaluation: drain`): the update in progress, then one more on the
+        next whole queued batch, each to its end; completions meanwhile wait (see the docstring)."""
+        for start in (False, True):
+            if start:
+                self.start_update(work)
+            if self.learner_until is not None:
+                self.now = max(self.now, self.learner_until)
+                self.finish_update(work)
 
     def finish_update(self, work: Workload) -> None:
         self.learner_until = None

@@ -48,6 +48,11 @@ def earliest_seconds(cfg: LatencyConfig, draws: Draws) -> float:
     return episode_seconds(cfg, draws, tokens=1, turns=1)
 
 
-def update_seconds(cfg: LearnerTimeConfig, batch_tokens: int) -> float:
-    """One update and the weight sync after it: the learner is busy for all of it."""
-    return cfg.fixed_s + cfg.per_token_s * batch_tokens + cfg.sync_s
+def update_seconds(cfg: LearnerTimeConfig, batch_tokens: int, factor: float = 1.0) -> float:
+    """One update (times its random factor) and the weight sync after it: the learner is busy for all of it."""
+    return (cfg.fixed_s + cfg.per_token_s * batch_tokens) * factor + cfg.sync_s
+
+
+def update_factor(cfg: LearnerTimeConfig, rng: np.random.Generator) -> float:
+    """An update's random factor: log-normal with median 1 and sigma `spread`; 1 (no draw) without one."""
+    return float(np.exp(cfg.spread * rng.standard_normal())) if cfg.spread > 0 else 1.0

@@ -200,6 +200,9 @@ class SimRunner(ArmRunner):
             self.evaluate_if_due()
         self.show_progress()
 
+    def eval_due(self) -> bool:
+        return self.state.next_eval <= self.env.clock < self.budget
+
     def evaluate_if_due(self, t: int | None = None) -> None:
         """Held-out evaluation of the published version (what the rollouts have)."""
         if t is None and self.env.clock < self.state.next_eval:
