@@ -85,7 +85,7 @@ def test_tiny_scenario_end_to_end(tmp_path, shared_cache):
 
 
 def test_second_run_reuses_the_cached_policy(tmp_path):
-    quick = ["--set", "seeds=[0]", "--set", "budget.episodes=32", "--set", "policy.sft.steps=5"]
+    quick = ["--set", "seeds=[0]", "--set", "budget.episodes=32", "--set", "policy.sft.steps=5", "--no-report"]
     first = run_cli(["tests/data/tiny.yaml", "--out", str(tmp_path / "runs"), *quick], tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "Training the SFT policy" in first.stderr

@@ -23,9 +23,10 @@ ARGS = [
 ]
 
 
-def run(tmp_path: Path, name: str) -> Path:
+def run(tmp_path: Path, name: str, *extra: str) -> Path:
     cache = ["--set", f"judge.args.cache_path={tmp_path / 'verdicts.sqlite'}"]  # this test's own verdict cache
-    assert main([str(ROOT / "tests/data/tiny.yaml"), "--out", str(tmp_path), "--run-name", name, *ARGS, *cache]) == 0
+    args = [str(ROOT / "tests/data/tiny.yaml"), "--out", str(tmp_path), "--run-name", name, *ARGS, *cache, *extra]
+    assert main(args) == 0
     return tmp_path / name
 
 
@@ -42,7 +43,7 @@ def check_counts(run_dir: Path) -> dict:
 
 def test_judge_calls_count_training_episodes_cold_and_from_the_cache(tmp_path, monkeypatch, shared_cache):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-    cold = check_counts(run(tmp_path, "cold"))
+    cold = check_counts(run(tmp_path, "cold", "--no-report"))  # the cached run's report is the one read
     assert cold["llm_cache_hits"] == 0 and cold["llm_requests"] >= cold["judge_calls"] + cold["eval_judge_calls"]
     cached = check_counts(run(tmp_path, "cached"))  # the same seed: every verdict is in the cache now
     assert cached["judge_calls"] == cold["judge_calls"]

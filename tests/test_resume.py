@@ -232,7 +232,7 @@ def test_judge_failure_budget_stops_with_a_checkpoint_and_resume_finishes(tmp_pa
     stopped_at = judged(run_dir)["t"].max()
 
     flag.unlink()  # the judge is back
-    resumed = run_cli(["--resume", str(run_dir)], tmp_path, cache=shared_cache)
+    resumed = run_cli(["--resume", str(run_dir), "--no-report"], tmp_path, cache=shared_cache)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     episodes = judged(run_dir)
     assert episodes["t"].tolist() == list(range(160)) and 0 < stopped_at < 159
