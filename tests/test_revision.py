@@ -207,10 +207,13 @@ def test_a_tiny_revision_scenario_end_to_end(tmp_path, monkeypatch, shared_cache
 def test_the_ray_runtime_runs_the_same_revision_episodes(tmp_path, monkeypatch, shared_cache):
     ray = pytest.importorskip("ray")
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
-    sync = run_tiny(tmp_path, "sync", "--set", "budget.episodes=32")
+    # the arm with a critic (value pretraining and warm-up on the driver, per-turn values on the learner)
+    sao = "{name: sao, type: sao, args: {episodes_per_update: 16, value_pretrain_samples: 32, value_pretrain_epochs: 1, value_warmup_updates: 1}}"
+    one_arm = ["--set", "budget.episodes=32", "--set", f"arms=[{sao}]"]
+    sync = run_tiny(tmp_path, "sync", *one_arm)
     start_local(num_cpus=2, log_to_driver=False)
     try:
-        on_ray = run_tiny(tmp_path, "ray", "--set", "budget.episodes=32", "--runtime", "ray")
+        on_ray = run_tiny(tmp_path, "ray", *one_arm, "--runtime", "ray")
     finally:
         ray.shutdown()
     cols = ["arm", "t", "turns", "editor_calls", "turn_rewards", "notes", "response", "reward"]
