@@ -28,6 +28,7 @@ import copy
 import dataclasses
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -143,38 +144,15 @@ class RayRunner(ArmRunner):
     ):
         super().__init__(scenario, arm, seed, **kw)
         rt = self.rt = scenario.runtime_for(arm)
-        threads = rt.torch_threads
         seed_everything(seed)
         state = {k: v.detach().clone() for k, v in base_policy.state_dict().items()}  # on the CPU: it travels
         # The driver's copy samples and runs the trainer's warm-up (SAO's value pretraining): on the device too.
         policy = copy.deepcopy(base_policy).to(device.for_this_process(rt.device))
         self.local_engine = make_engine(scenario, policy, tokenizer)  # the warm-up samples the starting policy here
-        factory = TrainerFactory(
-            arm,
-            policy.config,
-            state,
-            tokenizer.pad_id,
-            scenario.sampling.temperature,
-            seed,
-            threads,
-            scenario.engine.measure_mismatch,
-            rt.device,
-            rt.micro_batch_tokens,
-            scenario.policy.lora,
-        )
         self.name = f"testbed-{self.store.root.name}-{arm.name}-seed{seed}"  # named, so a fault test can find them
         gpus = device.gpus(rt, "actor")
         check_gpus(gpus, rt.rollout_workers + rt.learner_workers)
-        self.learner = LearnerGroup(
-            factory,
-            rt.learner_workers,
-            torch_threads=threads,
-            actor_cpus=rt.actor_cpus,
-            actor_gpus=gpus,
-            name=self.name,
-            strategy=rt.learner_strategy,
-            fsdp=rt.fsdp,
-        )
+        self.learner = self.start_learners(scenario, arm, seed, policy, state, tokenizer.pad_id, gpus)
         # the shadow trains nothing; with policy.lora its adapters say how to merge a checkpoint's policy
         lora_settings = scenario.policy.lora
         shadow_policy = lora.attach(copy.deepcopy(policy), lora_settings, seed) if lora_settings else policy
@@ -183,22 +161,7 @@ class RayRunner(ArmRunner):
         # the starting policy, once in the object store: every rollout actor (and a restarted one) starts from it
         starting = ray.put(state)
         self.weights = [starting]
-        spec = (scenario.engine.type, scenario.engine.args)
-        scenario_data = scenario.model_dump(mode="json", by_alias=True)  # an actor builds its editor's judge from it
-        self.new_actor = lambda i: RolloutActor.options(
-            num_cpus=rt.actor_cpus, num_gpus=gpus, name=f"{self.name}-rollout{i}-r{self.restarts}"
-        ).remote(
-            policy.config,
-            starting,  # a ref as an argument: Ray hands each actor the value
-            tokenizer,
-            spec,
-            scenario.sampling,
-            seed + 1000 * i,
-            threads,
-            self.env.episode_runner(),
-            scenario_data,
-            rt.device,
-        )
+        self.new_actor = self.rollout_actor_factory(scenario, policy.config, starting, tokenizer, seed, gpus)
         self.restarts = 0
         self.actors = [self.new_actor(i) for i in range(rt.rollout_workers)]
         self.eval_engine = ActorEngine(self, 0)
@@ -207,6 +170,56 @@ class RayRunner(ArmRunner):
         self.update_started = 0.0
         self.busy = Counter()  # seconds: "rollout" (summed over actors), "learner"
         self.staleness = Counter()  # staleness of every episode trained on
+
+    def start_learners(
+        self, scenario: Scenario, arm: ArmConfig, seed: int, policy: Any, state: dict, pad_id: int, gpus: float
+    ) -> LearnerGroup:
+        """The remote learner group: `learner_workers` actors, each building the arm's trainer from `state`."""
+        rt = self.rt
+        factory = TrainerFactory(
+            arm,
+            policy.config,
+            state,
+            pad_id,
+            scenario.sampling.temperature,
+            seed,
+            rt.torch_threads,
+            scenario.engine.measure_mismatch,
+            rt.device,
+            rt.micro_batch_tokens,
+            scenario.policy.lora,
+        )
+        return LearnerGroup(
+            factory,
+            rt.learner_workers,
+            torch_threads=rt.torch_threads,
+            actor_cpus=rt.actor_cpus,
+            actor_gpus=gpus,
+            name=self.name,
+            strategy=rt.learner_strategy,
+            fsdp=rt.fsdp,
+        )
+
+    def rollout_actor_factory(
+        self, scenario: Scenario, config: Any, starting: ray.ObjectRef, tokenizer: WordTokenizer, seed: int, gpus: float
+    ) -> Callable[[int], Any]:
+        """Rollout actor i, named by its restart count (a restarted one starts from `starting` too)."""
+        rt, spec = self.rt, (scenario.engine.type, scenario.engine.args)
+        scenario_data = scenario.model_dump(mode="json", by_alias=True)  # an actor builds its editor's judge from it
+        return lambda i: RolloutActor.options(
+            num_cpus=rt.actor_cpus, num_gpus=gpus, name=f"{self.name}-rollout{i}-r{self.restarts}"
+        ).remote(
+            config,
+            starting,  # a ref as an argument: Ray hands each actor the value
+            tokenizer,
+            spec,
+            scenario.sampling,
+            seed + 1000 * i,
+            rt.torch_threads,
+            self.env.episode_runner(),
+            scenario_data,
+            rt.device,
+        )
 
     def start(self, resume: dict | None, policy_key: str, starting_engine: Any = None) -> None:
         super().start(resume, policy_key, self.local_engine)
