@@ -13,6 +13,8 @@ time, it writes the synchronous loop's rows.
 from __future__ import annotations
 
 import copy
+import resource
+import sys
 from collections import Counter
 from typing import Any
 
@@ -37,6 +39,19 @@ def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in lora.merged_state(module).items()}
 
 
+def held_bytes(versions: dict[int, dict[str, torch.Tensor]]) -> int:
+    """Bytes of the tensors the versions hold, a tensor two versions share counted once (`weights`
+    clones, so none is shared: the sum over versions)."""
+    held = {t.data_ptr(): t.numel() * t.element_size() for state in versions.values() for t in state.values()}
+    return sum(held.values())
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set so far (ru_maxrss: kilobytes on Linux, bytes on macOS)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
 class SimRunner(ArmRunner):
     """One arm x seed on the simulated cluster (see the module docstring)."""
 
@@ -57,6 +72,9 @@ class SimRunner(ArmRunner):
         # The rollouts' copy, a plain model: loaded with the (merged) weights of whichever version generates next.
         self.engine = self.eval_engine = make_engine(scenario, plain, tokenizer)
         self.versions: dict[int, dict[str, torch.Tensor]] = {0: weights(self.policy)}
+        # the version buffer's peak over the run: versions held at once and their bytes (see `hold`)
+        self.policy_bytes = held_bytes(self.versions)  # one version: the plain model's weights, adapters merged
+        self.buffer_peak = {"versions": 1, "bytes": self.policy_bytes}
         self.loaded = 0  # the version in the engine's copy
         self.specs = {spec.prompt_id: spec for spec in prompts("train")}  # the env's prompts, for requeues
         self.requeued: list[str] = []  # prompt ids of episodes dropped as too stale, issued again first
@@ -73,6 +91,7 @@ class SimRunner(ArmRunner):
             "simulation": {
                 "cluster": self.cluster,
                 "versions": self.versions,
+                "buffer_peak": dict(self.buffer_peak),
                 "requeued": self.requeued,
                 "staleness": dict(self.staleness),
                 "schedule": self.timed.state_dict() if self.timed else None,
@@ -85,6 +104,8 @@ class SimRunner(ArmRunner):
         if saved is None:
             raise ValueError("the checkpoint has no simulated cluster: it was not written by runtime.kind simulated")
         self.cluster, self.versions, self.requeued = saved["cluster"], saved["versions"], saved["requeued"]
+        self.buffer_peak = saved.get("buffer_peak", self.buffer_peak)  # older checkpoints: from the resume on
+        self.hold()
         self.loaded = -1  # the engine's copy holds the starting weights: load the version needed
         self.staleness = Counter(saved["staleness"])
         if self.timed:
@@ -176,6 +197,7 @@ class SimRunner(ArmRunner):
         with self.timer.part("training"):
             metrics = self.trainer.update(batch)
         self.versions[self.trainer.version] = weights(self.policy)
+        self.hold()
         self.cluster.publishing = self.trainer.version  # before record_update: a checkpoint there holds it
         self.record_update(
             {
@@ -193,6 +215,11 @@ class SimRunner(ArmRunner):
         """Forget the versions no started, ungenerated episode needs (the published one stays)."""
         keep = min([version, *(job.version for job in self.cluster.pending)])
         self.versions = {v: w for v, w in self.versions.items() if v >= keep}
+
+    def hold(self) -> None:
+        """Update the version buffer's peak: only versions added raise it (`publish` only removes)."""
+        self.buffer_peak["versions"] = max(self.buffer_peak["versions"], len(self.versions))
+        self.buffer_peak["bytes"] = max(self.buffer_peak["bytes"], held_bytes(self.versions))
 
     def between_events(self, now: float) -> None:
         self.now_is(now)
@@ -219,6 +246,11 @@ class SimRunner(ArmRunner):
             "max_staleness": self.max_staleness,
             "staleness_histogram": {str(k): v for k, v in sorted(self.staleness.items())},
             **self.cluster.summary(),
+            # the versions held for started, ungenerated episodes (docs/simulated.md, cost)
+            "version_buffer_peak_versions": self.buffer_peak["versions"],
+            "version_buffer_peak_bytes": self.buffer_peak["bytes"],
+            "policy_bytes": self.policy_bytes,
+            "process_peak_rss_bytes": peak_rss_bytes(),  # the whole process's so far (arms before this one too)
         }
         if self.timed:  # where this arm x seed met each switch in seconds (analysis/cluster.py reads it)
             totals["switch_seconds"] = self.timed.switch_seconds()
