@@ -2,8 +2,17 @@
 natural English instead of the world's grammar. Registry name `open_world`, or `rubric` with
 `mode: open`.
 
-Style: marker mass per style from natural-English lexicons and patterns (judges/open_styles.py);
-"plain" when the mass is small for the piece's length, "mixed" when no style holds DOMINANCE of it.
+Style: two signals. The markers: marker mass per style from natural-English lexicons and patterns
+(judges/open_styles.py); "plain" when the mass is small for the piece's length, "mixed" when no style
+holds DOMINANCE of it. The classifier (judges/open_classifier.py): a logistic regression over the
+piece's words, word endings, marks and the markers' masses, trained on the project's hand-written
+pieces. The markers decide when they name a marked style (their mass is at least MARKER_GATE times
+the plain threshold); where they are weak (plain) or split (mixed), the classifier's most probable
+style decides. The rule and MARKER_GATE were chosen by leave-one-set-out cross-validation over the
+scored hand-written sets (benchmarks/train_style_classifier.py), against the classifier alone and
+weighted sums of the two. A piece in the world's own vocabulary (the generator's) is decided by the
+markers alone, as is any piece when `classifier` is off. The verdict names the signal that decided
+(`by=classifier p=... markers_say=plain` or `by=markers`) and the markers found.
 
 Quality passes only if every check holds:
   length      min_words .. max_words words
@@ -23,13 +32,16 @@ Quality passes only if every check holds:
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from judges.config import validate_config
+from judges.open_classifier import CLASSES, dense_features, model
 from judges.open_guard import injection
 from judges.open_styles import LEXICON_WORDS, MARKED, style_scores
 from judges.open_text import normalise, proper_ending, repetition, shape, signs_off, tokens, words_of
@@ -46,6 +58,10 @@ DISORDER_MAX = 1  # one closed-class order English does not produce fails a piec
 STUFFING_MAX = 0.4  # a natural marked piece carries ~5-20% strong markers, the world's dense ones ~30%
 PLAIN_MASS, PLAIN_PER_WORD = 1.5, 0.02  # below max(1.5, 0.02 x words) of marker mass a piece reads plain
 MAX_CHARS = 4000
+# markers whose decision is a marked style with this many times the plain threshold of mass decide
+# alone, else the classifier decides: 1.0, the classifier exactly where the markers say plain or
+# mixed, did best in leave-one-set-out cross-validation (benchmarks/train_style_classifier.py)
+MARKER_GATE = 1.0
 _SHORT = {"academic": "aca", "cute": "cute", "chuunibyou": "chuu", "classical": "cla"}
 
 
@@ -60,12 +76,31 @@ class OpenWorldConfig(BaseModel):
     dominance: float = Field(DOMINANCE, ge=0.0, le=1.0, description="share of marker mass the top style needs")
     min_words: int = Field(10, ge=1, description="fewer words fail length")
     max_words: int = Field(160, ge=1, description="more words fail length")
+    classifier: bool = Field(True, description="decide style with the learned classifier beside the markers")
 
     @model_validator(mode="after")
     def _bounds(self) -> OpenWorldConfig:
         if self.max_words < self.min_words:
             raise ValueError(f"max_words ({self.max_words}) must be >= min_words ({self.min_words})")
         return self
+
+
+def combined_style(probs: Sequence[float], marker_style: str, bonus: float) -> str:
+    """argmax over CLASSES of log p + bonus x [the class is the markers' decision]."""
+    best, best_v = CLASSES[0], -math.inf
+    for c, p in zip(CLASSES, probs):
+        v = math.log(max(p, 1e-12)) + (bonus if c == marker_style else 0.0)
+        if v > best_v:
+            best, best_v = c, v
+    return best
+
+
+def gated_style(probs: Sequence[float], marker_style: str, mass: float, gate: float = MARKER_GATE) -> str:
+    """The markers' decision when it is a marked style with mass >= gate x the plain threshold
+    (`mass` is the markers' total over that threshold), else the classifier's."""
+    if marker_style in MARKED and mass >= gate:
+        return marker_style
+    return combined_style(probs, marker_style, 0.0)
 
 
 def judged_style(scores: list[float], n_words: int, dominance: float) -> str:
@@ -108,13 +143,23 @@ class OpenWorldJudge:
         counts = Counter(words)
         sh = shape(toks, counts, LEXICON_WORDS)
         scores, strong, found = style_scores(counts, low)
-        style = judged_style(scores, sh.words, cfg.dominance)
+        plain_mass = max(PLAIN_MASS, PLAIN_PER_WORD * sh.words)
+        marker_style = judged_style(scores, sh.words, cfg.dominance)
+        in_world = WORLD_WORDS.issuperset(words)
+        weak = marker_style not in MARKED or sum(scores) < MARKER_GATE * plain_mass
+        clf = model() if weak and cfg.classifier and words and not in_world else None
+        if clf is not None:
+            probs = clf.probs(clf.rows(toks), dense_features(toks, words, scores, plain_mass))
+            style = combined_style(probs, marker_style, 0.0)
+            decided = f"by=classifier p={max(probs):.2f} markers_say={marker_style}"
+        else:
+            style, decided = marker_style, "by=markers"
         style_match = int(style == req.target_style)
 
         failed: list[str] = []
         if too_long or ("length" in checks and not cfg.min_words <= sh.words <= cfg.max_words):
             failed.append("length")
-        signed_off = signs_off(toks) and not WORLD_WORDS.issuperset(words)
+        signed_off = signs_off(toks) and not in_world
         if "ending" in checks and not proper_ending(toks) and not signed_off:
             failed.append("ending")
         rep = repetition(words, counts) if "repetition" in checks else None
@@ -137,7 +182,7 @@ class OpenWorldJudge:
         sc = ",".join(f"{_SHORT[s]}:{v:.3g}" for s, v in zip(MARKED, scores))
         used = ";".join(f"{_SHORT[s]}:{','.join(sorted(f))}" for s, f in zip(MARKED, found) if f)
         raw = (
-            f"mode=open style={style} [{sc}] markers=[{used}] "
+            f"mode=open style={style} {decided} [{sc}] markers=[{used}] "
             f"words={sh.words} known={sh.known:.2f} function={sh.function:.2f} "
             f"disorder={sh.disorder} topic={topic} field={field_w:.2f} fail={'+'.join(failed) or 'none'}{noise}"
         )

@@ -172,11 +172,16 @@ def test_one_archaic_form_marks_a_classical_piece_and_an_ordinal_is_not_one(judg
         "in hand and watch the embers glow."
     )
     v = judge.score(_req(light, "tea", "classical"))
-    assert v.style == "classical" and "-eth x1" in v.raw, v.raw
-    assert judge.score(_req(light.replace("singeth", "sings"), "tea")).style == "plain"
+    assert v.style == "classical" and "-eth x1" in v.raw and "by=markers" in v.raw, v.raw
+    # without it the markers read plain (the judge's classifier, deciding there, reads the hearth
+    # and the embers as classical: the markers' rule is what this test is about)
+    markers_only = OpenWorldJudge(classifier=False)
+    assert markers_only.score(_req(light.replace("singeth", "sings"), "tea")).style == "plain"
+    assert "markers_say=plain" in judge.score(_req(light.replace("singeth", "sings"), "tea")).raw
     party = "We threw Gran a seventieth birthday party at the pub, with a cake shaped like her old bicycle."
-    v = judge.score(_req(party, "a birthday party"))
+    v = markers_only.score(_req(party, "a birthday party"))
     assert v.style == "plain" and "-eth" not in v.raw, v.raw
+    assert "-eth" not in judge.score(_req(party, "a birthday party")).raw  # (the classifier reads it cute)
 
 
 def test_kaomoji_end_a_piece_and_excitement_follows_the_leading_style(judge):
@@ -191,16 +196,16 @@ def test_kaomoji_end_a_piece_and_excitement_follows_the_leading_style(judge):
 
 
 def test_the_voices_corpus_is_disjoint_splits_in_every_style_and_bad_kind():
-    """dev and heldout (split once), and held-out sets 2, 3 and 4, written later in other voices (two,
-    three and three personas per style, named in each id), each committed before the judge change it
-    tests."""
+    """dev and heldout (split once), and held-out sets 2, 3, 4 and 5, written later in other voices
+    (two, three, three and three personas per style, named in each id), each committed before the
+    judge change it tests."""
     rows = {
         split: [json.loads(line) for line in (ROOT / f"judges/data/open_world_voices_{split}.jsonl").open()]
-        for split in ("dev", "heldout", "heldout2", "heldout3", "heldout4")
+        for split in ("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5")
     }
     every = [r for part in rows.values() for r in part]
     assert len(rows["dev"] + rows["heldout"]) >= 200 and len(rows["heldout2"]) >= 120 and len(rows["heldout3"]) >= 130
-    assert len(rows["heldout4"]) >= 130
+    assert len(rows["heldout4"]) >= 130 and len(rows["heldout5"]) >= 120
     assert len({r["id"] for r in every}) == len(every)
     written = [r["text"] for r in every if r["kind"] != "master_key"]  # the probes are fixed strings
     assert len(set(written)) == len(written)  # no piece in two splits
@@ -210,7 +215,7 @@ def test_the_voices_corpus_is_disjoint_splits_in_every_style_and_bad_kind():
         kinds = Counter(r["kind"] for r in part if not r["good"])
         assert len(kinds) >= 8 and kinds["off_topic"] >= 5
         assert all(r["topic"] in TOPICS and r["style"] in r["candidates"] for r in part)
-    for split, n in (("heldout2", 2), ("heldout3", 3), ("heldout4", 3)):
+    for split, n in (("heldout2", 2), ("heldout3", 3), ("heldout4", 3), ("heldout5", 3)):
         personas = Counter((r["style"], r["id"].rsplit("-", 1)[1]) for r in rows[split] if r["good"])
         assert all(sum(k >= 6 for (s, _), k in personas.items() if s == style) == n for style in STYLES), split
         assert sum(not r["good"] for r in rows[split]) >= 25
@@ -218,6 +223,8 @@ def test_the_voices_corpus_is_disjoint_splits_in_every_style_and_bad_kind():
     assert not seen & {r["id"].rsplit("-", 1)[1] for r in rows["heldout3"]}  # set 3's voices are new
     seen |= {r["id"].rsplit("-", 1)[1] for r in rows["heldout3"]} - {"bad"}
     assert not seen & {r["id"].rsplit("-", 1)[1] for r in rows["heldout4"]}  # and set 4's
+    seen |= {r["id"].rsplit("-", 1)[1] for r in rows["heldout4"]} - {"bad"}
+    assert not seen & {r["id"].rsplit("-", 1)[1] for r in rows["heldout5"]}  # and set 5's
 
 
 def test_cohen_kappa_and_the_figures_it_reports():

@@ -1,0 +1,143 @@
+"""A small style classifier for the open-world judge, learned from the project's own hand-written
+pieces (issue 29): a second signal beside the marker lexicons of judges/open_styles.py.
+
+The markers fit the voices they were built beside; a register carried by metre, formulae or
+situation (a ballad, a sermon, a knight's bravado) has few of them. The classifier reads what the
+markers do not: which words and word endings a register uses, its punctuation, and the
+markers' own masses, as a multinomial logistic regression over the five styles.
+
+Features of a piece (`features`), all read from what the judge has already computed:
+  w:WORD        each distinct word
+  s:END / p:BEG each distinct word's last three and four letters and first three (words of five
+                letters or more): endings carry register ("-eth", "-tion", "-ly") where whole words
+                are too rare to have been seen
+  t:TOKEN       each distinct token that is no word: marks, emoji, emoticons
+and dense ones (`DENSE`): each marked style's share of the marker mass, the mass against the plain
+threshold, the share of '!' and of first-person words, mean word length. Sparse features are present
+or absent (no counts), the row scaled to unit length.
+
+Word pairs were tried and dropped: no gain in cross-validation, and the dearest part of inference.
+The weights (judges/data/open_style_model.npz) are written by benchmarks/train_style_classifier.py,
+which also reports the leave-one-set-out cross-validation that chose the model and the way the judge
+combines it with the markers (judges/open_world.py). Inference is a dictionary look-up per feature
+and one small matrix sum: a few tens of microseconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+
+MODEL_PATH = Path(__file__).resolve().parent / "data" / "open_style_model.npz"
+CLASSES: tuple[str, ...] = ("academic", "cute", "chuunibyou", "classical", "plain")
+_FIRST_PERSON = frozenset("i me my mine myself we us our ours".split())
+_WORD_START = frozenset("abcdefghijklmnopqrstuvwxyz'")
+DENSE: tuple[str, ...] = ("share_aca", "share_cute", "share_chuu", "share_cla", "mass", "bang", "first", "wordlen")
+
+
+def _word_features(w: str) -> tuple[str, ...]:
+    if len(w) >= 5:
+        return ("w:" + w, "s:" + w[-3:], "s:" + w[-4:], "p:" + w[:3])
+    return ("w:" + w,)
+
+
+def _letters(words: Sequence[str]) -> list[str]:
+    start = _WORD_START
+    return [w for w in words if w[0] in start]  # numbers out
+
+
+def sparse_features(toks: Sequence[str], words: Sequence[str]) -> set[str]:
+    """The names of a piece's sparse features (see module doc): `toks` its tokens, `words` its
+    words in order. Training reads these; the judge reads StyleModel.rows, the same set as rows."""
+    ws = _letters(words)
+    out = {f for w in set(ws) for f in _word_features(w)}
+    out.update("t:" + t for t in toks if t[0] not in _WORD_START and not t[0].isdigit())
+    return out
+
+
+def dense_features(
+    toks: Sequence[str], words: Sequence[str], scores: Sequence[float], plain_mass: float
+) -> list[float]:
+    """The dense features in DENSE order: `scores` the marker mass per marked style
+    (open_styles.MARKED order), `plain_mass` the mass below which the markers read the piece plain."""
+    ws = _letters(words)
+    total = sum(scores)
+    n = max(len(ws), 1)
+    dense = [s / (total + 1.0) for s in scores]
+    dense.append(min(total / max(plain_mass, 1e-9), 3.0) / 3.0)
+    dense.append(min(sum(len(t) for t in toks if t[0] == "!") / n * 10, 1.0))
+    dense.append(sum(map(_FIRST_PERSON.__contains__, ws)) / n * 5)
+    dense.append(sum(map(len, ws)) / n / 10)
+    return dense
+
+
+class StyleModel:
+    """Weights of a multinomial logistic regression: `index` sparse feature -> row of `weights`
+    ([sparse features + dense features + 1 bias, classes])."""
+
+    def __init__(self, vocab: Sequence[str], weights: np.ndarray) -> None:
+        self.index = {f: i for i, f in enumerate(vocab)}
+        self.weights = np.ascontiguousarray(weights, dtype=np.float64)
+        self.n_sparse = len(vocab)
+        self._dense = self.weights[self.n_sparse : self.n_sparse + len(DENSE)]
+        self._bias = self.weights[-1]
+        self._tokens: dict[str, tuple[int, ...]] = {}  # token -> rows of its features
+
+    def rows(self, toks: Sequence[str]) -> set[int]:
+        """The rows of sparse_features(toks, words) that the model knows: a memo per distinct token
+        (a word's word and affix rows, a mark's row)."""
+        memo = self._tokens
+        distinct = set(toks)
+        try:
+            out = set(chain.from_iterable(map(memo.__getitem__, distinct)))
+        except KeyError:
+            if len(memo) > 200_000:  # a bound on the memo in a long run
+                memo.clear()
+            for t in distinct - memo.keys():
+                memo[t] = self._token_rows(t)
+            out = set(chain.from_iterable(map(memo.__getitem__, distinct)))
+        return out
+
+    def _token_rows(self, t: str) -> tuple[int, ...]:
+        if t[0] in _WORD_START:
+            names: tuple[str, ...] = _word_features(t)
+        elif t[0].isdigit():
+            names = ()
+        else:
+            names = ("t:" + t,)
+        return tuple(i for i in map(self.index.get, names) if i is not None)
+
+    def logits(self, rows: set[int], dense: Sequence[float]) -> list[float]:
+        z = np.dot(np.array(dense), self._dense) + self._bias
+        if rows:
+            z += self.weights.take(list(rows), axis=0).sum(axis=0) / math.sqrt(len(rows))
+        return z.tolist()
+
+    def probs(self, rows: set[int], dense: Sequence[float]) -> list[float]:
+        z = self.logits(rows, dense)
+        top = max(z)
+        e = [math.exp(v - top) for v in z]
+        s = sum(e)
+        return [v / s for v in e]
+
+    def save(self, path: Path) -> None:
+        vocab = sorted(self.index, key=self.index.__getitem__)
+        np.savez_compressed(
+            path, vocab=np.array(vocab), weights=self.weights.astype(np.float16), classes=np.array(CLASSES)
+        )
+
+
+@functools.cache
+def model() -> StyleModel | None:
+    """The shipped model, loaded on first use; None if the file is absent."""
+    if not MODEL_PATH.exists():
+        return None
+    with np.load(MODEL_PATH) as z:
+        if tuple(z["classes"].tolist()) != CLASSES:
+            raise ValueError(f"{MODEL_PATH}: classes {z['classes'].tolist()} != {CLASSES}")
+        return StyleModel(z["vocab"].tolist(), z["weights"])
