@@ -436,3 +436,25 @@ def test_report_leads_with_paired_verdicts_and_reads_the_reference_table(tmp_pat
     report([old], figures=False)
     assert "no reference table" in (old / "summary.md").read_text()
     assert set(pd.read_csv(old / "switches_by_seed.csv")["bar_source"]) == {"best plateau"}
+
+
+def test_the_clusters_paired_verdict_is_withheld_where_neither_arm_reached_the_bar():
+    """With switches in simulated seconds each arm meets a switch at its own episode, so two censored
+    values differ by the follow-up, not by realignment: no verdict on such seeds (analysis.cluster)."""
+    from analysis.cluster import paired_switches
+
+    rows = []
+    for seed in range(5):
+        # switch 1: both censored, follow-ups 1,800 against 1,750 + seed (a consistent, meaningless gap)
+        rows.append({"arm": "a", "seed": seed, "switch": 1, "episodes_to_bar": 1800.0, "censored": True})
+        rows.append({"arm": "b", "seed": seed, "switch": 1, "episodes_to_bar": 1750.0 + seed, "censored": True})
+        # switch 2: both reached the bar, a reaches it 100 episodes sooner
+        rows.append({"arm": "a", "seed": seed, "switch": 2, "episodes_to_bar": 200.0 + seed, "censored": False})
+        rows.append({"arm": "b", "seed": seed, "switch": 2, "episodes_to_bar": 300.0 + 2 * seed, "censored": False})
+    table = paired_switches(pd.DataFrame(rows).assign(seconds_to_bar=lambda d: d["episodes_to_bar"] / 40))
+    by = {(r.metric, str(r.task)): r for r in table.itertuples()}
+    for metric in ("episodes_to_bar", "seconds_to_bar"):
+        assert by[(metric, "1")].both_censored == 5 and not by[(metric, "1")].resolved
+        assert by[(metric, "1")].verdict == "none: neither reached the bar in 5 seeds"
+        assert by[(metric, "2")].both_censored == 0 and by[(metric, "2")].verdict == "a better"
+        assert by[(metric, "all")].both_censored == 5 and not by[(metric, "all")].resolved
