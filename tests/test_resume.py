@@ -19,6 +19,7 @@ import torch
 from testbed.runtimes import checkpoint
 from testbed.store import read_table
 from tests.test_end_to_end import ROOT, run_cli
+from tests.watching import newest_mtime
 
 # Two arms (one with a critic); a checkpoint every 4 updates, an episodes part every round (16
 # episodes) in between, so durable rows after the last checkpoint exist most of the time.
@@ -77,7 +78,7 @@ def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(tmp_p
     rng = random.Random(7)
 
     def newest(pattern: str) -> float:
-        return max((p.stat().st_mtime for p in run_dir.glob(pattern)), default=0.0)
+        return newest_mtime(run_dir.glob(pattern))
 
     def rows_after_checkpoint() -> bool:  # an episodes part written after the newest checkpoint
         return newest("episodes.parquet/part-*.parquet") > newest("checkpoints/*/*.pt") > 0

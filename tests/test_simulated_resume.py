@@ -19,6 +19,7 @@ import pandas as pd
 
 from testbed.cli.run import main
 from testbed.store import read_table
+from tests.watching import newest_mtime
 
 ROOT = Path(__file__).resolve().parent.parent
 CANDIDATES = "candidates: [academic, cute, chuunibyou]"
@@ -61,15 +62,11 @@ def judged(run_dir: Path) -> pd.DataFrame:
     return episodes[episodes["judge_error"].isna()].sort_values("t").reset_index(drop=True)
 
 
-def newest(paths) -> float:
-    return max((p.stat().st_mtime for p in paths), default=0.0)
-
-
 def rows_after_a_checkpoint_inside(run_dir: Path) -> bool:
     """An episodes part written after a checkpoint taken two updates or more into the run (with
     episodes in flight, weight versions held, the schedule's clock map begun)."""
     inside = [p for p in run_dir.glob("checkpoints/*/u*.pt") if int(p.stem[1:]) >= 2]
-    return newest(run_dir.glob("episodes.parquet/part-*.parquet")) > newest(inside) > 0
+    return newest_mtime(run_dir.glob("episodes.parquet/part-*.parquet")) > newest_mtime(inside) > 0
 
 
 def test_sigkill_then_resume_on_the_simulated_clock_writes_the_uninterrupted_rows(tmp_path, shared_cache, monkeypatch):
