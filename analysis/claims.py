@@ -147,6 +147,8 @@ def _pooled(table: pd.DataFrame, claim: Claim) -> pd.Series | None:
 
 def verdict_of(row: pd.Series, claim: Claim) -> str:
     """supported / contradicted / not resolved, from the comparison's verdict."""
+    if str(row["verdict"]).startswith("none:"):  # neither arm reached the bar on some seeds
+        return "no verdict: " + str(row["verdict"]).removeprefix("none: ")
     if not bool(row["resolved"]):
         return "not resolved at this power"
     return "supported" if row["verdict"] == f"{claim.x} better" else "contradicted"

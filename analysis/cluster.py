@@ -86,30 +86,8 @@ def paired_switches(switches: pd.DataFrame, arms: list[str] | None = None) -> pd
     A seed where neither arm reached the bar gives no difference: each value is its own follow-up,
     and with switches in simulated seconds each arm meets a switch at its own episode, so the two
     follow-ups differ by where the switch fell, not by realignment. Such a comparison keeps its
-    interval but gets no verdict; `both_censored` counts those seeds."""
-    table = paired.paired_table(switches, ["episodes_to_bar", "seconds_to_bar"], "switch", arms=arms)
-    if table.empty or "censored" not in switches:
-        return table
-    censored = {
-        (arm, seed, str(task)): bool(c)
-        for arm, seed, task, c in switches[["arm", "seed", "switch", "censored"]].itertuples(index=False)
-    }
-    counts = []
-    for r in table.itertuples():
-        both = {
-            seed
-            for seed in switches["seed"].unique()
-            for task in str(r.tasks).split()
-            if censored.get((r.arm_x, seed, task)) and censored.get((r.arm_y, seed, task))
-        }
-        counts.append(len(both))
-    table["both_censored"] = counts
-    blind = table["both_censored"] > 0
-    table.loc[blind, "resolved"] = False
-    table.loc[blind, "verdict"] = [
-        f"none: neither reached the bar in {n} seeds" for n in table.loc[blind, "both_censored"]
-    ]
-    return table
+    interval but gets no verdict; `both_censored` counts those seeds (paired.both_censored_apart)."""
+    return paired.paired_table(switches, ["episodes_to_bar", "seconds_to_bar"], "switch", arms=arms)
 
 
 def paired_markdown(table: pd.DataFrame) -> str:

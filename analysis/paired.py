@@ -30,6 +30,12 @@ only, seeds with a value in all of them), `compare` gives:
   resolved, verdict the decisive interval excludes 0: "<X> better" or "<Y> better"; else "not
                     resolved". Differences that are all equal give a zero-width interval: the
                     verdict is then the sign (none if 0).
+  both_censored     seeds where, in a task of the row, neither arm reached the event (the bar, the
+                    own plateau) and their censoring times differ. Each such value is its arm's
+                    follow-up, and follow-ups differ by where each arm met the switch (a schedule in
+                    simulated seconds) or by what a follow-up counts (judge calls), not by
+                    realignment: the row keeps its interval but gets no verdict ("none: ...").
+                    Equal censoring times (a schedule in episodes) are a tie, and stay in.
   sd_diff, se_diff  the sd of the per-seed differences (paired; NaN unpaired) and the standard
                     error of diff.
   mde               the smallest difference the run resolves: the minimum detectable difference
@@ -95,8 +101,17 @@ PAIRED_COLUMNS = [
     "seeds_20pct",
     "resolved",
     "verdict",
+    "both_censored",
 ]
 NAN = float("nan")
+# times to an event, censored where it did not happen: the rows whose value is a censoring time
+CENSORED_BY: dict[str, tuple[str, object]] = {
+    "episodes_to_bar": ("censored", True),
+    "judge_calls_to_bar": ("censored", True),
+    "seconds_to_bar": ("censored", True),
+    "episodes_to_own_plateau": ("status", "not recovered"),
+    "judge_calls_to_own_plateau": ("status", "not recovered"),
+}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -354,6 +369,22 @@ def _task_values(table: pd.DataFrame, arm, metric: str, unit: str, tasks: list) 
     return wide.mean(axis=1).where(np.isfinite(wide.to_numpy(float)).all(axis=1))
 
 
+def both_censored_apart(table: pd.DataFrame, metric: str, unit: str, x, y, tasks: list) -> int:
+    """Seeds where, in one of `tasks`, both arms' `metric` is a censoring time and the two differ."""
+    column, flag = CENSORED_BY.get(metric, (None, None))
+    if column is None or column not in table:
+        return 0
+    rows = table[table[unit].isin(tasks)]
+    censored = rows[rows[column] == flag].set_index(["arm", "seed", unit])[metric]
+    if censored.index.has_duplicates:
+        censored = censored[~censored.index.duplicated()]
+    seeds = set()
+    for (arm, seed, task), value in censored.items():
+        if arm == x and (y, seed, task) in censored.index and censored[(y, seed, task)] != value:
+            seeds.add(seed)
+    return len(seeds)
+
+
 def paired_table(
     table: pd.DataFrame,
     metrics: Sequence[str] | None,
@@ -396,6 +427,9 @@ def paired_table(
                         n_boot=n_boot,
                         seed=seed,
                     )
+                    blind = both_censored_apart(table, metric, unit, x, y, group) if same_run else 0
+                    if blind:
+                        row.update(resolved=False, verdict=f"none: neither reached the bar in {blind} seeds")
                     rows.append(
                         {
                             "metric": metric,
@@ -406,6 +440,7 @@ def paired_table(
                             "arm_x": x,
                             "arm_y": y,
                             **row,
+                            "both_censored": blind,
                         }
                     )
     return pd.DataFrame(rows, columns=PAIRED_COLUMNS)

@@ -90,6 +90,8 @@ def _seeds_phrase(r: pd.Series) -> str:
 
 def verdict_text(r: pd.Series) -> str:
     """'not resolved', or '<arm> faster' / '<arm> better'."""
+    if str(r["verdict"]).startswith("none:"):  # neither arm reached the bar on some seeds
+        return "no verdict (" + str(r["verdict"]).removeprefix("none: ") + ")"
     if not bool(r["resolved"]):
         return "not resolved"
     return str(r["verdict"]).replace(" better", " " + _faster(r["metric"]))

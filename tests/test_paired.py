@@ -247,3 +247,33 @@ def test_a_one_seed_verdict_line_says_there_is_no_interval():
         "Switch 1 (cute → chuunibyou): sao − rm: −150 episodes to the bar with one seed: no interval, nothing "
         "resolved (run more seeds)."
     )
+
+
+def test_a_seed_censored_in_both_arms_at_different_follow_ups_withholds_the_verdict_but_a_tie_does_not():
+    """Two censoring times that differ measure the follow-ups (each arm met the switch at its own
+    episode), not realignment; two equal ones (a schedule in episodes) are a tie."""
+    rows = []
+    for seed in range(6):
+        # switch 1: a reaches the bar 100 episodes sooner on every seed
+        rows += [("a", seed, 1, 200.0 + seed, False, "recovered"), ("b", seed, 1, 300.0 + seed, False, "recovered")]
+        # switch 2: as switch 1, but seed 3 censored in both at the same follow-up (a tie)
+        rows += [("a", seed, 2, 200.0 + seed, False, "recovered"), ("b", seed, 2, 300.0 + seed, False, "recovered")]
+        # switch 3: as switch 1, but seed 3 censored in both at follow-ups 900 and 950
+        rows += [("a", seed, 3, 200.0 + seed, False, "recovered"), ("b", seed, 3, 300.0 + seed, False, "recovered")]
+    table = pd.DataFrame(rows, columns=["arm", "seed", "switch", "episodes_to_bar", "censored", "status"])
+    at = {(a, s, t): i for i, (a, s, t) in enumerate(zip(table["arm"], table["seed"], table["switch"]))}
+    for arm, value in (("a", 800.0), ("b", 800.0)):
+        table.loc[at[(arm, 3, 2)], ["episodes_to_bar", "censored", "status"]] = [value, True, "not recovered"]
+    for arm, value in (("a", 900.0), ("b", 950.0)):
+        table.loc[at[(arm, 3, 3)], ["episodes_to_bar", "censored", "status"]] = [value, True, "not recovered"]
+    table["episodes_to_own_plateau"] = table["episodes_to_bar"]
+    got = paired.paired_table(table, ["episodes_to_bar", "episodes_to_own_plateau"], "switch")
+    by = {(r.metric, str(r.task)): r for r in got.itertuples()}
+    for metric in ("episodes_to_bar", "episodes_to_own_plateau"):
+        assert by[(metric, "1")].both_censored == 0 and by[(metric, "1")].verdict == "a better"
+        assert by[(metric, "2")].both_censored == 0 and by[(metric, "2")].verdict == "a better"  # the tie stays in
+        assert by[(metric, "2")].n == 6 and by[(metric, "2")].diff == pytest.approx(-500 / 6)
+        blind = by[(metric, "3")]
+        assert blind.both_censored == 1 and not blind.resolved
+        assert blind.verdict == "none: neither reached the bar in 1 seeds" and np.isfinite(blind.diff_lo)
+        assert by[(metric, "all")].both_censored == 1 and not by[(metric, "all")].resolved
