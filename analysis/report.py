@@ -65,6 +65,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import cluster, goodhart, nonstationary, realign, training_data
+from analysis.console_tables import print_tables
 from analysis.nonstationary_runs import _nonstationary, _with_old_fall, schedule_groups  # noqa: F401
 
 # ----------------------------------------------------------------------------------------------
@@ -75,15 +76,7 @@ from analysis.results import Analysis
 
 # The run directory's tables, read once: in their own module, importable from here as before.
 from analysis.run_data import RunData, load_run
-from analysis.tables import (  # noqa: F401  (the tables were first found here: kept importable)
-    ARM_HEADER,
-    SWITCH_HEADER,
-    arm_rows,
-    fmt_ci,
-    print_tables,
-    summary_markdown,
-    switch_rows,
-)
+from analysis.tables import summary_markdown
 
 
 def _label(df: pd.DataFrame, run: RunData, labelled: bool) -> pd.DataFrame:

@@ -1,5 +1,5 @@
 """`Analysis`: what `analysis.report.analyse` computes from one or more runs, the tables that
-analysis/tables.py and analysis/verdicts.py write out."""
+analysis/tables.py, analysis/console_tables.py and analysis/verdicts.py write out."""
 
 from __future__ import annotations
 

@@ -27,9 +27,10 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.console_tables import rich_table
 from analysis.markdown import md_table
 from analysis.report import RunData, analyse, load_run
-from analysis.tables import fmt_ci, rich_table
+from analysis.table_rows import fmt_ci
 from analysis.training_data import BASELINE_STATS, baseline_overview
 
 # the per-switch metrics shown side by side (name -> column header)
