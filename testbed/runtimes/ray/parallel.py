@@ -290,21 +290,13 @@ def run_arms_in_parallel(
     the results reach every task's cache through the object store, and the driver's."""
 
     data = resolved_dict(scenario)
-    refs: dict[str, Any] = {}  # one object per starting policy (one, or one per seed)
-    for start in starts.values():
-        if start.key not in refs:
-            refs[start.key] = ray.put(
-                (start.policy.config, {k: v.detach().clone() for k, v in start.policy.state_dict().items()})
-            )
+    refs = share_starting_policies(starts)
 
     def args(seed: int) -> tuple:
         return refs[starts[seed].key], starts[seed].tokenizer, starts[seed].key
 
     worker = worker_settings(scenario)
-    slot = {
-        "num_cpus": scenario.runtime.task_cpus,
-        "num_gpus": gpus(scenario.runtime, "task"),
-    }  # runtime.task_gpus on CUDA
+    slot = {"num_cpus": scenario.runtime.task_cpus, "num_gpus": gpus(scenario.runtime, "task")}  # task_gpus: CUDA
     board, bars = ProgressBoard.remote(), {}
     warming = [
         warm_up_task.options(**slot).remote(data, arm.name, seed, *args(seed), worker, board)
@@ -334,17 +326,33 @@ def run_arms_in_parallel(
             continue
         arm_name, seed = pending.pop(ready[0])
         totals, tables = ray.get(ready[0])
-        sinks, store.sinks = store.sinks, ([] if relay is not None else store.sinks)  # relayed already
-        for name, rows in tables.items():
-            if rows:
-                store.append(
-                    name,
-                    [{k: (None if v != v and isinstance(v, float) else v) for k, v in row.items()} for row in rows],
-                )
-        store.sinks = sinks
-        store.flush()
+        append_task_rows(store, tables, relayed=relay is not None)
         on_done(arm_name, seed, totals)
         log(f"{arm_name} seed {seed} finished: {totals['episodes']} episodes in {totals['wall_s']:.0f} s")
+
+
+def share_starting_policies(starts: dict[int, Any]) -> dict[str, Any]:
+    """One object-store copy per starting policy (one for the run, or one per seed), by its key."""
+    refs: dict[str, Any] = {}
+    for start in starts.values():
+        if start.key not in refs:
+            state = {k: v.detach().clone() for k, v in start.policy.state_dict().items()}
+            refs[start.key] = ray.put((start.policy.config, state))
+    return refs
+
+
+def append_task_rows(store: RunStore, tables: dict[str, list[dict]], relayed: bool) -> None:
+    """A finished task's rows into the run directory (NaN as null). Rows a tracked run relayed
+    while the task ran reached the trackers then: they are not sent to them again."""
+    sinks, store.sinks = store.sinks, ([] if relayed else store.sinks)
+    for name, rows in tables.items():
+        if rows:
+            store.append(
+                name,
+                [{k: (None if v != v and isinstance(v, float) else v) for k, v in row.items()} for row in rows],
+            )
+    store.sinks = sinks
+    store.flush()
 
 
 def draw(progress: Any, bars: dict[tuple[str, int], Any], posted: dict[tuple[str, int], dict[str, Any]]) -> None:
