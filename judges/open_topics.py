@@ -49,18 +49,25 @@ TOPIC_MIN to 0.8 alone passes 341 at 4.9%).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Set as AbstractSet
 
 import numpy as np
 
 from judges.open_text import FUNCTION_WORDS
 from judges.open_topic_fields import FIELD_WORDS
+from judges.open_topic_model import TOPIC_INDEX, topic_model
 from judges.open_vectors import COMMON, rows, table
 from testbed.world.topics import TOPIC_LEXICONS, TOPICS
 from testbed.world.vocabulary import vocabulary
 
 TOPIC_MIN = 1.0
 TOPIC_NEAR, NEAR_RANK = 0.4, 2  # below TOPIC_MIN: on topic when at most NEAR_RANK-1 world topics match as well
+# below TOPIC_MIN, for a world topic and a piece with words outside the world's vocabulary: on topic
+# when it weighs >= MODEL_NEAR and the topic's score (the topic model's logit + MODEL_BETA x its
+# topicality) is at most log(1 / MODEL_RATIO) below the best topic's (leave-one-set-out,
+# benchmarks/train_topic_model.py)
+MODEL_NEAR, MODEL_RATIO, MODEL_BETA = 0.1, 0.25, 2.0
 RELATED_W = 0.5
 RELATIVE_FROM, RELATIVE_FULL = 0.10, 0.40  # the ramp on a cosine less the word's background (dev data)
 WORLD_WORDS: frozenset[str] = frozenset(vocabulary())
@@ -137,6 +144,30 @@ def topicality(words: AbstractSet[str], topic: str) -> float:
 def on_topic(words: AbstractSet[str], topic: str, weight: float) -> bool:
     """Whether a piece whose distinct `words` weigh `weight` (its topicality) for `topic` is on
     topic (module doc)."""
+    return topic_decision(words, topic, weight)[0]
+
+
+def topic_decision(words: AbstractSet[str], topic: str, weight: float) -> tuple[bool, str]:
+    """(on topic, the signal that decided: "field", "near" or "model p=R", R the topic's share of the
+    best topic's odds) for a piece whose distinct `words` weigh `weight` for `topic` (module doc)."""
+    if weight >= TOPIC_MIN:
+        return True, "field"
+    if all(w in WORLD_WORDS or w in FUNCTION_WORDS for w in words):
+        return False, "field"
+    model = topic_model() if topic in TOPIC_INDEX else None
+    if model is None:
+        return field_on_topic(words, topic, weight), "near"
+    if weight < MODEL_NEAR:
+        return False, "field"
+    z = model.logits(words) + MODEL_BETA * world_topicality(words)
+    ratio = math.exp(float(z[TOPIC_INDEX[topic]] - z.max()))
+    return ratio >= MODEL_RATIO, f"model p={ratio:.2f}"
+
+
+def field_on_topic(words: AbstractSet[str], topic: str, weight: float) -> bool:
+    """The description alone (the judge before the topic model, and still for a topic outside the
+    world's list or without the model file): >= TOPIC_MIN, or >= TOPIC_NEAR with fewer than NEAR_RANK
+    world topics weighing as much, for a piece with words outside the world's vocabulary."""
     if weight >= TOPIC_MIN:
         return True
     if weight < TOPIC_NEAR or all(w in WORLD_WORDS or w in FUNCTION_WORDS for w in words):

@@ -23,9 +23,12 @@ Quality passes only if every check holds:
   fluency     >= KNOWN_MIN of the words are English (wordfreq) or style-lexicon words, >=
               FUNCTION_MIN of them function words, and fewer than DISORDER_MAX closed-class word
               orders English does not produce
-  topic       the piece's similarity to the topic's description is >= TOPIC_MIN, or >= TOPIC_NEAR
-              with the topic among the two descriptions it is nearest (judges/open_topics.py);
-              skipped when neither the request nor the prompt names a topic
+  topic       the piece's similarity to the topic's description is >= TOPIC_MIN, or, for a piece
+              with words outside the world's vocabulary, >= MODEL_NEAR with the topic among the
+              two the learned topic model finds nearest (judges/open_topics.py,
+              judges/open_topic_model.py; `topic_by=field`, `topic_by=model rank=N`, or `near` for a
+              topic outside the world's list); skipped when neither the request nor the prompt
+              names a topic
   stuffing    weight-1 style markers are at most STUFFING_MAX of the words
   injection   the piece does not address its judge (judges/open_guard.py)
 """
@@ -45,7 +48,7 @@ from judges.open_classifier import CLASSES, dense_features, model
 from judges.open_guard import injection
 from judges.open_styles import LEXICON_WORDS, MARKED, style_scores
 from judges.open_text import normalise, proper_ending, repetition, shape, signs_off, tokens, words_of
-from judges.open_topics import WORLD_WORDS, on_topic, topicality
+from judges.open_topics import WORLD_WORDS, topic_decision, topicality
 from judges.rubric_contract import DOMINANCE, label_noise_flips
 from testbed.types import JudgeRequest, Verdict
 from testbed.world.prompts import topic_of_prompt
@@ -169,8 +172,12 @@ class OpenWorldJudge:
             failed.append("fluency")
         topic = req.topic if req.topic else topic_of_prompt(prompt)
         field_w = topicality(counts.keys(), topic) if topic else -1.0
-        if "topic" in checks and topic and not on_topic(counts.keys(), topic, field_w):
-            failed.append("topic")
+        topic_by = ""
+        if "topic" in checks and topic:
+            on, by = topic_decision(counts.keys(), topic, field_w)
+            topic_by = f" topic_by={by}"
+            if not on:
+                failed.append("topic")
         if "stuffing" in checks and strong > STUFFING_MAX * max(sh.words, 1):
             failed.append("stuffing")
         if "injection" in checks and injection(low):
@@ -184,7 +191,8 @@ class OpenWorldJudge:
         raw = (
             f"mode=open style={style} {decided} [{sc}] markers=[{used}] "
             f"words={sh.words} known={sh.known:.2f} function={sh.function:.2f} "
-            f"disorder={sh.disorder} topic={topic} field={field_w:.2f} fail={'+'.join(failed) or 'none'}{noise}"
+            f"disorder={sh.disorder} topic={topic} field={field_w:.2f}{topic_by} "
+            f"fail={'+'.join(failed) or 'none'}{noise}"
         )
         return Verdict(
             quality=quality,
