@@ -59,6 +59,7 @@ def piece_vector(words: Iterable[str]) -> np.ndarray:
     out = np.zeros(51, dtype=np.float32)
     out[50] = 1.0
     if rows:
+        rows.sort()  # a set's order changes with the process's hash seed; a float sum's with the order
         v = vecs[rows].sum(axis=0)
         out[:50] = v / max(float(np.linalg.norm(v)), 1e-6)
     return out
