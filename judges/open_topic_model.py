@@ -27,7 +27,7 @@ TOPIC_MIN.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 import numpy as np
@@ -42,25 +42,28 @@ _ROWS: dict[str, int] = {}  # word -> its table row, or -1 (no vector, or a func
 MEMO_MAX = 100_000
 
 
-def piece_vector(words: Iterable[str]) -> np.ndarray:
+def piece_vector(words: AbstractSet[str]) -> np.ndarray:
     """The mean unit vector of the distinct content `words` (module doc), with a trailing 1.0 (the
     bias): [51] float32; all zeros but the bias when no word has a vector."""
-    index, vecs = table()
+    if any(w.endswith("'s") for w in words):
+        words = {w[:-2] if w.endswith("'s") else w for w in words}
     memo = _ROWS
-    rows: list[int] = []
-    for w in {w[:-2] if w.endswith("'s") else w for w in words}:
-        i = memo.get(w)
-        if i is None:
-            if len(memo) > MEMO_MAX:
-                memo.clear()
-            i = memo[w] = -1 if w in FUNCTION_WORDS else index.get(w, -1)
-        if i >= COMMON:
-            rows.append(i)
+    try:
+        found = list(map(memo.__getitem__, words))
+    except KeyError:
+        if len(memo) > MEMO_MAX:
+            memo.clear()
+        index = table()[0]
+        for w in words:
+            if w not in memo:
+                memo[w] = -1 if w in FUNCTION_WORDS else index.get(w, -1)
+        found = list(map(memo.__getitem__, words))
+    # sorted: a set's order changes with the process's hash seed, and a float sum's with the order
+    rows = sorted(i for i in found if i >= COMMON)
     out = np.zeros(51, dtype=np.float32)
     out[50] = 1.0
     if rows:
-        rows.sort()  # a set's order changes with the process's hash seed; a float sum's with the order
-        v = vecs[rows].sum(axis=0)
+        v = table()[1][rows].sum(axis=0)
         out[:50] = v / max(float(np.linalg.norm(v)), 1e-6)
     return out
 
@@ -73,7 +76,7 @@ class TopicModel:
         if self.weights.shape != (51, len(TOPICS)):
             raise ValueError(f"topic model weights {self.weights.shape} != (51, {len(TOPICS)})")
 
-    def logits(self, words: Iterable[str]) -> np.ndarray:
+    def logits(self, words: AbstractSet[str]) -> np.ndarray:
         return piece_vector(words) @ self.weights
 
     def save(self, path: Path) -> None:
