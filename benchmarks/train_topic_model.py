@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +38,7 @@ from wordfreq import word_frequency
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from judges.open_text import FUNCTION_WORDS, normalise, tokens, words_of  # noqa: E402
+from judges.open_text import FUNCTION_WORDS  # noqa: E402
 from judges.open_topic_model import MODEL_PATH, TopicModel, piece_vector  # noqa: E402
 from judges.open_topics import (  # noqa: E402
     MODEL_BETA,
@@ -51,6 +50,7 @@ from judges.open_topics import (  # noqa: E402
     world_topicality,
 )
 from judges.open_vectors import COMMON, table  # noqa: E402
+from judges.open_world import read  # noqa: E402
 from testbed.world.topics import TOPICS  # noqa: E402
 
 DATA = ROOT / "judges" / "data"
@@ -75,7 +75,7 @@ class Piece:
     def __init__(self, row: dict) -> None:
         self.row = row
         self.topic = TOPICS.index(row["topic"])
-        self.words = frozenset(Counter(words_of(tokens(normalise(row["text"])))).keys())
+        self.words = frozenset(read(row["text"]).counts)  # its distinct words, as the judge reads them
         self.weights = world_topicality(self.words).astype(np.float64)
         self.in_world = all(w in WORLD_WORDS or w in FUNCTION_WORDS for w in self.words)
         self.before = np.array([field_on_topic(self.words, t, float(self.weights[i])) for i, t in enumerate(TOPICS)])

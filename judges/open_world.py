@@ -39,7 +39,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -47,7 +47,7 @@ from judges.config import validate_config
 from judges.open_classifier import CLASSES, dense_features, model
 from judges.open_guard import injection
 from judges.open_styles import LEXICON_WORDS, MARKED, style_scores
-from judges.open_text import normalise, proper_ending, repetition, shape, signs_off, tokens, words_of
+from judges.open_text import Shape, normalise, proper_ending, repetition, shape, signs_off, tokens, words_of
 from judges.open_topics import WORLD_WORDS, topic_decision, topicality
 from judges.rubric_contract import DOMINANCE, label_noise_flips
 from testbed.types import JudgeRequest, Verdict
@@ -114,6 +114,36 @@ def judged_style(scores: list[float], n_words: int, dominance: float) -> str:
     return MARKED[top] if scores[top] >= dominance * total else "mixed"
 
 
+class Reading(NamedTuple):
+    """A piece as the judge reads it (`read`): what the checks, the markers and the classifier use."""
+
+    low: str  # normalised text, cut at MAX_CHARS
+    toks: list[str]
+    words: list[str]
+    counts: Counter[str]
+    shape: Shape
+    scores: list[float]  # marker mass per marked style (MARKED order)
+    strong: int  # weight-1 markers (stuffing)
+    found: list[list[str]]  # the markers found, per marked style
+    plain_mass: float  # the mass below which the markers read the piece plain
+    marker_style: str  # the markers' decision
+
+
+def read(text: str, dominance: float = DOMINANCE) -> Reading:
+    """How the judge reads a piece's text, before any check: the one reading the judge and the style
+    classifier's training (benchmarks/train_style_classifier.py) share."""
+    low = normalise(text[:MAX_CHARS] if len(text) > MAX_CHARS else text)
+    toks = tokens(low)
+    words = words_of(toks)
+    counts = Counter(words)
+    sh = shape(toks, counts, LEXICON_WORDS)
+    scores, strong, found = style_scores(counts, low)
+    plain_mass = max(PLAIN_MASS, PLAIN_PER_WORD * sh.words)
+    return Reading(
+        low, toks, words, counts, sh, scores, strong, found, plain_mass, judged_style(scores, sh.words, dominance)
+    )
+
+
 class OpenWorldJudge:
     """Rule-based judge of natural English (see module doc). Accepts the same `seed`,
     `label_noise`, `checks` and `dominance` as the world-mode rubric."""
@@ -140,14 +170,7 @@ class OpenWorldJudge:
         text = req.response if isinstance(req.response, str) else ""
         prompt = req.prompt if isinstance(req.prompt, str) else ""
         too_long = len(text) > MAX_CHARS
-        low = normalise(text[:MAX_CHARS] if too_long else text)
-        toks = tokens(low)
-        words = words_of(toks)
-        counts = Counter(words)
-        sh = shape(toks, counts, LEXICON_WORDS)
-        scores, strong, found = style_scores(counts, low)
-        plain_mass = max(PLAIN_MASS, PLAIN_PER_WORD * sh.words)
-        marker_style = judged_style(scores, sh.words, cfg.dominance)
+        low, toks, words, counts, sh, scores, strong, found, plain_mass, marker_style = read(text, cfg.dominance)
         in_world = WORLD_WORDS.issuperset(words)
         weak = marker_style not in MARKED or sum(scores) < MARKER_GATE * plain_mass
         clf = model() if weak and cfg.classifier and words and not in_world else None
