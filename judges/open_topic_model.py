@@ -63,8 +63,8 @@ def piece_vector(words: AbstractSet[str]) -> np.ndarray:
     out = np.zeros(51, dtype=np.float32)
     out[50] = 1.0
     if rows:
-        v = table()[1][rows].sum(axis=0)
-        out[:50] = v / max(float(np.linalg.norm(v)), 1e-6)
+        v = np.add.reduce(table()[1][rows])
+        out[:50] = v / max(float(np.sqrt(v @ v)), 1e-6)
     return out
 
 
