@@ -2,7 +2,7 @@
 hand-written pieces, choose how judges/open_topics.py uses it by leave-one-set-out cross-validation,
 and write the weights.
 
-    python benchmarks/train_topic_model.py [--baseline] [--cv] [--write]
+    python benchmarks/train_topic_model.py [--baseline] [--cv] [--judge] [--write]
 
 Training data: the good pieces of every hand-written set (open_world_corpus.jsonl and the voices
 corpus's dev, heldout, heldout2 ... heldout5 splits), label = the topic asked for, all 36 world
@@ -19,6 +19,8 @@ none), the L2 penalty, how the model enters ("replace": below TOPIC_MIN, for a p
 outside the world's vocabulary and a world topic, the model's rank decides instead of the nearness
 rule; "add": the model only passes pieces the nearness rule fails), the weight the description
 similarity must still reach (MODEL_NEAR), and the rank the topic must reach in the model (MODEL_RANK).
+--judge: the whole judge's quality figures per voices set, the model trained without that set (the
+judge's setting), against the judge before (no model: the nearness rule).
 --write: trains on every set and writes judges/data/open_topic_model.npz.
 
 The model: multinomial logistic regression, L2-penalised, 300 full-batch Adam steps from zero in
@@ -221,10 +223,42 @@ def cv(data: dict[str, list[Piece]], before: tuple[int, ...]) -> None:
     print(f"  {line(f)}")
 
 
+def judge_figures(data: dict[str, list[Piece]]) -> None:
+    """Per voices set, good pieces passing quality and bad pieces failing it, with the topic model
+    trained without that set, and with none (the judge before)."""
+    from unittest import mock
+
+    import judges.open_topics as open_topics
+    from judges.open_world import OpenWorldJudge
+    from testbed.types import JudgeRequest
+
+    judge = OpenWorldJudge()
+    print("the whole judge, per voices set: good passing quality, bad failing it (before -> model held out)")
+    totals = np.zeros((2, 4), dtype=int)
+    for out in VOICES:
+        rows = [json.loads(line) for line in SETS[out].read_text().splitlines() if line.strip()]
+        reqs = [JudgeRequest(r["prompt"], r["text"], r["style"], tuple(r["candidates"]), r["topic"]) for r in rows]
+        model = TopicModel(fit([p for s in data if s != out for p in data[s]]))
+        got = []
+        for m in (None, model):
+            with mock.patch.object(open_topics, "topic_model", lambda m=m: m):
+                q = [judge.score(r).quality for r in reqs]
+            got.append([sum(q_ for q_, r in zip(q, rows) if r["good"]), sum(r["good"] for r in rows)])
+            got[-1] += [sum(1 - q_ for q_, r in zip(q, rows) if not r["good"]), sum(not r["good"] for r in rows)]
+        totals += np.array(got)
+        (g0, n, b0, nb), (g1, _, b1, _) = got
+        print(f"  {out:<9} good {g0}/{n} -> {g1}/{n}   bad {b0}/{nb} -> {b1}/{nb}")
+    (g0, n, b0, nb), (g1, _, b1, _) = totals.tolist()
+    print(
+        f"  {'pooled':<9} good {g0}/{n} ({g0 / n:.1%}) -> {g1}/{n} ({g1 / n:.1%})   bad {b0}/{nb} ({b0 / nb:.1%}) -> {b1}/{nb} ({b1 / nb:.1%})"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", action="store_true")
     ap.add_argument("--cv", action="store_true")
+    ap.add_argument("--judge", action="store_true")
     ap.add_argument("--write", action="store_true")
     a = ap.parse_args()
     data = load()
@@ -235,6 +269,8 @@ def main() -> None:
         print(
             f"the judge's setting: mean l2={L2:g} replace near={MODEL_NEAR:.1f} ratio{MODEL_RATIO:g} beta={MODEL_BETA:g}"
         )
+    if a.judge:
+        judge_figures(data)
     if a.write:
         TopicModel(fit([p for ps in data.values() for p in ps])).save(MODEL_PATH)
         print(f"wrote {MODEL_PATH} ({MODEL_PATH.stat().st_size:,} bytes)")
