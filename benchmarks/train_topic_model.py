@@ -2,7 +2,7 @@
 hand-written pieces, choose how judges/open_topics.py uses it by leave-one-set-out cross-validation,
 and write the weights.
 
-    python benchmarks/train_topic_model.py [--baseline] [--cv] [--judge] [--write]
+    python benchmarks/train_topic_model.py [--baseline] [--cv] [--nested] [--judge] [--write]
 
 Training data: the good pieces of every hand-written set (open_world_corpus.jsonl and the voices
 corpus's dev, heldout, heldout2 ... heldout5 splits), label = the topic asked for, all 36 world
@@ -19,6 +19,8 @@ none), the L2 penalty, how the model enters ("replace": below TOPIC_MIN, for a p
 outside the world's vocabulary and a world topic, the model's rank decides instead of the nearness
 rule; "add": the model only passes pieces the nearness rule fails), the weight the description
 similarity must still reach (MODEL_NEAR), and the rank the topic must reach in the model (MODEL_RANK).
+--nested: the whole procedure held out: for each voices set, the setting chosen by the same
+cross-validation over the other sets only (and the original corpus), then scored on that set.
 --judge: the whole judge's quality figures per voices set, the model trained without that set (the
 judge's setting), against the judge before (no model: the nearness rule).
 --write: trains on every set and writes judges/data/open_topic_model.npz.
@@ -188,39 +190,105 @@ def baseline(data: dict[str, list[Piece]]) -> tuple[int, ...]:
     return tuple(int(x) for x in total)
 
 
+Setting = tuple[bool, float, str, float, str, float]  # (weighted, l2, mode, near, rule, beta)
+SETTINGS: list[Setting] = [
+    (weighted, l2, mode, near, rule, beta)
+    for weighted in (True, False)
+    for l2 in GRID_L2
+    for mode in ("replace", "add")
+    for near in GRID_NEAR
+    for rule in GRID_RULE
+    for beta in GRID_BETA
+]
+
+
+def name_of(s: Setting) -> str:
+    weighted, l2, mode, near, rule, beta = s
+    return f"{'sif' if weighted else 'mean'} l2={l2:g} {mode} near={near:.1f} {rule} beta={beta:g}"
+
+
+def held_out(
+    data: dict[str, list[Piece]], setting: Setting, folds: tuple[str, ...], models: dict[tuple[str, ...], np.ndarray]
+) -> tuple[np.ndarray, list[str]]:
+    """Pooled figures over the held-out `folds` (good pieces and wrong topics of the voices sets,
+    off-topic pieces of all), each scored with models[(weighted, l2) key, its fold]."""
+    weighted, l2, mode, near, rule, beta = setting
+    total = np.zeros(6, dtype=int)
+    per = []
+    for out in folds:
+        w = models[(str(weighted), str(l2), out)]
+        f = figures(data[out], [verdicts(p, w, mode, near, rule, beta, weighted) for p in data[out]])
+        if out == "original":
+            total[2:4] += f[2:4]
+            continue
+        total += f
+        per.append(f"{f[0]}/{f[1]}")
+    return total, per
+
+
+def choose(results: list[tuple[Setting, np.ndarray]], before: np.ndarray) -> tuple[Setting, np.ndarray]:
+    """The most good pieces on topic with no off-topic piece passing and a wrong-topic rate no
+    higher than the judge's before."""
+    ok = [(s, f) for s, f in results if f[2] == 0 and f[4] / f[5] <= before[4] / before[5]]
+    return max(ok, key=lambda r: int(r[1][0]))
+
+
+def _models(data: dict[str, list[Piece]], without: tuple[str, ...], folds: tuple[str, ...]) -> dict:
+    """For each (weighted, l2) and held-out fold, the model trained on every set but the fold and `without`."""
+    return {
+        (str(weighted), str(l2), out): fit(
+            [p for s in data if s != out and s not in without for p in data[s]], l2, weighted
+        )
+        for weighted in (True, False)
+        for l2 in GRID_L2
+        for out in folds
+    }
+
+
 def cv(data: dict[str, list[Piece]], before: tuple[int, ...]) -> None:
     print("leave-one-set-out over the six voices sets and the original corpus (each held out, the model")
     print("trained on the rest); pooled: good pieces and wrong topics of the voices sets, off-topic pieces of all:")
     folds = (*VOICES, "original")
+    models = _models(data, (), folds)
     results = []
-    for weighted in (True, False):
-        for l2 in GRID_L2:
-            models = {out: fit([p for s in data if s != out for p in data[s]], l2, weighted) for out in folds}
-            for mode in ("replace", "add"):
-                for near in GRID_NEAR:
-                    for rule in GRID_RULE:
-                        for beta in GRID_BETA:
-                            total = np.zeros(6, dtype=int)
-                            per = []
-                            for out in folds:
-                                ps = data[out]
-                                f = figures(
-                                    ps, [verdicts(p, models[out], mode, near, rule, beta, weighted) for p in ps]
-                                )
-                                if out == "original":
-                                    total[2:4] += f[2:4]
-                                    continue
-                                total += f
-                                per.append(f"{f[0]}/{f[1]}")
-                            name = (
-                                f"{'sif' if weighted else 'mean'} l2={l2:g} {mode} near={near:.1f} {rule} beta={beta:g}"
-                            )
-                            results.append((name, tuple(int(x) for x in total)))
-                            print(f"  {name:<50} {line(results[-1][1])}  [{' '.join(per)}]", flush=True)
-    ok = [(name, f) for name, f in results if f[2] == 0 and f[4] / f[5] <= before[4] / before[5]]
-    name, f = max(ok, key=lambda r: r[1][0])
-    print(f"chosen (most good on topic, no off-topic passing, wrong topics <= {before[4] / before[5]:.2%}): {name}")
-    print(f"  {line(f)}")
+    for setting in SETTINGS:
+        total, per = held_out(data, setting, folds, models)
+        results.append((setting, total))
+        print(f"  {name_of(setting):<50} {line(tuple(total))}  [{' '.join(per)}]", flush=True)
+    setting, f = choose(results, np.array(before))
+    print(
+        f"chosen (most good on topic, no off-topic passing, wrong topics <= {before[4] / before[5]:.2%}): {name_of(setting)}"
+    )
+    print(f"  {line(tuple(f))}")
+    judges_setting = (False, L2, "replace", MODEL_NEAR, f"ratio{MODEL_RATIO:g}", MODEL_BETA)
+    total, per = held_out(data, judges_setting, folds, models)
+    print(f"the judge's setting: {name_of(judges_setting)}\n  {line(tuple(total))}  [{' '.join(per)}]")
+
+
+def nested(data: dict[str, list[Piece]]) -> None:
+    """The whole procedure (the setting chosen by leave-one-set-out) held out: for each voices set,
+    the setting chosen by cross-validation over the other sets only, then scored on it."""
+    print("nested: per voices set, the setting chosen without it, scored on it (model trained without it):")
+    pooled = np.zeros(6, dtype=int)
+    pooled_before = np.zeros(6, dtype=int)
+    for outer in VOICES:
+        inner = (*(v for v in VOICES if v != outer), "original")
+        models = _models(data, (outer,), inner)
+        before = sum(
+            (np.array(figures(data[s], [p.before for p in data[s]])) for s in inner if s != "original"),
+            np.zeros(6, dtype=int),
+        )
+        setting, _ = choose([(s, held_out(data, s, inner, models)[0]) for s in SETTINGS], before)
+        outer_models = _models(data, (), (outer,))
+        f, _ = held_out(data, setting, (outer,), outer_models)
+        b = np.array(figures(data[outer], [p.before for p in data[outer]]))
+        pooled += f
+        pooled_before += b
+        print(f"  {outer:<9} chose {name_of(setting):<50} {line(tuple(f))}   before: {line(tuple(b))}", flush=True)
+    orig = figures(data["original"], [p.before for p in data["original"]])
+    print(
+        f"  pooled    {line(tuple(pooled))}   before: {line(tuple(pooled_before))}  (original corpus off topic: {orig[2]}/{orig[3]} before)"
+    )
 
 
 def judge_figures(data: dict[str, list[Piece]]) -> None:
@@ -258,6 +326,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", action="store_true")
     ap.add_argument("--cv", action="store_true")
+    ap.add_argument("--nested", action="store_true")
     ap.add_argument("--judge", action="store_true")
     ap.add_argument("--write", action="store_true")
     a = ap.parse_args()
@@ -266,9 +335,8 @@ def main() -> None:
         before = baseline(data)
     if a.cv:
         cv(data, before)
-        print(
-            f"the judge's setting: mean l2={L2:g} replace near={MODEL_NEAR:.1f} ratio{MODEL_RATIO:g} beta={MODEL_BETA:g}"
-        )
+    if a.nested:
+        nested(data)
     if a.judge:
         judge_figures(data)
     if a.write:
