@@ -86,6 +86,27 @@ def test_a_scene_that_failed_on_topic_now_passes_and_says_why(judge):
         assert "topic" not in v.reasons and "topic_by=model p=" in v.raw, v.raw
 
 
+def test_a_scene_written_after_training_passes(judge):
+    """Pieces in no data set, written after the model was trained."""
+    for topic, text in (
+        (
+            "the laundry",
+            "Whites, then darks, then the towels nobody owns. The drum thumped and spun while I folded last week's lot on the bed.",
+        ),
+        (
+            "a long nap",
+            "Lay down for ten minutes after lunch and woke at half five with the cushion pattern printed on my cheek.",
+        ),
+    ):
+        words = _words(text)
+        weight = topicality(words, topic)
+        assert not field_on_topic(words, topic, weight), topic
+        v = judge.score(_req(text, topic))
+        assert "topic" not in v.reasons and "topic_by=model p=" in v.raw, v.raw
+        for other in ("the library", "the beach", "homework"):
+            assert "topic" in judge.score(_req(text, other)).reasons, (topic, other)
+
+
 def test_a_neighbouring_topic_still_fails(judge):
     tea = (
         "I warmed the pot, spooned in loose Assam and let it steep for four minutes before pouring it "
