@@ -181,7 +181,7 @@ def topic_decision(words: AbstractSet[str], topic: str, weight: float) -> tuple[
         return False, "field"
     model = topic_model() if topic in TOPIC_INDEX else None
     if model is None:
-        return field_on_topic(words, topic, weight), "near"
+        return field_on_topic(words, topic, weight), "near" if weight >= TOPIC_NEAR else "field"
     if weight < MODEL_NEAR:
         return False, "field"
     z = model.logits(words) + MODEL_BETA * world_topicality(words)

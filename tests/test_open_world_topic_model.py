@@ -142,10 +142,16 @@ def test_the_worlds_own_pieces_are_judged_as_without_the_model(judge, monkeypatc
 
 
 def test_a_topic_outside_the_worlds_list_keeps_the_rule_before():
-    words = _words("The rocket's second stage separated cleanly and the capsule coasted toward the station.")
-    topic = "space travel"
-    weight = topicality(words, topic)
-    assert topic_decision(words, topic, weight) == (
-        field_on_topic(words, topic, weight),
-        "near" if weight < TOPIC_MIN else "field",
+    """The model knows the world's 36 topics only: any other topic is judged by its description."""
+    pieces = (
+        ("We talked about space travel all night: rockets, orbits and the long dark between planets.", True),
+        ("The capsule drifted past the moon while the crew slept in their bunks.", False),
+        ("The knitting circle met on Tuesday and argued about yarn.", False),
     )
+    for text, on in pieces:
+        words = _words(text)
+        for topic in ("space travel", "astronauts"):
+            weight = topicality(words, topic)
+            decided, by = topic_decision(words, topic, weight)
+            assert decided == field_on_topic(words, topic, weight) and by in ("field", "near"), (text, topic, by)
+        assert topic_decision(words, "space travel", topicality(words, "space travel"))[0] == on, text
