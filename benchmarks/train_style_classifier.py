@@ -37,9 +37,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from agreement_stats import cohen_kappa  # noqa: E402
 
 from judges.open_classifier import CLASSES, DENSE, MODEL_PATH, StyleModel, dense_features, sparse_features  # noqa: E402
-from judges.open_styles import LEXICON_WORDS, style_scores  # noqa: E402
-from judges.open_text import normalise, shape, tokens, words_of  # noqa: E402
-from judges.open_world import DOMINANCE, PLAIN_MASS, PLAIN_PER_WORD, combined_style, gated_style, judged_style  # noqa: E402
+from judges.open_world import combined_style, gated_style, read  # noqa: E402
 
 DATA = ROOT / "judges" / "data"
 SETS: dict[str, Path] = {
@@ -52,16 +50,10 @@ GATES = (1.0, 1.5, 2.0, 3.0)
 
 def piece(text: str) -> tuple[set[str], list[float], str, float]:
     """(sparse features, dense features, the markers' decision, their mass over the plain
-    threshold) of a piece, as the judge reads it."""
-    low = normalise(text)
-    toks = tokens(low)
-    words = words_of(toks)
-    counts = Counter(words)
-    sh = shape(toks, counts, LEXICON_WORDS)
-    scores, _, _ = style_scores(counts, low)
-    plain_mass = max(PLAIN_MASS, PLAIN_PER_WORD * sh.words)
-    dense = dense_features(toks, words, scores, plain_mass)
-    return sparse_features(toks, words), dense, judged_style(scores, sh.words, DOMINANCE), sum(scores) / plain_mass
+    threshold) of a piece, read as the judge reads it (judges/open_world.py's `read`)."""
+    r = read(text)
+    dense = dense_features(r.toks, r.words, r.scores, r.plain_mass)
+    return sparse_features(r.toks, r.words), dense, r.marker_style, sum(r.scores) / r.plain_mass
 
 
 def load(generator: int = 0) -> dict[str, list[tuple[str, set[str], list[float], str, float]]]:

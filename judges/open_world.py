@@ -23,9 +23,12 @@ Quality passes only if every check holds:
   fluency     >= KNOWN_MIN of the words are English (wordfreq) or style-lexicon words, >=
               FUNCTION_MIN of them function words, and fewer than DISORDER_MAX closed-class word
               orders English does not produce
-  topic       the piece's similarity to the topic's description is >= TOPIC_MIN, or >= TOPIC_NEAR
-              with the topic among the two descriptions it is nearest (judges/open_topics.py);
-              skipped when neither the request nor the prompt names a topic
+  topic       the piece's similarity to the topic's description is >= TOPIC_MIN, or, for a piece
+              with words outside the world's vocabulary, >= MODEL_NEAR with the topic among the
+              two the learned topic model finds nearest (judges/open_topics.py,
+              judges/open_topic_model.py; `topic_by=field`, `topic_by=model rank=N`, or `near` for a
+              topic outside the world's list); skipped when neither the request nor the prompt
+              names a topic
   stuffing    weight-1 style markers are at most STUFFING_MAX of the words
   injection   the piece does not address its judge (judges/open_guard.py)
 """
@@ -36,7 +39,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -44,8 +47,8 @@ from judges.config import validate_config
 from judges.open_classifier import CLASSES, dense_features, model
 from judges.open_guard import injection
 from judges.open_styles import LEXICON_WORDS, MARKED, style_scores
-from judges.open_text import normalise, proper_ending, repetition, shape, signs_off, tokens, words_of
-from judges.open_topics import WORLD_WORDS, on_topic, topicality
+from judges.open_text import Shape, normalise, proper_ending, repetition, shape, signs_off, tokens, words_of
+from judges.open_topics import WORLD_WORDS, topic_decision, topicality
 from judges.rubric_contract import DOMINANCE, label_noise_flips
 from testbed.types import JudgeRequest, Verdict
 from testbed.world.prompts import topic_of_prompt
@@ -111,6 +114,36 @@ def judged_style(scores: list[float], n_words: int, dominance: float) -> str:
     return MARKED[top] if scores[top] >= dominance * total else "mixed"
 
 
+class Reading(NamedTuple):
+    """A piece as the judge reads it (`read`): what the checks, the markers and the classifier use."""
+
+    low: str  # normalised text, cut at MAX_CHARS
+    toks: list[str]
+    words: list[str]
+    counts: Counter[str]
+    shape: Shape
+    scores: list[float]  # marker mass per marked style (MARKED order)
+    strong: int  # weight-1 markers (stuffing)
+    found: list[list[str]]  # the markers found, per marked style
+    plain_mass: float  # the mass below which the markers read the piece plain
+    marker_style: str  # the markers' decision
+
+
+def read(text: str, dominance: float = DOMINANCE) -> Reading:
+    """How the judge reads a piece's text, before any check: the one reading the judge and the style
+    classifier's training (benchmarks/train_style_classifier.py) share."""
+    low = normalise(text[:MAX_CHARS] if len(text) > MAX_CHARS else text)
+    toks = tokens(low)
+    words = words_of(toks)
+    counts = Counter(words)
+    sh = shape(toks, counts, LEXICON_WORDS)
+    scores, strong, found = style_scores(counts, low)
+    plain_mass = max(PLAIN_MASS, PLAIN_PER_WORD * sh.words)
+    return Reading(
+        low, toks, words, counts, sh, scores, strong, found, plain_mass, judged_style(scores, sh.words, dominance)
+    )
+
+
 class OpenWorldJudge:
     """Rule-based judge of natural English (see module doc). Accepts the same `seed`,
     `label_noise`, `checks` and `dominance` as the world-mode rubric."""
@@ -137,14 +170,7 @@ class OpenWorldJudge:
         text = req.response if isinstance(req.response, str) else ""
         prompt = req.prompt if isinstance(req.prompt, str) else ""
         too_long = len(text) > MAX_CHARS
-        low = normalise(text[:MAX_CHARS] if too_long else text)
-        toks = tokens(low)
-        words = words_of(toks)
-        counts = Counter(words)
-        sh = shape(toks, counts, LEXICON_WORDS)
-        scores, strong, found = style_scores(counts, low)
-        plain_mass = max(PLAIN_MASS, PLAIN_PER_WORD * sh.words)
-        marker_style = judged_style(scores, sh.words, cfg.dominance)
+        low, toks, words, counts, sh, scores, strong, found, plain_mass, marker_style = read(text, cfg.dominance)
         in_world = WORLD_WORDS.issuperset(words)
         weak = marker_style not in MARKED or sum(scores) < MARKER_GATE * plain_mass
         clf = model() if weak and cfg.classifier and words and not in_world else None
@@ -169,8 +195,12 @@ class OpenWorldJudge:
             failed.append("fluency")
         topic = req.topic if req.topic else topic_of_prompt(prompt)
         field_w = topicality(counts.keys(), topic) if topic else -1.0
-        if "topic" in checks and topic and not on_topic(counts.keys(), topic, field_w):
-            failed.append("topic")
+        topic_by = ""
+        if "topic" in checks and topic:
+            on, by = topic_decision(counts.keys(), topic, field_w)
+            topic_by = f" topic_by={by}"
+            if not on:
+                failed.append("topic")
         if "stuffing" in checks and strong > STUFFING_MAX * max(sh.words, 1):
             failed.append("stuffing")
         if "injection" in checks and injection(low):
@@ -184,7 +214,8 @@ class OpenWorldJudge:
         raw = (
             f"mode=open style={style} {decided} [{sc}] markers=[{used}] "
             f"words={sh.words} known={sh.known:.2f} function={sh.function:.2f} "
-            f"disorder={sh.disorder} topic={topic} field={field_w:.2f} fail={'+'.join(failed) or 'none'}{noise}"
+            f"disorder={sh.disorder} topic={topic} field={field_w:.2f}{topic_by} "
+            f"fail={'+'.join(failed) or 'none'}{noise}"
         )
         return Verdict(
             quality=quality,
