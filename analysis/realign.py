@@ -61,7 +61,7 @@ Held-out shares:
                       evaluations; 0 if it already does at T); NaN if it never does.
   new_share_end       N's held-out share at the last evaluation before the next switch.
 
-`aggregate` turns the per-seed table into one row per arm and switch: for each metric the mean
+`realign_summary.aggregate` turns the per-seed table into one row per arm and switch: for each metric the mean
 over seeds with rliable's bootstrap 95% confidence interval (`bootstrap_ci`) and the number of
 seeds with a value. The mean of episodes_to_bar is the restricted mean (censored seeds at their
 censoring time); beside it `reached_bar` of `bar_seeds` and the Kaplan-Meier median with its
@@ -93,7 +93,6 @@ from analysis.curves import (  # noqa: F401
 from analysis.recovery import (
     MIN_PLATEAU,
     Switches,
-    bar_summary,
     common_bars,
     plateau,
     switches_for,
@@ -108,7 +107,7 @@ DEFAULT_HORIZON = 512
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_N_BOOT = 2000
 
-# The per-seed metrics that `aggregate` summarises (name -> what a reader sees).
+# The per-seed metrics that `realign_summary.aggregate` summarises (name -> what a reader sees).
 METRICS: dict[str, str] = {
     "plateau": "pre-switch plateau (reward)",
     "dip": "dip (lowest rolling reward)",
@@ -391,116 +390,3 @@ def switch_metrics(
                 }
             )
     return pd.DataFrame(rows, columns=SWITCH_COLUMNS)
-
-
-AGGREGATE_COUNTS = [
-    "seeds",
-    "seeds_with_data",
-    "recovered_own_plateau",
-    "bar",
-    "bar_source",
-    "bar_seeds",
-    "reached_bar",
-    "follow_up",
-    "km_median",
-    "km_median_lo",
-    "km_median_hi",
-]
-
-
-def aggregate(
-    per_seed: pd.DataFrame,
-    confidence: float = DEFAULT_CONFIDENCE,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    metrics: Sequence[str] | None = None,
-) -> pd.DataFrame:
-    """One row per arm (and run, if there is a `run` column) and switch: for each metric in
-    `metrics` (default `METRICS`), `<metric>` (mean over seeds), `<metric>_lo`, `<metric>_hi`
-    (bootstrap interval) and `<metric>_n` (seeds with a value); plus the counts and the
-    Kaplan-Meier median of `AGGREGATE_COUNTS` (see the module docstring), and each alias of
-    `ALIASES` repeating its metric's columns."""
-    metrics = list(METRICS) if metrics is None else list(metrics)
-    keys = [k for k in ("run", "arm", "switch", "t", "from_style", "to_style") if k in per_seed.columns]
-    columns = [*keys, *AGGREGATE_COUNTS]
-    for m in [*metrics, *(a for a, m in ALIASES.items() if m in metrics)]:
-        columns += [m, f"{m}_lo", f"{m}_hi", f"{m}_n"]
-    if per_seed.empty:
-        return pd.DataFrame(columns=columns)
-    rows = []
-    for key, g in per_seed.groupby(keys, sort=False, dropna=False):
-        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-        row.update(
-            seeds=int(g["seed"].nunique()),
-            seeds_with_data=int(g["status"].isin(["recovered", "not recovered"]).sum()),
-            recovered_own_plateau=int(g["recovered_own_plateau"].astype(bool).sum()),
-        )
-        row.update(bar_summary(g, confidence))
-        for m in metrics:
-            vals = g[m].to_numpy(float) if m in g else np.zeros(0)
-            mean, lo, hi = bootstrap_ci(vals, confidence, n_boot, seed)
-            row.update({m: mean, f"{m}_lo": lo, f"{m}_hi": hi, f"{m}_n": int(np.isfinite(vals).sum())})
-        for alias, m in ALIASES.items():
-            if m in metrics:
-                row.update({alias + s: row[m + s] for s in ("", "_lo", "_hi", "_n")})
-        rows.append(row)
-    return pd.DataFrame(rows, columns=columns)
-
-
-def arm_overview(
-    episodes: pd.DataFrame,
-    evals: pd.DataFrame | None = None,
-    updates: pd.DataFrame | None = None,
-    window: int = DEFAULT_WINDOW,
-) -> pd.DataFrame:
-    """One row per arm: seeds, episodes, judge calls (all of them: each seed's training calls plus
-    its trainer's warm-up calls, `warmup_judge_calls`, also shown on their own) and failures, the
-    mean reward over the run and over each seed's last `window` judged episodes (mean over seeds),
-    and the held-out share of the final target style at the last evaluation (mean over seeds)."""
-    cols = [
-        "arm",
-        "seeds",
-        "episodes",
-        "judge_calls",
-        "warmup_judge_calls",
-        "judge_failures",
-        "mean_reward",
-        "final_reward",
-        "final_target_share",
-    ]
-    if episodes.empty:
-        return pd.DataFrame(columns=cols)
-    ok = judged(episodes)
-    tshare = target_share_curve(evals) if evals is not None else pd.DataFrame()
-    rows = []
-    for arm, g in episodes.groupby("arm", sort=True):
-        okg = ok[ok["arm"] == arm]
-        finals = [s.sort_values("t")["reward"].tail(window).mean() for _, s in okg.groupby("seed")]
-        calls, warmup = len(g), 0
-        fails = int(g["judge_error"].notna().sum()) if "judge_error" in g else 0
-        u = updates[updates["arm"] == arm] if updates is not None and not updates.empty and "arm" in updates else None
-        if u is not None and not u.empty:
-            warmup = int(sum(warmup_judge_calls(s) for _, s in u.groupby("seed")))
-            if "judge_calls" in u:
-                calls = max(calls, int(u.groupby("seed")["judge_calls"].max().sum()))
-            if "judge_failures" in u:
-                fails = max(fails, int(u.groupby("seed")["judge_failures"].max().sum()))
-        share = float("nan")
-        if not tshare.empty:
-            ts = tshare[tshare["arm"] == arm]
-            if not ts.empty:
-                share = float(ts.sort_values("t").groupby("seed")["target_share"].last().mean())
-        rows.append(
-            {
-                "arm": arm,
-                "seeds": int(g["seed"].nunique()),
-                "episodes": len(g),
-                "judge_calls": calls + warmup,
-                "warmup_judge_calls": warmup,
-                "judge_failures": fails,
-                "mean_reward": float(okg["reward"].mean()) if len(okg) else float("nan"),
-                "final_reward": float(np.mean(finals)) if finals else float("nan"),
-                "final_target_share": share,
-            }
-        )
-    return pd.DataFrame(rows, columns=cols)

@@ -20,7 +20,7 @@ longer than its follow-up (the episodes it was observed after the switch: the ph
 next switch - T or budget - T, in any complete run). It is kept at that follow-up and flagged
 `censored`, never dropped. Per arm and switch (`bar_summary`): reached k/n, and the Kaplan-Meier
 median with its interval (`km_median`); the restricted mean (censored seeds at their censoring
-time) is `realign.aggregate`'s mean of `episodes_to_bar`.
+time) is `realign_summary.aggregate`'s mean of `episodes_to_bar`.
 
 Pure functions of DataFrames and arrays; scipy's `stats.ecdf` on `stats.CensoredData` for the
 Kaplan-Meier estimate.

@@ -64,7 +64,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import cluster, goodhart, nonstationary, realign, training_data
+from analysis import cluster, goodhart, nonstationary, realign, realign_summary, training_data
 from analysis.console_tables import print_tables
 from analysis.nonstationary_runs import _nonstationary, _with_old_fall, schedule_groups  # noqa: F401
 
@@ -107,12 +107,11 @@ def _run_tables(
     )
     falls = nonstationary.old_fall(run.evals, run.switches, run.budget, run.episodes, old_level)
     ps = _label(_with_old_fall(ps, falls, old_level), run, labelled)
+    arms = realign_summary.arm_overview(run.episodes, run.evals, run.updates, window=w)
     out = {
         "per_seed": ps,
-        "switches": realign.aggregate(ps, metrics=[*realign.METRICS, "old_fall"]),
-        "arms": _label(realign.arm_overview(run.episodes, run.evals, run.updates, window=w), run, labelled).assign(
-            window=w
-        ),
+        "switches": realign_summary.aggregate(ps, metrics=[*realign.METRICS, "old_fall"]),
+        "arms": _label(arms, run, labelled).assign(window=w),
         "offpolicy": _label(training_data.offpolicy_overview(run.episodes, run.updates, run.dropped), run, labelled),
         "turns": _label(training_data.turns_overview(run.episodes, window=w), run, labelled),
     }

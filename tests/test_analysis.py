@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import curves, realign, training_data
+from analysis import curves, realign, realign_summary, training_data
 from analysis.plots import arm_palette, style_palette
 from analysis.report import load_run, print_switch_table, report
 from testbed.store import RunStore
@@ -90,7 +90,7 @@ def test_never_recovers_is_censored_at_the_phase_length_not_dropped():
     assert row["episodes_to_bar"] == 200 and row["censored"] and not row["reached_bar"]
     assert row["follow_up"] == 200
     assert row["dip"] == 0.0 and row["auc_after"] == 0.0
-    agg = realign.aggregate(realign.switch_metrics(episodes(r), [200], 400, window=10)).iloc[0]
+    agg = realign_summary.aggregate(realign.switch_metrics(episodes(r), [200], 400, window=10)).iloc[0]
     assert agg["recovered_own_plateau"] == 0 and agg["seeds_with_data"] == 1
     assert agg["episodes_to_own_plateau"] == 200 and agg["episodes_to_bar"] == 200
     assert (agg["reached_bar"], agg["bar_seeds"]) == (0, 1)
@@ -109,7 +109,7 @@ def test_missing_seeds_are_counted_not_invented():
     m = realign.switch_metrics(ep, [200], 400, window=10, seeds=[0, 1, 2])
     assert list(m["seed"]) == [0, 1, 2]
     assert list(m["status"]) == ["recovered", "recovered", "no data"]
-    agg = realign.aggregate(m).iloc[0]
+    agg = realign_summary.aggregate(m).iloc[0]
     assert (agg["seeds"], agg["seeds_with_data"], agg["recovered_own_plateau"]) == (3, 2, 2)
     assert agg["episodes_to_own_plateau"] == pytest.approx((59 + 79) / 2)
     assert agg["episodes_to_own_plateau_n"] == 2
@@ -118,7 +118,7 @@ def test_missing_seeds_are_counted_not_invented():
 
 
 def test_single_seed_has_a_mean_and_no_interval():
-    agg = realign.aggregate(realign.switch_metrics(episodes(recovering()), [200], 400, window=10)).iloc[0]
+    agg = realign_summary.aggregate(realign.switch_metrics(episodes(recovering()), [200], 400, window=10)).iloc[0]
     assert agg["seeds"] == 1 and agg["episodes_to_own_plateau"] == 59
     assert math.isnan(agg["episodes_to_own_plateau_lo"]) and math.isnan(agg["episodes_to_own_plateau_hi"])
 
@@ -130,7 +130,7 @@ def test_switch_with_no_data_after_it():
     assert list(m["episodes_after"]) == [0, 0]
     assert m["plateau"].iloc[0] == 1.0 and math.isnan(m["plateau"].iloc[1])
     assert m[["dip", "auc_after", "episodes_to_own_plateau"]].isna().all().all()
-    agg = realign.aggregate(m)
+    agg = realign_summary.aggregate(m)
     assert list(agg["seeds_with_data"]) == [0, 0] and list(agg["recovered_own_plateau"]) == [0, 0]
 
 
@@ -294,7 +294,7 @@ def test_censored_seeds_count_in_the_restricted_mean_and_the_kaplan_meier_median
     )
     m = realign.switch_metrics(ep, [200], 400, window=10)
     assert list(m["episodes_to_bar"]) == [59, 79, 200] and list(m["censored"]) == [False, False, True]
-    agg = realign.aggregate(m).iloc[0]
+    agg = realign_summary.aggregate(m).iloc[0]
     # the restricted mean keeps the censored seed at 200 (dropping it would say 69)
     assert agg["episodes_to_bar"] == pytest.approx((59 + 79 + 200) / 3) and agg["episodes_to_bar_n"] == 3
     assert (agg["reached_bar"], agg["bar_seeds"], agg["follow_up"]) == (2, 3, 200)
@@ -350,7 +350,7 @@ def test_judge_call_curves_start_at_the_warm_up_calls():
     curve = curves.judge_call_curve(ep, updates, window=10).sort_values("t")
     first = curve.groupby("arm")["judge_calls"].min()
     assert first["sao"] - first["rm"] == 2048 and first["rm"] < 20
-    ov = realign.arm_overview(ep, updates=updates).set_index("arm")
+    ov = realign_summary.arm_overview(ep, updates=updates).set_index("arm")
     assert (ov.loc["sao", "judge_calls"], ov.loc["sao", "warmup_judge_calls"]) == (400 + 2048, 2048)
     assert ov.loc["rm", "judge_calls"] == 400
     # calls *to* the bar are a difference: the warm-up does not enter them
@@ -441,7 +441,7 @@ def test_nothing_to_recover_when_the_plateau_is_zero():
         and not row["recovered_own_plateau"]
         and math.isnan(row["episodes_to_own_plateau"])
     )
-    agg = realign.aggregate(realign.switch_metrics(episodes(r), [200], 400, window=10)).iloc[0]
+    agg = realign_summary.aggregate(realign.switch_metrics(episodes(r), [200], 400, window=10)).iloc[0]
     assert agg["seeds_with_data"] == 0
 
 
