@@ -16,7 +16,7 @@ committed before the changes it tests, scored once after them; and
 open_world_voices_heldout5.jsonl, split `heldout5`, 126 pieces in three more personas per style,
 committed before the style-classifier change it tests, scored once after it; and
 open_world_voices_heldout6.jsonl, split `heldout6`, 132 pieces in three more personas per style,
-written by another author and committed before the judge change it tests, not yet scored; and
+written by another author, committed before the topic-model change it tests, scored once after it; and
 open_world_voices_heldout7.jsonl, split `heldout7`, 144 pieces in three more personas per style,
 written by another author and committed before the judge change it tests, not yet scored).
 The original corpus has no `heldout2`, `heldout3`, `heldout4`, `heldout5`, `heldout6` or `heldout7` split.
