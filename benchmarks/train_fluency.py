@@ -33,7 +33,7 @@ from judges.open_text import disorder_pairs, normalise, shape, tokens, words_of 
 from judges.open_topics import WORLD_WORDS  # noqa: E402
 from judges.open_world import FUNCTION_MIN, KNOWN_MIN, OPEN_CHECKS, OpenWorldJudge  # noqa: E402
 
-GRID = tuple(round(0.1 * i, 1) for i in range(0, 21))  # FLOW_MIN candidates, nats (0: flow unused)
+GRID = tuple(round(0.1 * i, 1) for i in range(21))  # FLOW_MIN candidates, nats (0: flow unused)
 
 
 class Piece(NamedTuple):

@@ -123,7 +123,7 @@ def shape(toks: list[str], counts: Counter[str], lexicon: frozenset[str]) -> Sha
     return Shape(n, (n - unknown) / d, function / d, disorder)
 
 
-def disorder_pairs(toks: list[str]) -> set[tuple[str, str]]:
+def disorder_pairs(toks: list[str]) -> frozenset[tuple[str, str]]:
     """The distinct adjacent closed-class pairs English does not produce (_BAD_PAIRS) among tokens."""
     return _BAD_PAIRS.intersection(zip(toks, toks[1:]))
 

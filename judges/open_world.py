@@ -59,7 +59,17 @@ from judges.open_classifier import CLASSES, dense_features, model
 from judges.open_flow import counts as flow_counts
 from judges.open_guard import injection
 from judges.open_styles import LEXICON_WORDS, MARKED, style_scores
-from judges.open_text import Shape, disorder_pairs, normalise, proper_ending, repetition, shape, signs_off, tokens, words_of
+from judges.open_text import (
+    Shape,
+    disorder_pairs,
+    normalise,
+    proper_ending,
+    repetition,
+    shape,
+    signs_off,
+    tokens,
+    words_of,
+)
 from judges.open_topics import WORLD_WORDS, topic_decision, topicality
 from judges.rubric_contract import DOMINANCE, label_noise_flips
 from testbed.types import JudgeRequest, Verdict
@@ -244,7 +254,8 @@ class OpenWorldJudge:
         raw = (
             f"mode=open style={style} {decided} [{sc}] markers=[{used}] "
             f"words={sh.words} known={sh.known:.2f} function={sh.function:.2f} "
-            f"disorder={disorder} flow={'none' if flow is None else f'{flow:.2f}'} topic={topic} field={field_w:.2f}{topic_by} "
+            f"disorder={disorder} flow={'none' if flow is None else f'{flow:.2f}'} "
+            f"topic={topic} field={field_w:.2f}{topic_by} "
             f"fail={'+'.join(failed) or 'none'}{noise}"
         )
         return Verdict(
