@@ -118,9 +118,14 @@ def shape(toks: list[str], counts: Counter[str], lexicon: frozenset[str]) -> Sha
     # set(small).difference(big) walks the small set; `keys - big` would walk all of wordfreq's list
     unknown = sum(counts[w] for w in set(distinct).difference(_ENGLISH).difference(lexicon) if not _known_form(w))
     function = sum(counts[w] for w in distinct & FUNCTION_WORDS)
-    disorder = len(_BAD_PAIRS.intersection(zip(toks, toks[1:])))
+    disorder = len(disorder_pairs(toks))
     d = max(n, 1)
     return Shape(n, (n - unknown) / d, function / d, disorder)
+
+
+def disorder_pairs(toks: list[str]) -> frozenset[tuple[str, str]]:
+    """The distinct adjacent closed-class pairs English does not produce (_BAD_PAIRS) among tokens."""
+    return _BAD_PAIRS.intersection(zip(toks, toks[1:]))
 
 
 def _known_form(tok: str) -> bool:
