@@ -130,6 +130,8 @@ def segment_rows(intervals: pd.DataFrame, segments: pd.DataFrame) -> list[list[s
     info = segments.drop_duplicates(["arm", "segment"]).set_index(["arm", "segment"])
     rows = []
     for (arm, task), g in iv.groupby(["arm", "task"], sort=False):
+        if (arm, task) not in info.index:  # switches in simulated seconds: an arm that never reached it
+            continue
         m, s = g.set_index("metric"), info.loc[(arm, task)]
         ref = segments[(segments["arm"] == arm) & (segments["segment"] == task)]
         against = (

@@ -458,3 +458,33 @@ def test_the_clusters_paired_verdict_is_withheld_where_neither_arm_reached_the_b
         assert by[(metric, "1")].verdict == "none: neither reached the bar in 5 seeds"
         assert by[(metric, "2")].both_censored == 0 and by[(metric, "2")].verdict == "a better"
         assert by[(metric, "all")].both_censored == 5 and not by[(metric, "all")].resolved
+
+
+def test_segment_rows_skip_an_arm_that_never_reached_a_segment():
+    """With switches in simulated seconds a slower arm can end its budget before a switch: rliable's
+    intervals still list its later segment (n 0), the segments table has no row for it. The report
+    showed the other arm's rows and used to stop with a KeyError (a sweep lost its later points)."""
+    from analysis.table_rows import segment_rows
+
+    def interval(arm, task, n, mean):
+        return [
+            {"arm": arm, "metric": m, "unit": "segment", "task": task, "tasks": str(task), "n": n, "mean": mean}
+            for m in ("auc", "dynamic_regret")
+        ]
+
+    intervals = pd.DataFrame(
+        interval("fast", 0, 2, 0.45)
+        + interval("slow", 0, 2, 0.42)
+        + interval("fast", 1, 2, 0.1)
+        + interval("slow", 1, 0, float("nan"))
+    )
+    seg = {"target_style": "cute", "start": 0, "end": 300, "best_plateau": 0.5, "best_arm": "fast"}
+    segments = pd.DataFrame(
+        [
+            {"arm": "fast", "seed": 0, "segment": 0, **seg},
+            {"arm": "slow", "seed": 0, "segment": 0, **seg},
+            {"arm": "fast", "seed": 0, "segment": 1, **seg, "target_style": "chuunibyou", "start": 300},
+        ]
+    )
+    rows = segment_rows(intervals, segments)
+    assert [(r[0], r[1].split(":")[0]) for r in rows] == [("fast", "0"), ("slow", "0"), ("fast", "1")]
