@@ -93,3 +93,23 @@ def test_help_does_not_import_the_training_stack():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_a_failing_report_leaves_the_finished_run_and_says_how_to_write_it_again(tmp_path, monkeypatch, capsys):
+    """The report is derived from the run's tables: a bug in it must not fail the run (nor stop a
+    sweep before its next point)."""
+    import analysis.report
+    from testbed.store import read_table
+    from tests.test_cpu_numerics import ONE_ARM
+    from tests.test_golden import FROM_POLICY, SCENARIO
+
+    def broken(*args, **kwargs):
+        raise KeyError("a report bug")
+
+    monkeypatch.setattr(analysis.report, "report", broken)
+    assert cli.main([SCENARIO, *FROM_POLICY, *ONE_ARM, "--out", str(tmp_path), "--run-name", "r"]) == 0
+    said = capsys.readouterr()
+    assert "the report failed" in said.err and f"python -m analysis.report {tmp_path / 'r'}" in said.err
+    assert "KeyError: 'a report bug'" in said.err and said.out.strip().endswith(str(tmp_path / "r"))
+    assert json.loads((tmp_path / "r" / "manifest.json").read_text())["status"] == "done"
+    assert len(read_table(tmp_path / "r", "episodes")) == 32

@@ -421,7 +421,15 @@ def run_scenario(
     if write_report:
         from analysis.report import report  # the one place the core calls analysis
 
-        report([store.root], console=console)
+        try:
+            report([store.root], console=console)
+        except Exception:  # the run's tables are complete: a report bug must not lose them (or a sweep's next point)
+            traceback.print_exc()
+            console.print(
+                f"[bold red]the report failed[/]; the run is complete in {store.root}: "
+                f"python -m analysis.report {store.root} writes the report again",
+                highlight=False,
+            )
     else:
         console.print(f"report skipped (--no-report): python -m analysis.report {store.root}", highlight=False)
     print(store.root)
