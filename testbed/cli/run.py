@@ -419,21 +419,27 @@ def run_scenario(
     report_outages(manifest)
 
     if write_report:
-        from analysis.report import report  # the one place the core calls analysis
-
-        try:
-            report([store.root], console=console)
-        except Exception:  # the run's tables are complete: a report bug must not lose them (or a sweep's next point)
-            traceback.print_exc()
-            console.print(
-                f"[bold red]the report failed[/]; the run is complete in {store.root}: "
-                f"python -m analysis.report {store.root} writes the report again",
-                highlight=False,
-            )
+        write_run_report(store, console)
     else:
         console.print(f"report skipped (--no-report): python -m analysis.report {store.root}", highlight=False)
     print(store.root)
     return 0
+
+
+def write_run_report(store: RunStore, console: Any) -> None:
+    """The finished run's report. Its tables are complete: a report bug must not fail the run (nor
+    stop a sweep before its next point), so it is printed with the command that writes it again."""
+    from analysis.report import report  # the one place the core calls analysis
+
+    try:
+        report([store.root], console=console)
+    except Exception:
+        traceback.print_exc()
+        console.print(
+            f"[bold red]the report failed[/]; the run is complete in {store.root}: "
+            f"python -m analysis.report {store.root} writes the report again",
+            highlight=False,
+        )
 
 
 def stopped(store: RunStore, manifest: dict[str, Any], exc: Exception) -> int:
