@@ -42,15 +42,15 @@ import concurrent.futures
 import string
 import weakref
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import gymnasium
 from gymnasium import spaces
 from gymnasium.utils import seeding
 
+from testbed.envs.episode import EpisodeStart, SingleTurn, episode_info
 from testbed.protocols import DriftSchedule, Judge
-from testbed.types import JudgeRequest, Target, Verdict
+from testbed.types import Target, Verdict
 
 if TYPE_CHECKING:
     from testbed.world import PromptSpec
@@ -59,44 +59,6 @@ __all__ = ["EpisodeStart", "SingleTurn", "StyleShiftEnv", "episode_info"]
 
 _T = TypeVar("_T")
 _PRINTABLE = frozenset(string.printable)
-
-
-@dataclass(frozen=True)
-class EpisodeStart:
-    """The start of one episode: the rendered prompt, where it came from, its clock and target.
-    The target's style is hidden from the policy; only ``prompt_text`` goes to the model."""
-
-    prompt_text: str
-    prompt_id: str
-    topic: str
-    t: int
-    target: Target
-
-    def request(self, response: str) -> JudgeRequest:
-        """The judge request for ``response`` to this episode."""
-        return JudgeRequest(
-            prompt=self.prompt_text,
-            response=response,
-            target_style=self.target.style,
-            candidate_styles=self.target.candidates,
-            topic=self.topic,
-        )
-
-
-def episode_info(start: EpisodeStart, verdict: Verdict) -> dict[str, Any]:
-    """One episode's record, with the run directory's column names: ``target_style,
-    judged_style, r_quality, r_style, t, judge_error, prompt_id, topic``. ``judge_error`` is the
-    error message (None when judged); with an error the r_* values are 0 and mean nothing."""
-    return {
-        "target_style": start.target.style,
-        "judged_style": verdict.style,
-        "r_quality": int(verdict.quality),
-        "r_style": int(verdict.style_match),
-        "t": start.t,
-        "judge_error": verdict.error,
-        "prompt_id": start.prompt_id,
-        "topic": start.topic,
-    }
 
 
 def _run_sync(runner: asyncio.Runner, coro: Coroutine[Any, Any, _T]) -> _T:
@@ -114,13 +76,6 @@ def _run_sync(runner: asyncio.Runner, coro: Coroutine[Any, Any, _T]) -> _T:
         return runner.run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(runner.run, coro).result()
-
-
-class SingleTurn:
-    """One response per start (an episode is a prompt and a response)."""
-
-    def __call__(self, engine: Any, starts: Sequence[EpisodeStart], review: Any = None) -> list:
-        return engine.generate([s.prompt_text for s in starts])
 
 
 class StyleShiftEnv(gymnasium.Env[str, str]):
