@@ -194,7 +194,7 @@ def test_ray_learner_publishes_merged_weights_for_a_plain_engine(bucket_mb):
     from testbed.runtimes.ray.learner import LearnerWorker
     from testbed.runtimes.ray.rollout import build_policy as plain_policy
     from testbed.runtimes.ray.rollout import load_buckets
-    from testbed.runtimes.ray.runtime import TrainerFactory
+    from testbed.runtimes.ray.trainer_factory import TrainerFactory
     from testbed.scenario.schema import ArmConfig
     from testbed.scenario.sharding import FSDPConfig
 
