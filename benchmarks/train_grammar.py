@@ -104,7 +104,9 @@ def main() -> None:
     best = choose(ss)
     print(f"the judge's GRAMMAR_RATE={GRAMMAR_RATE}: {line(figures(ss, GRAMMAR_RATE))}")
     print(f"on all sets: GRAMMAR_RATE={best}  {line(figures(ss, best))}")
-    print(f"  original corpus: after {line(figures(orig, best))}\n                   before {line(figures(orig, math.inf))}")
+    print(
+        f"  original corpus: after {line(figures(orig, best))}\n                   before {line(figures(orig, math.inf))}"
+    )
     for t in GRID:
         print(f"    GRAMMAR_RATE={t:<6} right {right(ss, t)}  {line(figures(ss, t))}")
     toks = [tokens(normalise(r["text"])) for c in ("voices", "original") for r in load_corpus(c)]

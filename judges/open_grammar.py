@@ -20,8 +20,9 @@ A violation is one of these adjacent-word patterns (each counted once per occurr
             (can/will/may/must only after a subject pronoun: "the will to live", "May to June")
   number    I/we/they before a third-person form or is/has/does (we/they: was too); you before
             is/was/has/does; he/she before a base form (not will/can/may/must/need/dare) or
-            are/am/have/do (not "were": "I wish she were"), unless an auxiliary, a modal, a causative or perception verb, "that"
-            or "if" comes before the pronoun ("does she have", "let he who", "if he were")
+            are/am/have/do (not "were": "I wish she were"), unless an auxiliary, a modal, a
+            causative or perception verb, "that" or "if" comes before the pronoun ("does she have",
+            "let he who")
             "we was", "I goes", "she have", "she send"
   base      am before a base form, is/are/was/were/be before a base form that is no noun, neither
             an adjective nor an adverb (the tables', or a word whose -ly adverb the unigram list
@@ -133,14 +134,14 @@ class Classes:
                 {"VBD": vbd, "VBN": vbn, "VBG": vbg, "VBZ": vbz, "NNS": nns}.get(tag, set()).add(form)
                 if tag == "VBD":
                     past_of.setdefault(lemma, set()).add(form)
-        forms = vb | vbd | vbn | vbg | vbz | nn | nns | adj
+        listed = vb | vbd | vbn | vbg | vbz | nn | nns | adj
         regular: set[str] = set()
-        for lemma, past in past_of.items():
-            made = _regular(lemma)
-            if not made & past:  # an irregular verb: its regular past is no English form
+        for verb, pasts in past_of.items():
+            made = _regular(verb)
+            if not made & pasts:  # an irregular verb: its regular past is no English form
                 regular |= made
         known = attested or frozenset()
-        self.regular = frozenset(regular - forms - known)
+        self.regular = frozenset(regular - listed - known)
         # a base form with an -ly adverb in the unigram list is an adjective the tables may miss:
         # "complete" (completely), "clean" (cleanly)
         self.adverb_of = frozenset(w for w in vb if _adverb(w) in known)
@@ -201,9 +202,12 @@ def violations(toks: list[str], wc: Classes | None = None) -> list[tuple[str, st
         elif a in COUNTERS:
             if b in wc.plural_noun:
                 rule = "article"
-        elif b in BE_SINGULAR and (a in wc.plural_noun or (a in wc.plural and prev in DETERMINERS)):
-            if _heads(toks, i, wc):
-                rule = "plural"
+        elif (
+            b in BE_SINGULAR
+            and (a in wc.plural_noun or (a in wc.plural and prev in DETERMINERS))
+            and _heads(toks, i, wc)
+        ):
+            rule = "plural"
         if rule:
             out.append((rule, a, b))
     return out
@@ -225,16 +229,14 @@ def _heads(toks: list[str], i: int, wc: Classes) -> bool:
 def _subject(a: str, b: str, prev: str, wc: Classes) -> str:
     inverted = prev in INVERTERS
     if a in PLURAL_SUBJECTS:
-        if b in BE_SINGULAR and not (a == "i" and b == "was") or b in wc.third:
+        if (b in BE_SINGULAR and not (a == "i" and b == "was")) or b in wc.third:
             return "number"
     elif a == "you":
         if b in BE_SINGULAR:
             return "number"
         return ""
     elif a in THIRD:
-        if not inverted and (
-            b in NOT_AFTER_HE or (b in wc.base and b not in SEMI_MODALS and b not in wc.adverb_of)
-        ):
+        if not inverted and (b in NOT_AFTER_HE or (b in wc.base and b not in SEMI_MODALS and b not in wc.adverb_of)):
             return "number"
     elif a == "it":  # "tests that need it are skipped": "it" is an object as often as a subject
         return ""
@@ -246,8 +248,8 @@ def _subject(a: str, b: str, prev: str, wc: Classes) -> str:
     return ""
 
 
-def count(toks: list[str]) -> int:
-    return len(violations(toks))
+def count(toks: list[str], wc: Classes | None = None) -> int:
+    return len(violations(toks, wc))
 
 
 def data_root() -> Path:
