@@ -92,6 +92,9 @@ CLAUSE = frozenset("and or but so because that which who whom whose where when w
 LOOKBACK = 6
 
 
+TRIGGERS = BE | HAVE | DO | MODALS | MODALS_NOUN | SUBJECTS | COUNTERS
+
+
 class Classes:
     """Word classes from the inflection tables (module doc)."""
 
@@ -177,9 +180,13 @@ def _regular(lemma: str) -> set[str]:
 def violations(toks: list[str], wc: Classes | None = None) -> list[tuple[str, str, str]]:
     """The violations among a piece's tokens: (rule, word, next word) for each (module doc)."""
     wc = wc or classes()
-    out: list[tuple[str, str, str]] = [("regular", t, "") for t in toks if t in wc.regular]
-    n = len(toks)
-    for i in range(n - 1):
+    out: list[tuple[str, str, str]] = []
+    if not wc.regular.isdisjoint(toks):
+        out = [("regular", t, "") for t in toks if t in wc.regular]
+    # only pairs that start on a rule's first word or end on is/was/has/does can break a rule: one
+    # pass over the pairs in a comprehension finds them, most pieces have a few
+    first, last = TRIGGERS, BE_SINGULAR
+    for i in [i for i, (a, b) in enumerate(zip(toks, toks[1:])) if a in first or b in last]:
         a, b = toks[i], toks[i + 1]
         prev = toks[i - 1] if i else ""
         rule = ""
