@@ -27,13 +27,16 @@ Quality passes only if every check holds:
               DISORDER_PMI: "for i", "in and") is no disorder, and the word flow (judges/open_flow.py:
               mean pointwise mutual information of adjacent words, from the bigram counts that
               ship in the symspellpy wheel) must be >= FLOW_MIN, which word salad, short or long,
-              is not (`flow=` in the verdict). FLOW_MIN and DISORDER_PMI were chosen by
+              is not (`flow=` in the verdict); nor may its broken-grammar violations in common words
+              (judges/open_grammar.py: adjacent-word agreement and verb-form rules over the
+              inflection tables of the lemminflect wheel: "vendors was", "is been", "has went",
+              "will to", "I buyed") reach GRAMMAR_RATE per word (`grammar=` in the verdict: the
+              count and each violation, rule:word_next; GRAMMAR_RATE chosen by leave-one-set-out
+              over the eight voices sets, benchmarks/train_grammar.py). FLOW_MIN and DISORDER_PMI were chosen by
               leave-one-set-out over the seven voices sets (benchmarks/train_fluency.py): each
               set held out, the setting right on the most pieces of the other six and the original
               corpus. Pieces in the world's own vocabulary are judged as before (no flow, every
-              disorder pair counts). Broken grammar in normal words ("vendors was", "is been") is
-              beyond the counts (the bigram list holds only pairs counted millions of times) and
-              mostly still passes
+              disorder pair counts, no grammar rule)
   topic       the piece's similarity to the topic's description is >= TOPIC_MIN, or, for a piece
               with words outside the world's vocabulary, >= MODEL_NEAR with the topic among the
               two the learned topic model finds nearest (judges/open_topics.py,
@@ -57,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from judges.config import validate_config
 from judges.open_classifier import CLASSES, dense_features, model
 from judges.open_flow import counts as flow_counts
+from judges.open_grammar import violations as grammar_violations
 from judges.open_guard import injection
 from judges.open_styles import LEXICON_WORDS, MARKED, style_scores
 from judges.open_text import (
@@ -86,6 +90,10 @@ DISORDER_MAX = 1  # one closed-class order English does not produce fails a piec
 # bigram counts attest with PMI >= DISORDER_PMI ("for i", "in and": English after all) is no disorder
 FLOW_MIN = 0.8
 DISORDER_PMI = 0.5
+# Chosen by leave-one-set-out over the eight voices sets (benchmarks/train_grammar.py): a piece with
+# words outside the world's vocabulary fails fluency when its broken-grammar violations
+# (judges/open_grammar.py: "vendors was", "is been", "I buyed") reach GRAMMAR_RATE per word (one in 40)
+GRAMMAR_RATE = 0.025
 STUFFING_MAX = 0.4  # a natural marked piece carries ~5-20% strong markers, the world's dense ones ~30%
 PLAIN_MASS, PLAIN_PER_WORD = 1.5, 0.02  # below max(1.5, 0.02 x words) of marker mass a piece reads plain
 MAX_CHARS = 4000
@@ -140,6 +148,11 @@ def judged_style(scores: list[float], n_words: int, dominance: float) -> str:
         return "plain"
     top = max(range(len(scores)), key=scores.__getitem__)
     return MARKED[top] if scores[top] >= dominance * total else "mixed"
+
+
+def _grammar_text(found: list[tuple[str, str, str]]) -> str:
+    """The violations for the verdict: their count, then rule:word_next for each ("2[been:is_been,...]")."""
+    return f"{len(found)}[{','.join(f'{r}:{a}_{b}' if b else f'{r}:{a}' for r, a, b in found)}]" if found else "0"
 
 
 class Reading(NamedTuple):
@@ -219,10 +232,11 @@ class OpenWorldJudge:
         rep = repetition(words, counts) if "repetition" in checks else None
         if rep:
             failed.append(f"repeat_{rep}")
-        disorder, flow = sh.disorder, None
+        disorder, flow, grammar = sh.disorder, None, None
         if not in_world:  # the world's own vocabulary is judged as before: no flow, every pair counts
             fc = flow_counts()
             flow = fc.flow(toks)
+            grammar = grammar_violations(toks)
             if disorder:
                 pmi = fc.pmi
                 disorder = sum(pmi.get(p, -math.inf) < DISORDER_PMI for p in disorder_pairs(toks))
@@ -231,6 +245,7 @@ class OpenWorldJudge:
             or sh.function < FUNCTION_MIN
             or disorder >= DISORDER_MAX
             or (flow is not None and flow < FLOW_MIN)
+            or (grammar and len(grammar) >= GRAMMAR_RATE * sh.words)
         ):
             failed.append("fluency")
         topic = req.topic if req.topic else topic_of_prompt(prompt)
@@ -255,6 +270,7 @@ class OpenWorldJudge:
             f"mode=open style={style} {decided} [{sc}] markers=[{used}] "
             f"words={sh.words} known={sh.known:.2f} function={sh.function:.2f} "
             f"disorder={disorder} flow={'none' if flow is None else f'{flow:.2f}'} "
+            f"grammar={'none' if grammar is None else _grammar_text(grammar)} "
             f"topic={topic} field={field_w:.2f}{topic_by} "
             f"fail={'+'.join(failed) or 'none'}{noise}"
         )
