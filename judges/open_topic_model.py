@@ -22,6 +22,13 @@ pieces); the same script reports the leave-one-set-out cross-validation that cho
 rule of judges/open_topics.py that uses it. Inference is one memo look-up per word, a sum of a few
 tens of rows and a [51] x [51, 36] product: a few microseconds, paid only for a piece below
 TOPIC_MIN.
+
+A piece about a subject that is no world topic but neighbours one (a bookshop asked about the
+library, autumn leaves asked about the first snow) passes: the asked topic is the model's nearest
+class. Neighbouring-topic negatives were tried over all eight voices sets (a 37th "other" class
+trained on the off-topic pieces, beside every odds ratio and similarity floor in the grid): "other"
+learns "far from every topic" and rejects none of the three neighbours of sets 6-7 without losing good
+pieces, so the model keeps its 36 classes (docs/environments.md, "Neighbouring topics and sign-offs").
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def test_the_shipped_model_is_what_the_training_script_writes():
     train = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train)
     data = train.load()
-    weights = train.fit([p for ps in data.values() for p in ps])
+    weights = train.fit([p for s in train.SHIPPED for p in data[s]])
     m = topic_model()
     assert m is not None
     np.testing.assert_allclose(weights, m.weights, atol=1e-4)
@@ -155,3 +155,26 @@ def test_a_topic_outside_the_worlds_list_keeps_the_rule_before():
             decided, by = topic_decision(words, topic, weight)
             assert decided == field_on_topic(words, topic, weight) and by in ("field", "near"), (text, topic, by)
         assert topic_decision(words, "space travel", topicality(words, "space travel"))[0] == on, text
+
+
+AUTUMN = (
+    "The maple in our yard has turned bright red and orange this week. I raked the fallen leaves into a "
+    "big heap by the fence and the kids jumped in it until dinner."
+)
+
+
+def test_a_neighbouring_topic_outside_the_worlds_list_reaches_the_model(judge):
+    words = _words(AUTUMN)
+    w = topicality(words, "the first snow")
+    assert 0.2 <= w < TOPIC_MIN  # borderline: the model decides
+    assert "topic" in judge.score(_req(AUTUMN, "dogs")).reasons
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="autumn is no world topic: the model's nearest class is the first snow (p = 1.00); neither an "
+    "'other' class trained on off-topic pieces nor any odds ratio or floor in the grid rejects it "
+    "without losing good pieces (benchmarks/train_topic_model.py --cv over sets 1-7, docs/environments.md)",
+)
+def test_autumn_leaves_asked_about_the_first_snow_fail_on_topic(judge):
+    assert "topic" in judge.score(_req(AUTUMN, "the first snow")).reasons
