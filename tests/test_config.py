@@ -48,7 +48,7 @@ def mutate(path: str, value):
 
 
 def test_shipped_scenarios_load(shared_cache):
-    from testbed.cli.sweep import expand, is_sweep_file, load_sweep
+    from testbed.cli.sweep_grid import expand, is_sweep_file, load_sweep
     from testbed.models.tiny_hub import tiny_hub_checkpoint
 
     # The GPU recipes name a checkpoint the user fills in: the tiny Qwen2-MoE stands in for it.

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from testbed.cli.sweep import expand, load_sweep, parse_grid_flag, plan
+from testbed.cli.sweep import plan
+from testbed.cli.sweep_grid import expand, load_sweep, parse_grid_flag
 from testbed.scenario.loading import ScenarioError
 
 ROOT = Path(__file__).resolve().parent.parent
