@@ -159,7 +159,7 @@ def style_scores(counts: Counter[str], low: str) -> tuple[list[float], int, list
         )
     if "thou " in low:
         _add(scores, found, CLA, "thou+verb", THOU_VERB_W, sum(1 for w in _THOU_VERB.findall(low) if w not in MARKERS))
-    if any(k in low for k in _PERIOD_KEYS):
+    if any(map(low.__contains__, _PERIOD_KEYS)):  # map: the substring tests run in C, no generator frame
         _add(scores, found, CLA, "period syntax", PERIOD_W, len(_PERIOD.findall(low)))
     _add(scores, found, ACA, "percent", PERCENT_W, low.count("%") + counts.get("percent", 0))
     cute, cute_found = _cute_marks(low)
@@ -185,7 +185,7 @@ def _add(scores: list[float], found: list[list[str]], i: int, name: str, weight:
 def _cute_marks(low: str) -> tuple[float, list[str]]:
     """Emoticons, emoji, tildes, and stretched words the lexicon does not already count."""
     mass, found = 0.0, []
-    if not low.isascii() or any(c in low for c in "(<:;=~"):  # what every emoticon needs: most pieces have none
+    if not low.isascii() or any(map(low.__contains__, "(<:;=~")):  # what every emoticon needs: most pieces have none
         n = len(_EMOTICONS.findall(low))
         mass += EMOTICON_W * n
         found += [f"emoticon x{n}"] if n else []
