@@ -118,7 +118,7 @@ def shape(toks: list[str], counts: Counter[str], lexicon: frozenset[str]) -> Sha
     distinct = counts.keys()
     # set(small).difference(big) walks the small set; `keys - big` would walk all of wordfreq's list
     unknown = sum(counts[w] for w in set(distinct).difference(_ENGLISH).difference(lexicon) if not _known_form(w))
-    function = sum(counts[w] for w in distinct & FUNCTION_WORDS)
+    function = sum(map(counts.__getitem__, distinct & FUNCTION_WORDS))  # map: no generator frame
     disorder = len(disorder_pairs(toks))
     d = max(n, 1)
     return Shape(n, (n - unknown) / d, function / d, disorder)

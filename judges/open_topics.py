@@ -171,10 +171,9 @@ def topicality(words: AbstractSet[str], topic: str) -> float:
     if not others:
         return exact
     memo = _memo(topic)
-    missing = [w for w in others if w not in memo]
-    if missing:
-        memo.update(_matches(missing, topic))
-    return exact + sum(memo[w] for w in others)
+    if not memo.keys() >= others:  # one C pass; the words' list only for a piece with new words
+        memo.update(_matches([w for w in others if w not in memo], topic))
+    return exact + sum(map(memo.__getitem__, others))  # map: the same order and sum, no generator frame
 
 
 def on_topic(words: AbstractSet[str], topic: str, weight: float) -> bool:
