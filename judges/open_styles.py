@@ -193,10 +193,26 @@ def _add(scores: list[float], found: list[list[str]], i: int, name: str, weight:
         found[i].append(f"{name} x{n}")
 
 
+_SMILEY = re.compile(r"[:;=]-?[()dp3]")  # what a smiley in _EMOTICONS needs, without its lookahead
+
+
+def _emoticon_cue(low: str) -> bool:
+    """Whether `low` may hold an emoticon, emoji or tilde: non-ASCII, or one of "(<:;=~" (the test
+    the judge has always made: most pieces have none) and what some _EMOTICONS branch needs,
+    "(" with ")", "<3", "~", "^" or a smiley. Colons and parentheses are common in prose, smileys
+    and kaomoji are not: the full pattern is scanned on half as many pieces."""
+    if not low.isascii():
+        return True
+    has = low.__contains__  # map(has, ...) runs the substring tests in C, with no generator frame
+    if not any(map(has, "(<:;=~")):
+        return False
+    return (has("(") and has(")")) or has("<3") or has("~") or has("^") or _SMILEY.search(low) is not None
+
+
 def _cute_marks(low: str) -> tuple[float, list[str]]:
     """Emoticons, emoji, tildes, and stretched words the lexicon does not already count."""
     mass, found = 0.0, []
-    if not low.isascii() or any(map(low.__contains__, "(<:;=~")):  # what every emoticon needs: most pieces have none
+    if _emoticon_cue(low):
         n = len(_EMOTICONS.findall(low))
         mass += EMOTICON_W * n
         found += [f"emoticon x{n}"] if n else []
