@@ -129,8 +129,10 @@ _PERIOD = re.compile(
 # confess", "i fear", "pray ", "are/am/is come", "day last", or a speech verb then a pronoun. The
 # full pattern costs ~50 us on a 50-word piece (a scan from every word); these cues send it only
 # the few pieces that may match: most hand-written pieces hold "said " or " do ", few "said he"
-_PERIOD_KEYS = ("s do ", "would that", "let us", "let no", "i confess", "i fear", "pray ", "re come", "am come")
-_PERIOD_KEYS += ("is come", "day last")
+_PERIOD_KEYS = (
+    *("s do ", "would that", "let us", "let no", "i confess", "i fear", "pray "),
+    *("re come", "am come", "is come", "day last"),
+)
 _SPEECH_KEYS = ("came ", "went ", "said ", "spoke ", "cried ", "sat ", "stood ", "lay ")
 _SPEECH = re.compile(r"(?:came|went|said|spoke|cried|sat|stood|lay) (?:i|he|she|we|they)\b")  # "said he"
 _CITATION = re.compile(r"\([a-z][a-z .&]*,? (?:19|20)\d\d[a-z]?\)|\[\d+(?:[,-]\d+)*\]|\bet al\b")
