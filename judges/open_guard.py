@@ -77,6 +77,8 @@ _PATTERNS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
 
 def injection(text: str) -> bool:
     """Whether the lowercased piece talks to its judge (see the module docstring)."""
-    return any(
-        (not need or need in text) and any(k in text for k in keys) and p.search(text) for need, keys, p in _PATTERNS
-    )
+    has = text.__contains__  # map(has, keys) runs the substring tests in C, with no generator frame
+    for need, keys, p in _PATTERNS:  # noqa: SIM110  (a loop: any() over a generator costs a frame per pattern)
+        if (not need or has(need)) and any(map(has, keys)) and p.search(text):
+            return True
+    return False

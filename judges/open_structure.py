@@ -58,15 +58,20 @@ def academic_structure(low: str, counts: Mapping[str, int], counted: Container[s
     `low` and the Counter of its words; words in `counted` (the style lexicons' words, already
     counted) are not counted again."""
     nominal = long_ = 0
+    kinds = _KINDS
     for w, c in counts.items():  # one pass: a nominalisation is not counted again as a long word
         if len(w) <= STEM_MIN + 2 or w in counted:
             continue
-        if w.endswith(_SUFFIXES) and _nominal(w) and w not in _EVERYDAY:
+        kind = kinds.get(w)
+        if kind is None:
+            kind = _remember_kind(w)
+        if kind == _NOMINAL:
             nominal += c
-        elif len(w) >= LONG_MIN and w.isalpha():
+        elif kind == _LONG:
             long_ += c
-    hedge = len(_HEDGE.findall(low)) if any(k in low for k in _HEDGE_KEYS) else 0
-    evidence = len(_EVIDENCE.findall(low)) if any(k in low for k in _EVIDENCE_KEYS) else 0
+    has = low.__contains__  # map(has, keys) runs the substring tests in C, with no generator frame
+    hedge = len(_HEDGE.findall(low)) if any(map(has, _HEDGE_KEYS)) else 0
+    evidence = len(_EVIDENCE.findall(low)) if any(map(has, _EVIDENCE_KEYS)) else 0
     personal = bool(counts.keys() & _PERSONAL) or (
         "'" in low and any("'" in w and not w.endswith("'s") for w in counts)  # a contraction
     )
@@ -79,6 +84,28 @@ def academic_structure(low: str, counts: Mapping[str, int], counted: Container[s
     found = [f"{name} x{n}" for name, n in parts if n]
     mass = NOMINAL_W * nominal + HEDGE_W * hedge + EVIDENCE_W * evidence + LONG_W * long_ + PASSIVE_W * passive
     return mass, found
+
+
+_NOMINAL, _LONG, _NEITHER = 1, 2, 0
+# word -> _NOMINAL, _LONG or _NEITHER: words recur across pieces, and the suffix tests cost more than
+# a look-up; bounded like the judge's other per-word memos
+_KINDS: dict[str, int] = {}
+KINDS_MAX = 100_000
+
+
+def _remember_kind(word: str) -> int:
+    """Whether a word of more than STEM_MIN + 2 letters is a nominalisation, else a long word, else
+    neither (academic_structure's tests, in its order), remembered."""
+    if word.endswith(_SUFFIXES) and _nominal(word) and word not in _EVERYDAY:
+        kind = _NOMINAL
+    elif len(word) >= LONG_MIN and word.isalpha():
+        kind = _LONG
+    else:
+        kind = _NEITHER
+    if len(_KINDS) >= KINDS_MAX:
+        _KINDS.clear()
+    _KINDS[word] = kind
+    return kind
 
 
 def _nominal(word: str) -> bool:

@@ -10,6 +10,7 @@ function words, which no English sentence does without and a list of content wor
 
 from __future__ import annotations
 
+import operator
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -117,7 +118,7 @@ def shape(toks: list[str], counts: Counter[str], lexicon: frozenset[str]) -> Sha
     distinct = counts.keys()
     # set(small).difference(big) walks the small set; `keys - big` would walk all of wordfreq's list
     unknown = sum(counts[w] for w in set(distinct).difference(_ENGLISH).difference(lexicon) if not _known_form(w))
-    function = sum(counts[w] for w in distinct & FUNCTION_WORDS)
+    function = sum(map(counts.__getitem__, distinct & FUNCTION_WORDS))  # map: no generator frame
     disorder = len(disorder_pairs(toks))
     d = max(n, 1)
     return Shape(n, (n - unknown) / d, function / d, disorder)
@@ -170,11 +171,15 @@ def repetition(words: list[str], counts: Counter[str], max_share: float = 0.12) 
     three times, or a 6-word one twice: also a 3-word span three times in a row), 'word' (a content
     word over max(4, max_share of the words)), else None. Natural prose repeats a phrase now and
     then, never like this. `counts` is the Counter of `words`."""
-    fours = Counter(zip(words, words[1:], words[2:], words[3:]))
-    if any(a == b == c == d for a, b, c, d in fours):
+    # a word four times in a row is first a word twice in a row: map(eq) finds one in C, and most
+    # pieces have none, so the 4-word scan is skipped
+    doubled = any(map(operator.eq, words, words[1:]))
+    four_list = list(zip(words, words[1:], words[2:], words[3:]))
+    if doubled and any(a == b == c == d for a, b, c, d in four_list):
         return "span"
-    if fours and max(fours.values()) < 2:  # every other loop repeats a 4-word sequence: most pieces stop here
-        return _overused(counts, max(4, int(max_share * len(words))))
+    if four_list and len(set(four_list)) == len(four_list):  # every other loop repeats a 4-word sequence:
+        return _overused(counts, max(4, int(max_share * len(words))))  # most pieces stop here
+    fours = Counter(four_list)
     sixes = list(zip(words, words[1:], words[2:], words[3:], words[4:], words[5:]))
     if any(a == c == e and b == d == f for a, b, c, d, e, f in sixes):
         return "span"
@@ -184,4 +189,6 @@ def repetition(words: list[str], counts: Counter[str], max_share: float = 0.12) 
 
 
 def _overused(counts: Counter[str], cap: int) -> str | None:
+    if max(counts.values(), default=0) <= cap:  # no word over the cap (cap >= 4): one C pass, most pieces
+        return None
     return "word" if any(c > cap for w, c in counts.items() if c > 4 and w not in FUNCTION_WORDS) else None

@@ -212,7 +212,9 @@ class OpenWorldJudge:
         prompt = req.prompt if isinstance(req.prompt, str) else ""
         too_long = len(text) > MAX_CHARS
         low, toks, words, counts, sh, scores, strong, found, plain_mass, marker_style = read(text, cfg.dominance)
-        in_world = WORLD_WORDS.issuperset(words)
+        # all() over map stops at the first word outside the world's vocabulary (a hand-written piece's
+        # first few), where issuperset(list) first builds a set of every word
+        in_world = all(map(WORLD_WORDS.__contains__, words))
         weak = marker_style not in MARKED or sum(scores) < MARKER_GATE * plain_mass
         clf = model() if weak and cfg.classifier and words and not in_world else None
         if clf is not None:
