@@ -148,7 +148,8 @@ def style_scores(counts: Counter[str], low: str) -> tuple[list[float], int, list
     scores = [0.0, 0.0, 0.0, 0.0]
     found: list[list[str]] = [[], [], [], []]
     strong = 0
-    for w in counts.keys() & MARKERS.keys():
+    # sorted: a set's order changes with the process's hash seed, and a float sum's with the order
+    for w in sorted(counts.keys() & MARKERS.keys()):
         i, wt = MARKERS[w]
         c = counts[w]
         scores[i] += wt * c

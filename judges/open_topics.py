@@ -165,7 +165,8 @@ def topicality(words: AbstractSet[str], topic: str) -> float:
     vocabulary and the field."""
     words = without_possessives(words)
     fld = field(topic)
-    exact = sum(map(fld.__getitem__, fld.keys() & words))  # map: the same order and sum, no generator frame
+    # fsum: exactly rounded whatever the order of the sets, which changes with the process's hash seed
+    exact = math.fsum(map(fld.__getitem__, fld.keys() & words))
     # one set at a time: set(small).difference(big) walks the small set, several at once walk them all
     others = set(words).difference(WORLD_WORDS).difference(fld).difference(FUNCTION_WORDS)
     if not others:
@@ -173,7 +174,7 @@ def topicality(words: AbstractSet[str], topic: str) -> float:
     memo = _memo(topic)
     if not memo.keys() >= others:  # one C pass; the words' list only for a piece with new words
         memo.update(_matches([w for w in others if w not in memo], topic))
-    return exact + sum(map(memo.__getitem__, others))  # map: the same order and sum, no generator frame
+    return exact + math.fsum(map(memo.__getitem__, others))
 
 
 def on_topic(words: AbstractSet[str], topic: str, weight: float) -> bool:
