@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import testbed.cli.run as cli
-from testbed.cli.plan import ArmShape, active_parameters, evaluations, judge_calls, public_args
+from testbed.cli.plan_arithmetic import ArmShape, active_parameters, evaluations, judge_calls, public_args
 from testbed.models import sft
 from testbed.runtimes.starting import starting_policies
 from tests.test_bad_input import ROWS, command_line
