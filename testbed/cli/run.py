@@ -32,6 +32,8 @@ from testbed import cpu_numerics, registry
 from testbed.cli.memory_plan import refusal
 from testbed.cli.plan import make_plan
 from testbed.cli.plan_print import print_plan
+from testbed.cli.run_args import argument_problem, parse_arguments
+from testbed.cli.run_end import report_outages, stopped
 from testbed.extras import MissingExtra
 from testbed.judging.adapter import JudgePluginError
 from testbed.judging.build import build_judge
@@ -169,73 +171,6 @@ def open_resume(run_dir: Path) -> tuple[Scenario, RunStore, dict[str, Any], dict
         f"{sum(len(v) for v in moved.values())}"
     )
     return scenario, store, manifest, (state if state and not state["done"] else None)
-
-
-def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m testbed.run", description=__doc__.splitlines()[0])
-    parser.add_argument("scenario", nargs="?", help="scenario YAML file")
-    parser.add_argument("--out", help="parent directory for the run directory (default: the scenario's output.dir)")
-    parser.add_argument(
-        "--run-name",
-        help="name of the run directory (default: <scenario>-<timestamp>); a plain "
-        "name (letters, digits, '_', '.', '-'), refused if it exists",
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a scenario field, e.g. --set budget.episodes=500 (repeatable)",
-    )
-    parser.add_argument("--resume", metavar="RUN_DIR", help="continue a killed or stopped run from its last checkpoint")
-    parser.add_argument(
-        "--runtime", choices=["sync", "ray"], help="override runtime.kind (sync: one process; ray: async actors)"
-    )
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="validate the scenario and print the plan (models, judge, "
-        "schedule, runtime, episodes, estimated judge calls); train nothing, write nothing",
-    )
-    parser.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
-    parser.add_argument(
-        "--track",
-        action="append",
-        default=[],
-        metavar="BACKEND",
-        help="mirror the run to a tracker as it runs: tensorboard, mlflow or wandb (repeatable or comma-separated; "
-        "sets tracking.backends; needs pip install 'testbed[track]')",
-    )
-    parser.add_argument(
-        "--no-report",
-        action="store_true",
-        help="skip the figures and tables at the end (the rows are "
-        "all written; python -m analysis.report RUN_DIR makes them later)",
-    )
-    return parser.parse_args(argv)
-
-
-def argument_problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with the arguments themselves, before any file is read."""
-    if args.resume and (
-        args.scenario or args.overrides or args.out or args.run_name is not None or args.runtime or args.track
-    ):
-        return "--resume takes only the run directory: the run continues with the scenario saved in it"
-    if args.resume and args.dry_run:
-        return "--dry-run plans a new run: give a scenario file, not --resume"
-    if args.json and not args.dry_run:
-        return "--json goes with --dry-run"
-    if not args.resume and not args.scenario:
-        return "give a scenario file (python -m testbed.run SCENARIO.yaml) or --resume RUN_DIR"
-    if args.run_name is not None:
-        from testbed.store import check_run_name
-
-        try:
-            check_run_name(args.run_name)
-        except ValueError as exc:
-            return f"--run-name {exc}"
-    return None
 
 
 def check_numerics(args: argparse.Namespace, scenario: Scenario, reexec: bool) -> int | None:
@@ -407,7 +342,7 @@ def run_scenario(
     except KeyboardInterrupt:
         return interrupted(store, manifest)
     except (RunStopped, JudgePluginError) as exc:  # exit 3: resumable; 2: a judge plugin's bug, with its traceback
-        return stopped(store, manifest, exc)
+        return stopped(store, manifest, exc, console)
     except Exception:
         store.flush()
         manifest["status"] = "failed"
@@ -416,7 +351,7 @@ def run_scenario(
     manifest["status"] = "done"
     manifest["wall_s"] = round(time.time() - started, 1)
     store.write_manifest(manifest)
-    report_outages(manifest)
+    report_outages(manifest, console)
 
     if write_report:
         write_run_report(store, console)
@@ -440,37 +375,6 @@ def write_run_report(store: RunStore, console: Any) -> None:
             f"python -m analysis.report {store.root} writes the report again",
             highlight=False,
         )
-
-
-def stopped(store: RunStore, manifest: dict[str, Any], exc: Exception) -> int:
-    """Record why the run stopped; exit 3 for a stop on purpose (a checkpoint to resume from), 2
-    for a bug in a judge plugin, after its traceback (never 512 'failed' calls later)."""
-    from testbed.runtimes.learn import RunStopped
-
-    bug = not isinstance(exc, RunStopped)
-    store.flush()
-    manifest.update(status="failed" if bug else "stopped", stop_reason=str(exc))
-    store.write_manifest(manifest)
-    if bug:
-        cause = exc.__cause__ or exc
-        print("".join(traceback.format_exception(type(cause), cause, cause.__traceback__)), file=sys.stderr)
-    label = "judge plugin error" if bug else "stopped"
-    console.print(f"[red]{label}:[/] {escape(str(exc))}", markup=True, highlight=False)  # e.g. "[redacted]"
-    return 2 if bug else 3
-
-
-def report_outages(manifest: dict[str, Any]) -> None:
-    """Judge outages are gaps in the attempts (the clock waits), reported here, never zeros."""
-    for arm, seeds in manifest["arms"].items():
-        for seed, totals in seeds.items():
-            outages = totals.get("judge_outages") or []
-            if outages:
-                where = ", ".join(f"t={o['t']} ({o['failed_calls']} calls)" for o in outages[:5])
-                more = f" and {len(outages) - 5} more" if len(outages) > 5 else ""
-                console.print(
-                    f"judge outages, {arm} seed {seed}: {len(outages)} ({totals['judge_failures']} failed calls "
-                    f"not trained on): {where}{more}"
-                )
 
 
 if __name__ == "__main__":

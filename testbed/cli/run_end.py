@@ -1,0 +1,47 @@
+"""How a stopped run ends on the terminal and in its manifest: a stop on purpose or a judge
+plugin's bug (`stopped`: exit 3 or 2), and the judge outages a run met (`report_outages`). The
+report of a finished run stays in testbed/cli/run.py, the one place the core calls analysis."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
+
+if TYPE_CHECKING:
+    from testbed.store import RunStore
+
+__all__ = ["report_outages", "stopped"]
+
+
+def stopped(store: RunStore, manifest: dict[str, Any], exc: Exception, console: Any) -> int:
+    """Record why the run stopped; exit 3 for a stop on purpose (a checkpoint to resume from), 2
+    for a bug in a judge plugin, after its traceback (never 512 'failed' calls later)."""
+    from testbed.runtimes.learn import RunStopped
+
+    bug = not isinstance(exc, RunStopped)
+    store.flush()
+    manifest.update(status="failed" if bug else "stopped", stop_reason=str(exc))
+    store.write_manifest(manifest)
+    if bug:
+        cause = exc.__cause__ or exc
+        print("".join(traceback.format_exception(type(cause), cause, cause.__traceback__)), file=sys.stderr)
+    label = "judge plugin error" if bug else "stopped"
+    console.print(f"[red]{label}:[/] {escape(str(exc))}", markup=True, highlight=False)  # e.g. "[redacted]"
+    return 2 if bug else 3
+
+
+def report_outages(manifest: dict[str, Any], console: Any) -> None:
+    """Judge outages are gaps in the attempts (the clock waits), reported here, never zeros."""
+    for arm, seeds in manifest["arms"].items():
+        for seed, totals in seeds.items():
+            outages = totals.get("judge_outages") or []
+            if outages:
+                where = ", ".join(f"t={o['t']} ({o['failed_calls']} calls)" for o in outages[:5])
+                more = f" and {len(outages) - 5} more" if len(outages) > 5 else ""
+                console.print(
+                    f"judge outages, {arm} seed {seed}: {len(outages)} ({totals['judge_failures']} failed calls "
+                    f"not trained on): {where}{more}"
+                )
