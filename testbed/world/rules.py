@@ -46,15 +46,17 @@ class _Strict(BaseModel):
 
 
 class HardTopics(_Strict):
-    share: float = Field(0.0, ge=0, le=1, description="share of topics that are hard (0: none)")
-    min_words: int = Field(0, ge=0, description="words a piece on a hard topic needs to pass quality")
-    min_topic_words: int = Field(1, ge=1, description="the topic's own nouns it needs (1 is what every topic needs)")
+    share: float = Field(default=0.0, ge=0, le=1, description="share of topics that are hard (0: none)")
+    min_words: int = Field(default=0, ge=0, description="words a piece on a hard topic needs to pass quality")
+    min_topic_words: int = Field(
+        default=1, ge=1, description="the topic's own nouns it needs (1 is what every topic needs)"
+    )
 
 
 class NoisyTopics(_Strict):
-    share: float = Field(0.0, ge=0, le=1, description="share of topics with a noisy judge (0: none)")
-    rate: float = Field(0.0, ge=0, le=0.5, description="chance that each of quality and style is flipped there")
-    seed: int = Field(0, ge=0, description="the noise's hash seed")
+    share: float = Field(default=0.0, ge=0, le=1, description="share of topics with a noisy judge (0: none)")
+    rate: float = Field(default=0.0, ge=0, le=0.5, description="chance that each of quality and style is flipped there")
+    seed: int = Field(default=0, ge=0, description="the noise's hash seed")
 
 
 class WorldRules(_Strict):
