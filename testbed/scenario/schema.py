@@ -26,6 +26,7 @@ from testbed.scenario.plugins import (
     Strict,
     old_spellings,
 )
+from testbed.scenario.run_sections import BudgetConfig, EvalConfig, OutputConfig, ReliabilityConfig
 from testbed.scenario.sharding import FSDPConfig, LearnerStrategy
 from testbed.scenario.simulation import SimulationConfig
 from testbed.scenario.world_policy import PolicyConfig, SamplingConfig, Seed, WorldConfig
@@ -118,39 +119,6 @@ class RuntimeConfig(Strict):
     def staleness_limit(self) -> int | None:
         """The bound applied: `max_staleness`; unset, 0 on ray (its issue gate needs one), none on sync."""
         return 0 if self.max_staleness is None and self.kind == "ray" else self.max_staleness
-
-
-class BudgetConfig(Strict):
-    episodes: int = Field(gt=0, description="judged training episodes per arm x seed")
-
-
-class EvalConfig(Strict):
-    every: int = Field(200, gt=0, description="episodes between held-out evaluations")
-    prompts: int = Field(64, gt=0, description="held-out prompts per evaluation")
-    reference_samples: int = Field(
-        4,
-        ge=0,
-        description="samples per held-out prompt and phase of the starting policy "
-        "told the target: the arms' common reference (testbed/runtimes/reference_policy.py); 0 = none",
-    )
-
-
-class OutputConfig(Strict):
-    dir: str = "runs"
-    flush_rows: int = Field(512, gt=0, description="buffered rows per table before a durable flush")
-    flush_seconds: float = Field(30.0, gt=0, description="...or this long since the last flush")
-
-
-class ReliabilityConfig(Strict):
-    checkpoint_every: int = Field(
-        20, gt=0, description="policy updates between checkpoints (also one at the start and end of each arm x seed)"
-    )
-    judge_failure_budget: int = Field(
-        512, gt=0, description="failed judge calls in a row before the run stops with a resumable checkpoint"
-    )
-    max_nonfinite_updates: int = Field(
-        5, gt=0, description="updates in a row skipped for a NaN/inf loss or gradient before the run stops"
-    )
 
 
 class Scenario(Strict):
