@@ -285,6 +285,19 @@ def load_cached(directory: Path, log: Callable[[str], None]) -> tuple[torch.nn.M
     return model, tok, report
 
 
+def sft_report(key: str, model: torch.nn.Module, losses: list[float], seconds: float, report: dict) -> dict:
+    """What the cache keeps beside the SFT policy: its key, size, loss curve, time and acceptance check."""
+    return {
+        "key": key,
+        "parameters": count_parameters(model),
+        "steps": len(losses),
+        "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
+        "loss_curve": loss_curve(losses),
+        "seconds": round(seconds, 1),
+        "eval": report,
+    }
+
+
 def train_policy(
     cfg: PolicyConfig,
     archetypes: list[str],
@@ -335,16 +348,8 @@ def train_policy(
         log(f"SFT round {round_ + 1} not yet good enough: {report}")
     else:
         log(f"warning: after {cfg.sft.max_rounds} rounds the SFT policy misses the acceptance bar: {report}")
-    full_report = {
-        "key": key,
-        "parameters": count_parameters(model),
-        "steps": len(losses),
-        "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
-        "loss_curve": loss_curve(losses),
-        "seconds": round(time.time() - start, 1),
-        "eval": report,
-        "passed": bool(report) and sft_passes(report, cfg, archetypes),
-    }
+    full_report = sft_report(key, model, losses, time.time() - start, report)
+    full_report["passed"] = bool(report) and sft_passes(report, cfg, archetypes)
     save_policy(directory, model, tok, full_report)
     log(f"SFT done in {full_report['seconds']} s: {report}")
     return model, tok, full_report

@@ -29,10 +29,28 @@ from testbed.scenario.plugins import (
 from testbed.scenario.run_sections import BudgetConfig, EvalConfig, OutputConfig, ReliabilityConfig
 from testbed.scenario.sharding import FSDPConfig, LearnerStrategy
 from testbed.scenario.simulation import SimulationConfig
-from testbed.scenario.world_policy import PolicyConfig, SamplingConfig, Seed, WorldConfig
+from testbed.scenario.world_policy import PolicyConfig, SamplingConfig, Seed, SFTConfig, WorldConfig
 from testbed.tracking.config import TrackingConfig
 
-__all__ = ["Scenario", "ScenarioError", "apply_override", "load_scenario", "parse_scenario"]
+# the sections defined in world_policy.py and run_sections.py are named here too: `from
+# testbed.scenario.schema import PolicyConfig` is how plugins and notebooks have always imported them
+__all__ = [
+    "ArmConfig",
+    "BudgetConfig",
+    "EvalConfig",
+    "OutputConfig",
+    "PolicyConfig",
+    "ReliabilityConfig",
+    "RuntimeConfig",
+    "SFTConfig",
+    "SamplingConfig",
+    "Scenario",
+    "ScenarioError",
+    "WorldConfig",
+    "apply_override",
+    "load_scenario",
+    "parse_scenario",
+]
 
 
 class ArmConfig(Strict):
