@@ -10,6 +10,10 @@ is chosen (ties: the higher DISORDER_PMI, fewer pairs excused, then the median o
 The judge's other checks are run as they are (fluency off), so only the fluency rule varies.
 Prints per set and pooled: good pieces passing, bad pieces failing per kind, against the judge
 before (KNOWN_MIN, FUNCTION_MIN, DISORDER_MAX alone). --show lists each piece's flow.
+
+Superseded for FLOW_MIN by benchmarks/train_fluency_joint.py (the joint rule over flow, disorder
+pairs and grammar, nine sets); this script scores the earlier independent thresholds and still
+chooses DISORDER_PMI.
 """
 
 from __future__ import annotations

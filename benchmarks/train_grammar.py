@@ -11,6 +11,9 @@ fixed: benchmarks/train_fluency.py), so only the grammar rule varies; like flow,
 with words outside the world's vocabulary only. Prints per set and pooled: good pieces passing, bad
 pieces failing per kind, against the judge without the rule; then each threshold on all sets, and
 the per-piece cost of the signal. --show lists every piece with a violation.
+
+Superseded by benchmarks/train_fluency_joint.py (GRAMMAR_RATE chosen jointly with the flow bar over
+nine sets); this script scores the earlier independent rule (flow >= 0.8, one disorder pair fails).
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from train_fluency import Piece, add, fails, line, pieces  # noqa: E402
 
 from judges.open_grammar import classes, violations  # noqa: E402
 from judges.open_text import normalise, tokens, words_of  # noqa: E402
-from judges.open_world import DISORDER_PMI, FLOW_MIN, GRAMMAR_RATE  # noqa: E402
+from judges.open_world import DISORDER_PMI, GRAMMAR_RATE  # noqa: E402
+
+FLOW_MIN = 0.8  # the earlier independent flow threshold this script's rule is scored beside
 
 GRID = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, math.inf)  # violations per word
 

@@ -21,22 +21,24 @@ Quality passes only if every check holds:
               ends on a mark, so there an interjection last is a cut)
   repetition  no degenerate loop (judges/open_text.py)
   fluency     >= KNOWN_MIN of the words are English (wordfreq) or style-lexicon words, >=
-              FUNCTION_MIN of them function words, and fewer than DISORDER_MAX closed-class word
-              orders English does not produce; for a piece with words outside the world's
-              vocabulary, a closed-class pair that English word-pair counts attest (PMI >=
-              DISORDER_PMI: "for i", "in and") is no disorder, and the word flow (judges/open_flow.py:
-              mean pointwise mutual information of adjacent words, from the bigram counts that
-              ship in the symspellpy wheel) must be >= FLOW_MIN, which word salad, short or long,
-              is not (`flow=` in the verdict); nor may its broken-grammar violations in common words
-              (judges/open_grammar.py: adjacent-word agreement and verb-form rules over the
-              inflection tables of the lemminflect wheel: "vendors was", "is been", "has went",
-              "will to", "I buyed") reach GRAMMAR_RATE per word (`grammar=` in the verdict: the
-              count and each violation, rule:word_next; GRAMMAR_RATE chosen by leave-one-set-out
-              over the eight voices sets, benchmarks/train_grammar.py). FLOW_MIN and DISORDER_PMI were chosen by
-              leave-one-set-out over the seven voices sets (benchmarks/train_fluency.py): each
-              set held out, the setting right on the most pieces of the other six and the original
-              corpus. Pieces in the world's own vocabulary are judged as before (no flow, every
-              disorder pair counts, no grammar rule)
+              FUNCTION_MIN of them function words; a piece in the world's own vocabulary must have
+              fewer than DISORDER_MAX closed-class word orders English does not produce (no flow, no
+              grammar rule). A piece with words outside it is judged on three signals together:
+              its disorder pairs (a closed-class pair that English word-pair counts attest, PMI >=
+              DISORDER_PMI: "for i", "in and", is no disorder), its word flow (judges/open_flow.py:
+              mean pointwise mutual information of adjacent words, from the bigram counts that ship
+              in the symspellpy wheel; `flow=` in the verdict) and its broken-grammar violations in
+              common words (judges/open_grammar.py: adjacent-word agreement and verb-form rules
+              over the inflection tables of the lemminflect wheel: "vendors was", "is been", "has
+              went", "will to", "I buyed"; `grammar=` in the verdict: the count and each violation,
+              rule:word_next). It fails when its flow is below
+                FLOW_MIN + DISORDER_COST x disorder pairs + GRAMMAR_COST x violations
+              (each disorder pair or violation asks for more flow: a fluent colloquial piece with one
+              odd pair passes, word salad and a clumsy piece with one violation do not), when its
+              violations reach GRAMMAR_RATE per word, or, with too few pairs for a flow, on any
+              disorder pair. The four constants were chosen together by leave-one-set-out over the
+              nine voices sets (benchmarks/train_fluency_joint.py): each set held out, the setting
+              right on the most pieces of the other eight and the original corpus
   topic       the piece's similarity to the topic's description is >= TOPIC_MIN, or, for a piece
               with words outside the world's vocabulary, >= MODEL_NEAR with the topic among the
               two the learned topic model finds nearest (judges/open_topics.py,
@@ -83,17 +85,20 @@ OpenCheck = Literal["length", "ending", "repetition", "fluency", "topic", "stuff
 OPEN_CHECKS: tuple[OpenCheck, ...] = ("length", "ending", "repetition", "fluency", "topic", "stuffing", "injection")
 KNOWN_MIN = 0.9  # English words among the words
 FUNCTION_MIN = 0.2  # English prose runs at ~0.4-0.55 function words; a list of content words near 0
-DISORDER_MAX = 1  # one closed-class order English does not produce fails a piece (a shuffle makes several)
-# Chosen by leave-one-set-out over the seven voices sets (benchmarks/train_fluency.py): a piece with
-# words outside the world's vocabulary fails fluency when its word flow (judges/open_flow.py: mean
-# pointwise mutual information of adjacent words, nats) is below FLOW_MIN; a closed-class pair the
-# bigram counts attest with PMI >= DISORDER_PMI ("for i", "in and": English after all) is no disorder
-FLOW_MIN = 0.8
+DISORDER_MAX = 1  # the world's own vocabulary: one closed-class order English does not produce fails a piece
+# A closed-class pair the bigram counts attest with PMI >= DISORDER_PMI ("for i", "in and": English
+# after all) is no disorder (benchmarks/train_fluency.py, seven voices sets)
 DISORDER_PMI = 0.5
-# Chosen by leave-one-set-out over the eight voices sets (benchmarks/train_grammar.py): a piece with
-# words outside the world's vocabulary fails fluency when its broken-grammar violations
-# (judges/open_grammar.py: "vendors was", "is been", "I buyed") reach GRAMMAR_RATE per word (one in 40)
-GRAMMAR_RATE = 0.025
+# Chosen together by leave-one-set-out over the nine voices sets (benchmarks/train_fluency_joint.py):
+# a piece with words outside the world's vocabulary fails fluency when its word flow
+# (judges/open_flow.py: mean pointwise mutual information of adjacent words, nats) is below
+# FLOW_MIN + DISORDER_COST x its disorder pairs + GRAMMAR_COST x its broken-grammar violations
+# (judges/open_grammar.py: "vendors was", "is been", "I buyed"), or when the violations reach
+# GRAMMAR_RATE per word (one in 25)
+FLOW_MIN = 1.4
+DISORDER_COST = 0.5
+GRAMMAR_COST = 1.5
+GRAMMAR_RATE = 0.04
 STUFFING_MAX = 0.4  # a natural marked piece carries ~5-20% strong markers, the world's dense ones ~30%
 PLAIN_MASS, PLAIN_PER_WORD = 1.5, 0.02  # below max(1.5, 0.02 x words) of marker mass a piece reads plain
 MAX_CHARS = 4000
@@ -148,6 +153,19 @@ def judged_style(scores: list[float], n_words: int, dominance: float) -> str:
         return "plain"
     top = max(range(len(scores)), key=scores.__getitem__)
     return MARKED[top] if scores[top] >= dominance * total else "mixed"
+
+
+def fluent(disorder: int, flow: float | None, grammar: list[tuple[str, str, str]] | None, words: int) -> bool:
+    """The joint part of the fluency check (module doc). grammar is None for a piece in the world's
+    own vocabulary (then only its disorder pairs count), flow None for a piece with too few pairs."""
+    if grammar is None:
+        return disorder < DISORDER_MAX
+    n = len(grammar)
+    if n and n >= GRAMMAR_RATE * words:
+        return False
+    if flow is None:
+        return disorder < DISORDER_MAX
+    return flow >= FLOW_MIN + DISORDER_COST * disorder + GRAMMAR_COST * n
 
 
 def _grammar_text(found: list[tuple[str, str, str]]) -> str:
@@ -243,11 +261,7 @@ class OpenWorldJudge:
                 pmi = fc.pmi
                 disorder = sum(pmi.get(p, -math.inf) < DISORDER_PMI for p in disorder_pairs(toks))
         if "fluency" in checks and (
-            sh.known < KNOWN_MIN
-            or sh.function < FUNCTION_MIN
-            or disorder >= DISORDER_MAX
-            or (flow is not None and flow < FLOW_MIN)
-            or (grammar and len(grammar) >= GRAMMAR_RATE * sh.words)
+            sh.known < KNOWN_MIN or sh.function < FUNCTION_MIN or not fluent(disorder, flow, grammar, sh.words)
         ):
             failed.append("fluency")
         topic = req.topic if req.topic else topic_of_prompt(prompt)
