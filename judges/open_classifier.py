@@ -26,7 +26,9 @@ and one small matrix sum: a few tens of microseconds.
 from __future__ import annotations
 
 import functools
+import io
 import math
+import zipfile
 from collections.abc import Sequence
 from itertools import chain
 from pathlib import Path
@@ -126,10 +128,18 @@ class StyleModel:
         return [v / s for v in e]
 
     def save(self, path: Path) -> None:
+        """Write the weights as an .npz that np.load reads, byte-identical for identical weights:
+        np.savez stamps each member with the time of writing, this writes a fixed date."""
         vocab = sorted(self.index, key=self.index.__getitem__)
-        np.savez_compressed(
-            path, vocab=np.array(vocab), weights=self.weights.astype(np.float16), classes=np.array(CLASSES)
-        )
+        arrays = {"vocab": np.array(vocab), "weights": self.weights.astype(np.float16), "classes": np.array(CLASSES)}
+        with zipfile.ZipFile(path, "w") as zf:
+            for name, arr in arrays.items():
+                buf = io.BytesIO()
+                np.lib.format.write_array(buf, arr, allow_pickle=False)
+                info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = 0o644 << 16
+                zf.writestr(info, buf.getvalue())
 
 
 @functools.cache
