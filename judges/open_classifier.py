@@ -38,8 +38,15 @@ import numpy as np
 MODEL_PATH = Path(__file__).resolve().parent / "data" / "open_style_model.npz"
 CLASSES: tuple[str, ...] = ("academic", "cute", "chuunibyou", "classical", "plain")
 _FIRST_PERSON = frozenset("i me my mine myself we us our ours".split())
+_SECOND_PERSON = frozenset("you your yours yourself yourselves".split())
+# formal and archaic function words: register in the grammar, not in any topic's words
+_FORMAL = frozenset("thus hence whom whose upon whilst wherein whereby therefore however moreover shall nor".split())
+_LATINATE = ("tion", "sion", "ment", "ity", "ence", "ance", "ous", "ive", "ical", "ism", "ist")  # of words of 6+ letters
 _WORD_START = frozenset("abcdefghijklmnopqrstuvwxyz'")
-DENSE: tuple[str, ...] = ("share_aca", "share_cute", "share_chuu", "share_cla", "mass", "bang", "first", "wordlen")
+DENSE: tuple[str, ...] = (
+    *("share_aca", "share_cute", "share_chuu", "share_cla", "mass", "bang", "first", "wordlen"),
+    *("longword", "latinate", "sentence", "contraction", "comma", "second", "formal", "types", "semicolon"),
+)
 
 
 def _word_features(w: str) -> tuple[str, ...]:
@@ -75,7 +82,29 @@ def dense_features(
     dense.append(min(sum(len(t) for t in toks if t[0] == "!") / n * 10, 1.0))
     dense.append(sum(map(_FIRST_PERSON.__contains__, ws)) / n * 5)
     dense.append(sum(map(len, ws)) / n / 10)
+    dense.extend(register_features(toks, ws))
     return dense
+
+
+def register_features(toks: Sequence[str], ws: Sequence[str]) -> list[float]:
+    """Register without marker words (DENSE's second line), of `ws` a piece's words without numbers:
+    the share of long words (8+ letters) and of Latinate endings, words per sentence, contractions
+    (not the possessive 's), commas, second-person words, formal and archaic function words
+    ("thus", "whom", "upon"), distinct words over words, semicolons and colons; each scaled to ~0-1."""
+    n = max(len(ws), 1)
+    latinate = _LATINATE
+    sentences = sum(t[0] in ".!?" for t in toks) or 1
+    return [
+        sum(len(w) >= 8 for w in ws) / n * 3,
+        sum(len(w) >= 6 and w.endswith(latinate) for w in ws) / n * 5,
+        min(n / sentences / 30, 2.0),
+        sum("'" in w[1:] and not w.endswith("'s") for w in ws) / n * 10,
+        sum(t == "," for t in toks) / n * 5,
+        sum(map(_SECOND_PERSON.__contains__, ws)) / n * 5,
+        sum(map(_FORMAL.__contains__, ws)) / n * 10,
+        len(set(ws)) / n,
+        sum(t in (";", ":") for t in toks) / n * 10,
+    ]
 
 
 class StyleModel:
