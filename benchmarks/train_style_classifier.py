@@ -2,7 +2,7 @@
 hand-written pieces, choose how the judge combines it with the markers by leave-one-set-out
 cross-validation, and write the weights.
 
-    python benchmarks/train_style_classifier.py [--cv] [--write] [--generator 0] [--l2 1e-3]
+    python benchmarks/train_style_classifier.py [--cv] [--write [--out PATH]] [--generator 0] [--l2 1e-3]
 
 Training data: the good pieces of every hand-written set scored so far (open_world_corpus.jsonl and
 the voices corpus's nine splits dev, heldout, heldout2 ... heldout8: VOICES), label = their style.
@@ -148,6 +148,7 @@ def main() -> None:
     ap.add_argument("--generator", type=int, default=0, help="generated pieces per style added to training")
     ap.add_argument("--l2", type=float, nargs="+", default=[0.0])
     ap.add_argument("--steps", type=int, nargs="+", default=[300], help="Adam steps (early stopping)")
+    ap.add_argument("--out", type=Path, default=MODEL_PATH, help="where --write writes the weights")
     a = ap.parse_args()
     data = load(a.generator)
     if a.cv:
@@ -156,8 +157,8 @@ def main() -> None:
                 cv(data, l2, bool(a.generator), steps)
     if a.write:
         model = train([r for rows in data.values() for r in rows], a.l2[0], steps=a.steps[0])
-        model.save(MODEL_PATH)
-        print(f"wrote {MODEL_PATH} ({MODEL_PATH.stat().st_size:,} bytes, {model.n_sparse:,} sparse features)")
+        model.save(a.out)
+        print(f"wrote {a.out} ({a.out.stat().st_size:,} bytes, {model.n_sparse:,} sparse features)")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ _FIRST_PERSON = frozenset("i me my mine myself we us our ours".split())
 _SECOND_PERSON = frozenset("you your yours yourself yourselves".split())
 # formal and archaic function words: register in the grammar, not in any topic's words
 _FORMAL = frozenset("thus hence whom whose upon whilst wherein whereby therefore however moreover shall nor".split())
-_LATINATE = ("tion", "sion", "ment", "ity", "ence", "ance", "ous", "ive", "ical", "ism", "ist")  # of words of 6+ letters
+_LATINATE = ("tion", "sion", "ment", "ity", "ence", "ance", "ous", "ive", "ical", "ism", "ist")  # words of 6+ letters
 _WORD_START = frozenset("abcdefghijklmnopqrstuvwxyz'")
 DENSE: tuple[str, ...] = (
     *("share_aca", "share_cute", "share_chuu", "share_cla", "mass", "bang", "first", "wordlen"),
@@ -69,42 +69,57 @@ def sparse_features(toks: Sequence[str], words: Sequence[str]) -> set[str]:
     return out
 
 
+def _token_counts(t: str) -> tuple[int, ...]:
+    """What a token adds to the dense features' counts (_COUNTS order)."""
+    if t[0] in _WORD_START:  # a word (numbers are not)
+        return (
+            *(1, len(t), t in _FIRST_PERSON, t in _SECOND_PERSON, t in _FORMAL, len(t) >= 8),
+            *(len(t) >= 6 and t.endswith(_LATINATE), "'" in t[1:] and not t.endswith("'s"), 0, 0, 0, 0),
+        )
+    return (0, 0, 0, 0, 0, 0, 0, 0, len(t) if t[0] == "!" else 0, t[0] in ".!?", t == ",", t in (";", ":"))
+
+
+# the counts per piece that the dense features are made of, summed over its tokens through a memo
+_COUNTS = ("words", "letters", "first", "second", "formal", "long", "latinate", "contraction", "bang", "stops")
+_COUNTS += ("commas", "semicolons")
+_TOKEN_COUNTS: dict[str, tuple[int, ...]] = {}
+
+
+def _counts(toks: Sequence[str]) -> list[int]:
+    memo = _TOKEN_COUNTS
+    try:
+        rows = list(map(memo.__getitem__, toks))
+    except KeyError:
+        if len(memo) > 200_000:  # a bound on the memo in a long run
+            memo.clear()
+        for t in toks:
+            if t not in memo:
+                memo[t] = _token_counts(t)
+        rows = list(map(memo.__getitem__, toks))
+    return list(map(sum, zip(*rows))) if rows else [0] * len(_COUNTS)
+
+
 def dense_features(
     toks: Sequence[str], words: Sequence[str], scores: Sequence[float], plain_mass: float
 ) -> list[float]:
     """The dense features in DENSE order: `scores` the marker mass per marked style
-    (open_styles.MARKED order), `plain_mass` the mass below which the markers read the piece plain."""
-    ws = _letters(words)
+    (open_styles.MARKED order), `plain_mass` the mass below which the markers read the piece plain.
+    Then register without marker words (DENSE's second line), over the words without numbers: the
+    share of long words (8+ letters) and of Latinate endings, words per sentence, contractions (not
+    the possessive 's), commas, second-person words, formal and archaic function words ("thus",
+    "whom", "upon"), distinct words over words, semicolons and colons; each scaled to ~0-1. Every
+    count is an integer summed over the tokens (`_counts`, a memo per token)."""
+    words_n, letters, first, second, formal, long, latinate, contraction, bang, stops, commas, semi = _counts(toks)
     total = sum(scores)
-    n = max(len(ws), 1)
+    n = max(words_n, 1)
     dense = [s / (total + 1.0) for s in scores]
     dense.append(min(total / max(plain_mass, 1e-9), 3.0) / 3.0)
-    dense.append(min(sum(len(t) for t in toks if t[0] == "!") / n * 10, 1.0))
-    dense.append(sum(map(_FIRST_PERSON.__contains__, ws)) / n * 5)
-    dense.append(sum(map(len, ws)) / n / 10)
-    dense.extend(register_features(toks, ws))
+    dense.append(min(bang / n * 10, 1.0))
+    dense.append(first / n * 5)
+    dense.append(letters / n / 10)
+    dense += (long / n * 3, latinate / n * 5, min(n / (stops or 1) / 30, 2.0), contraction / n * 10)
+    dense += (commas / n * 5, second / n * 5, formal / n * 10, len(set(_letters(words))) / n, semi / n * 10)
     return dense
-
-
-def register_features(toks: Sequence[str], ws: Sequence[str]) -> list[float]:
-    """Register without marker words (DENSE's second line), of `ws` a piece's words without numbers:
-    the share of long words (8+ letters) and of Latinate endings, words per sentence, contractions
-    (not the possessive 's), commas, second-person words, formal and archaic function words
-    ("thus", "whom", "upon"), distinct words over words, semicolons and colons; each scaled to ~0-1."""
-    n = max(len(ws), 1)
-    latinate = _LATINATE
-    sentences = sum(t[0] in ".!?" for t in toks) or 1
-    return [
-        sum(len(w) >= 8 for w in ws) / n * 3,
-        sum(len(w) >= 6 and w.endswith(latinate) for w in ws) / n * 5,
-        min(n / sentences / 30, 2.0),
-        sum("'" in w[1:] and not w.endswith("'s") for w in ws) / n * 10,
-        sum(t == "," for t in toks) / n * 5,
-        sum(map(_SECOND_PERSON.__contains__, ws)) / n * 5,
-        sum(map(_FORMAL.__contains__, ws)) / n * 10,
-        len(set(ws)) / n,
-        sum(t in (";", ":") for t in toks) / n * 10,
-    ]
 
 
 class StyleModel:

@@ -10,8 +10,9 @@ pieces. The markers decide when they name a marked style with mass of at least M
 the plain threshold; where they are weak (plain, or a style named by little mass) or split (mixed),
 the classifier's most probable style decides. The rule and MARKER_GATE were chosen by
 leave-one-set-out cross-validation over the nine scored voices sets
-(benchmarks/train_style_classifier.py), against the classifier alone and weighted sums of the two. A piece in the world's own vocabulary (the generator's) is decided by the
-markers alone, as is any piece when `classifier` is off. The verdict names the signal that decided
+(benchmarks/train_style_classifier.py), against the classifier alone and weighted sums of the two.
+A piece in the world's own vocabulary (the generator's) is decided by the markers alone, as is any
+piece when `classifier` is off. The verdict names the signal that decided
 (`by=classifier p=... markers_say=plain` or `by=markers`) and the markers found.
 
 Quality passes only if every check holds:
