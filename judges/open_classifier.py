@@ -13,8 +13,15 @@ Features of a piece (`features`), all read from what the judge has already compu
                 are too rare to have been seen
   t:TOKEN       each distinct token that is no word: marks, emoji, emoticons
 and dense ones (`DENSE`): each marked style's share of the marker mass, the mass against the plain
-threshold, the share of '!' and of first-person words, mean word length. Sparse features are present
-or absent (no counts), the row scaled to unit length.
+threshold, the share of '!' and of first-person words, mean word length; and register carried by
+no marker word (a formal writer with none of the academic markers, set 8's archivist): the share of
+long and of Latinate words, words per sentence, contractions, commas, second-person words, formal
+and archaic function words, distinct words, semicolons. Sparse features are present or absent (no
+counts), the row scaled to unit length.
+
+Trained on the good pieces of the original corpus and all nine scored voices sets (dev, heldout,
+heldout2 ... heldout8); the register features and the judge's MARKER_GATE were chosen by
+leave-one-set-out over those nine sets (docs/environments.md, "Style over nine sets").
 
 Word pairs were tried and dropped: no gain in cross-validation, and the dearest part of inference.
 The weights (judges/data/open_style_model.npz) are written by benchmarks/train_style_classifier.py,

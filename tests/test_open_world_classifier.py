@@ -17,7 +17,6 @@ from judges.open_classifier import (
     MODEL_PATH,
     dense_features,
     model,
-    register_features,
     sparse_features,
 )
 from judges.open_styles import style_scores
@@ -103,10 +102,11 @@ def test_register_features_read_register_without_markers():
     """The dense register features (DENSE's second line) set formal prose apart from chat."""
     formal = tokens(normalise("The ledgers, whose condition is poor, thus permit only a partial reconstruction."))
     chat = tokens(normalise("we didn't go, you know? it's fine lol"))
-    f, c = (dict(zip(DENSE[8:], register_features(t, words_of(t)))) for t in (formal, chat))
-    assert len(DENSE) == 8 + len(f)
+    f, c = (dict(zip(DENSE, dense_features(t, words_of(t), [0.0] * 4, 1.5))) for t in (formal, chat))
+    assert len(f) == len(DENSE) == 17
     assert f["longword"] > c["longword"] and f["latinate"] > c["latinate"] and f["formal"] > c["formal"]
     assert c["contraction"] > f["contraction"] == 0 and c["second"] > f["second"] == 0
+    assert f["sentence"] > c["sentence"] and f["types"] == 1.0
 
 
 def test_markers_with_little_mass_leave_the_decision_to_the_classifier():
