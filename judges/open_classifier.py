@@ -87,8 +87,10 @@ def _token_counts(t: str) -> tuple[int, ...]:
 
 
 # the counts per piece that the dense features are made of, summed over its tokens through a memo
-_COUNTS = ("words", "letters", "first", "second", "formal", "long", "latinate", "contraction", "bang", "stops")
-_COUNTS += ("commas", "semicolons")
+_COUNTS: tuple[str, ...] = (
+    *("words", "letters", "first", "second", "formal", "long", "latinate", "contraction", "bang", "stops"),
+    *("commas", "semicolons"),
+)
 _TOKEN_COUNTS: dict[str, tuple[int, ...]] = {}
 
 
