@@ -2,20 +2,21 @@
 hand-written pieces, choose how the judge combines it with the markers by leave-one-set-out
 cross-validation, and write the weights.
 
-    python benchmarks/train_style_classifier.py [--cv] [--write] [--generator 0] [--l2 1e-3]
+    python benchmarks/train_style_classifier.py [--cv] [--write [--out PATH]] [--generator 0] [--l2 1e-3]
 
-Training data: the good pieces of every hand-written set already scored (open_world_corpus.jsonl and
-the voices corpus's dev, heldout, heldout2, heldout3, heldout4 splits), label = their style. Never
-held-out set 5 (`heldout5`) nor any later set: those test the change. `--generator N` adds N
-generated pieces per style (benchmarks/judge_agreement.py's corpus).
+Training data: the good pieces of every hand-written set scored so far (open_world_corpus.jsonl and
+the voices corpus's nine splits dev, heldout, heldout2 ... heldout8: VOICES), label = their style.
+Never a later set (`heldout9` on): those test the change. `--generator N` adds N generated pieces
+per style (benchmarks/judge_agreement.py's corpus).
 
---cv: each of the six sets in turn is held out, the model trained on the other five; prints, per
-held-out set and pooled, style agreement and Cohen's kappa of the markers alone (the judge's
-`judged_style`) and of two ways to combine the two signals (judges/open_world.py): a weighted sum,
-argmax over styles of log p(style) + bonus x [style is the markers' decision] (bonus 0: the
-classifier alone), and a gate, the markers when they name a marked style with at least gate x the
-plain threshold of mass, else the classifier.
---write: trains on all six sets and writes judges/data/open_style_model.npz.
+--cv: each of the nine voices sets in turn is held out, the model trained on the other eight and
+the original corpus; prints, per held-out set, pooled, and pooled per true style, style agreement
+and Cohen's kappa of the markers alone (the judge's `judged_style`) and of two ways to combine the
+two signals (judges/open_world.py): a weighted sum, argmax over styles of log p(style) + bonus x
+[style is the markers' decision] (bonus 0: the classifier alone), and a gate, the markers when they
+name a marked style with at least gate x the plain threshold of mass, else the classifier.
+--write: trains on the original corpus and all nine voices sets and writes
+judges/data/open_style_model.npz (byte-identical from run to run).
 
 The model: multinomial logistic regression, L2-penalised, full-batch Adam in numpy (no sklearn).
 """
@@ -40,9 +41,10 @@ from judges.open_classifier import CLASSES, DENSE, MODEL_PATH, StyleModel, dense
 from judges.open_world import combined_style, gated_style, read  # noqa: E402
 
 DATA = ROOT / "judges" / "data"
+VOICES = ("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8")
 SETS: dict[str, Path] = {
     "original": DATA / "open_world_corpus.jsonl",
-    **{s: DATA / f"open_world_voices_{s}.jsonl" for s in ("dev", "heldout", "heldout2", "heldout3", "heldout4")},
+    **{s: DATA / f"open_world_voices_{s}.jsonl" for s in VOICES},
 }
 BONUSES = (0.0, 0.5, 1.0, 2.0)
 GATES = (1.0, 1.5, 2.0, 3.0)
@@ -102,12 +104,13 @@ def train(
 
 
 def cv(data: dict, l2: float, generator: bool, steps: int = 300) -> None:
-    held = [s for s in data if s != "generator"]
+    """Leave-one-set-out over the voices sets (VOICES): each held out in turn, the model trained on
+    the other eight and the original corpus; per held-out set, pooled, and pooled per true style."""
     pooled: dict[str, list[tuple[str, str]]] = {}
     print(f"leave-one-set-out, l2 {l2}, {steps} steps, generator pieces in training: {generator}")
     names = ["markers", *(f"bonus {b:g}" for b in BONUSES), *(f"gate {g:g}" for g in GATES)]
     print(f"  {'held out':<10} {'n':>4}  " + "  ".join(f"{k:<15}" for k in names))
-    for out in held:
+    for out in VOICES:
         train_rows = [r for s in data if s != out and (generator or s != "generator") for r in data[s]]
         model = train(train_rows, l2, steps=steps)
         test = data[out]
@@ -129,6 +132,13 @@ def cv(data: dict, l2: float, generator: bool, steps: int = 300) -> None:
         t, p = zip(*pairs)
         line.append(f"{sum(a == b for a, b in pairs) / len(pairs):6.1%} ({cohen_kappa(t, p):.3f})")
     print(f"  {'pooled':<10} {len(pooled['markers']):>4}  " + "  ".join(line))
+    for style in CLASSES:  # pooled per true style: agreement, kappa of that style against the rest
+        line = []
+        for pairs in pooled.values():
+            mine = [b for a, b in pairs if a == style]
+            t, p = zip(*((a == style, b == style) for a, b in pairs))
+            line.append(f"{sum(b == style for b in mine) / len(mine):6.1%} ({cohen_kappa(t, p):.3f})")
+        print(f"  {style:<10} {sum(a == style for a, _ in pooled['markers']):>4}  " + "  ".join(line))
 
 
 def main() -> None:
@@ -138,6 +148,7 @@ def main() -> None:
     ap.add_argument("--generator", type=int, default=0, help="generated pieces per style added to training")
     ap.add_argument("--l2", type=float, nargs="+", default=[0.0])
     ap.add_argument("--steps", type=int, nargs="+", default=[300], help="Adam steps (early stopping)")
+    ap.add_argument("--out", type=Path, default=MODEL_PATH, help="where --write writes the weights")
     a = ap.parse_args()
     data = load(a.generator)
     if a.cv:
@@ -146,8 +157,8 @@ def main() -> None:
                 cv(data, l2, bool(a.generator), steps)
     if a.write:
         model = train([r for rows in data.values() for r in rows], a.l2[0], steps=a.steps[0])
-        model.save(MODEL_PATH)
-        print(f"wrote {MODEL_PATH} ({MODEL_PATH.stat().st_size:,} bytes, {model.n_sparse:,} sparse features)")
+        model.save(a.out)
+        print(f"wrote {a.out} ({a.out.stat().st_size:,} bytes, {model.n_sparse:,} sparse features)")
 
 
 if __name__ == "__main__":

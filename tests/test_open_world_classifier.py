@@ -6,13 +6,22 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
-from judges.open_classifier import CLASSES, DENSE, MODEL_PATH, dense_features, model, sparse_features
+from judges.open_classifier import (
+    CLASSES,
+    DENSE,
+    MODEL_PATH,
+    dense_features,
+    model,
+    sparse_features,
+)
 from judges.open_styles import style_scores
 from judges.open_text import normalise, tokens, words_of
-from judges.open_world import OpenWorldJudge, combined_style, gated_style
+from judges.open_world import MARKER_GATE, OpenWorldJudge, combined_style, gated_style
 from testbed.types import JudgeRequest
 from testbed.world import STYLES, TOPICS, generate
 
@@ -51,7 +60,7 @@ def test_the_combinations():
     assert combined_style(probs, "plain", 2.0) == "plain"  # log(0.6/0.1) < 2
     assert gated_style(probs, "plain", 0.5) == "classical"  # markers weak: the classifier
     assert gated_style(probs, "mixed", 2.0) == "classical"  # markers split: the classifier
-    assert gated_style(probs, "cute", 1.2) == "cute"  # markers name a style: the markers
+    assert gated_style(probs, "cute", 1.2, 1.0) == "cute"  # markers name a style: the markers
 
 
 def test_the_verdict_names_the_signal_that_decided():
@@ -78,3 +87,30 @@ def test_the_generators_pieces_are_decided_by_the_markers_alone():
         v = judge.score(req)
         assert "by=markers" in v.raw
         assert (v.style, v.quality, v.reasons) == (lambda w: (w.style, w.quality, w.reasons))(markers_only.score(req))
+
+
+def test_the_shipped_model_is_what_the_training_script_writes(tmp_path):
+    """benchmarks/train_style_classifier.py --write trains on the original corpus and the nine voices
+    sets and writes the weights byte for byte as shipped (no time stamp, no randomness)."""
+    out = tmp_path / "model.npz"
+    script = ROOT / "benchmarks" / "train_style_classifier.py"
+    subprocess.run([sys.executable, str(script), "--write", "--out", str(out)], check=True, capture_output=True)
+    assert out.read_bytes() == MODEL_PATH.read_bytes()
+
+
+def test_register_features_read_register_without_markers():
+    """The dense register features (DENSE's second line) set formal prose apart from chat."""
+    formal = tokens(normalise("The ledgers, whose condition is poor, thus permit only a partial reconstruction."))
+    chat = tokens(normalise("we didn't go, you know? it's fine lol"))
+    f, c = (dict(zip(DENSE, dense_features(t, words_of(t), [0.0] * 4, 1.5))) for t in (formal, chat))
+    assert len(f) == len(DENSE) == 17
+    assert f["longword"] > c["longword"] and f["latinate"] > c["latinate"] and f["formal"] > c["formal"]
+    assert c["contraction"] > f["contraction"] == 0 and c["second"] > f["second"] == 0
+    assert f["sentence"] > c["sentence"] and f["types"] == 1.0
+
+
+def test_markers_with_little_mass_leave_the_decision_to_the_classifier():
+    probs = [0.1, 0.1, 0.1, 0.6, 0.1]
+    assert MARKER_GATE == 1.5
+    assert gated_style(probs, "cute", 1.2) == "classical"  # a style named with 1.2 x the plain mass
+    assert gated_style(probs, "cute", 1.6) == "cute"

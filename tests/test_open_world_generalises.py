@@ -172,7 +172,11 @@ def test_one_archaic_form_marks_a_classical_piece_and_an_ordinal_is_not_one(judg
         "in hand and watch the embers glow."
     )
     v = judge.score(_req(light, "tea", "classical"))
-    assert v.style == "classical" and "-eth x1" in v.raw and "by=markers" in v.raw, v.raw
+    # the markers read classical (1.9 of mass: under MARKER_GATE x the plain threshold, so the
+    # classifier decides, and agrees); the markers alone decide classical
+    assert v.style == "classical" and "-eth x1" in v.raw and "markers_say=classical" in v.raw, v.raw
+    v = OpenWorldJudge(classifier=False).score(_req(light, "tea", "classical"))
+    assert v.style == "classical" and "by=markers" in v.raw, v.raw
     # without it the markers read plain (the judge's classifier, deciding there, reads the hearth
     # and the embers as classical: the markers' rule is what this test is about)
     markers_only = OpenWorldJudge(classifier=False)
