@@ -67,3 +67,19 @@ def print_figures(name: str, fig: dict) -> None:
         print(f"  bad fail: {kind:<16} {_pct(pair)}")
     print(f"  bad fail, overall  {_pct(fig['bad_fail_all'])}")
     print(f"  quality, overall   {_pct(fig['quality_all']):<16} kappa {fig['quality_kappa']:.3f}")
+
+
+# A pass/fail tally of one set or a pool of sets (the training scripts' leave-one-set-out tables):
+# (good pieces passing, good pieces, bad pieces failing per kind, bad pieces per kind)
+Tally = tuple[int, int, Counter[str], Counter[str]]
+
+
+def tally_line(f: Tally) -> str:
+    passed, n_good, failed, kinds = f
+    nb, nf = sum(kinds.values()), sum(failed.values())
+    per = " ".join(f"{k} {failed[k]}/{kinds[k]}" for k in sorted(kinds))
+    return f"good pass {passed}/{n_good} ({passed / max(n_good, 1):.1%})  bad fail {nf}/{nb} ({nf / max(nb, 1):.1%})  [{per}]"
+
+
+def add_tallies(a: Tally, b: Tally) -> Tally:
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]

@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from agreement_stats import Tally, add_tallies, tally_line  # noqa: E402
 from open_world_agreement import SPLITS, load_corpus, request  # noqa: E402
 
 from judges.open_text import (  # noqa: E402
@@ -124,25 +125,11 @@ def choose(ps: list[Piece], max_cuts: float = 1.0, cut_rates: dict | None = None
     return max(ok)[3]
 
 
-Figures = tuple[int, int, Counter[str], Counter[str]]
-
-
-def figures(ps: list[Piece], s: Setting) -> Figures:
+def figures(ps: list[Piece], s: Setting) -> Tally:
     good = [p for p in ps if p.good]
     kinds: Counter[str] = Counter(p.kind for p in ps if not p.good)
     failed: Counter[str] = Counter(p.kind for p in ps if not p.good and fails(p, s))
     return sum(not fails(p, s) for p in good), len(good), failed, kinds
-
-
-def line(f: Figures) -> str:
-    passed, n_good, failed, kinds = f
-    nb, nf = sum(kinds.values()), sum(failed.values())
-    per = " ".join(f"{k} {failed[k]}/{kinds[k]}" for k in sorted(kinds))
-    return f"good pass {passed}/{n_good} ({passed / max(n_good, 1):.1%})  bad fail {nf}/{nb} ({nf / max(nb, 1):.1%})  [{per}]"
-
-
-def add(a: Figures, b: Figures) -> Figures:
-    return a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]
 
 
 def cuts(ps: list[Piece], s: Setting) -> tuple[int, int]:
@@ -171,7 +158,7 @@ def main() -> None:
     rates = None
     if a.max_cuts < 1.0:
         rates = {(sp, s): cuts([p for p in ps if p.split == sp], s) for sp in SPLITS for s in SETTINGS}
-    empty: Figures = (0, 0, Counter(), Counter())
+    empty: Tally = (0, 0, Counter(), Counter())
     pooled, pooled_before = empty, empty
     print("leave-one-set-out over the eight voices sets (the original corpus always trains):")
     for out in SPLITS:
@@ -179,15 +166,17 @@ def main() -> None:
         test = [p for p in ps if p.split == out]
         s = choose(train, a.max_cuts, rates)
         f, b = figures(test, s), figures(test, BEFORE)
-        pooled, pooled_before = add(pooled, f), add(pooled_before, b)
+        pooled, pooled_before = add_tallies(pooled, f), add_tallies(pooled_before, b)
         print(f"  {out:<9} chose SIGN_OFF_WORDS={s[0]} CUT_LAST={s[1]}")
-        print(f"      after  {line(f)}\n      before {line(b)}")
-    print(f"  pooled after  {line(pooled)}\n  pooled before {line(pooled_before)}")
+        print(f"      after  {tally_line(f)}\n      before {tally_line(b)}")
+    print(f"  pooled after  {tally_line(pooled)}\n  pooled before {tally_line(pooled_before)}")
     best = choose(ps, a.max_cuts, rates)
-    print(f"on all sets: SIGN_OFF_WORDS={best[0]} CUT_LAST={best[1]}  {line(figures(ps, best))}")
+    print(f"on all sets: SIGN_OFF_WORDS={best[0]} CUT_LAST={best[1]}  {tally_line(figures(ps, best))}")
     for s in SETTINGS:
         c, n = cuts(ps, s)
-        print(f"    {s[0]} {s[1]:<8} {line(figures(ps, s))}  synthetic cuts passing {c}/{n} ({c / max(n, 1):.1%})")
+        print(
+            f"    {s[0]} {s[1]:<8} {tally_line(figures(ps, s))}  synthetic cuts passing {c}/{n} ({c / max(n, 1):.1%})"
+        )
     if a.show:
         for p in ps:
             if p.good and not ends(p.toks, p.in_world, BEFORE):

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from agreement_stats import Tally, add_tallies, tally_line  # noqa: E402
 from open_world_agreement import SPLITS, load_corpus  # noqa: E402
 from train_fluency import Piece, pieces  # noqa: E402
 
@@ -43,7 +44,6 @@ from judges.open_grammar import violations  # noqa: E402
 from judges.open_text import normalise, tokens, words_of  # noqa: E402
 from judges.open_world import DISORDER_PMI  # noqa: E402
 
-Figures = tuple[int, int, Counter[str], Counter[str]]
 Setting = tuple[float, ...]
 
 FLOW_GRID = (0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5)  # FLOW_MIN, nats
@@ -161,32 +161,21 @@ def choose(ss: list[Signals], rule: Rule, grid: list[Setting]) -> Setting:
     return tied[(len(tied) - 1) // 2]
 
 
-def figures(ss: list[Signals], rule: Rule, setting: Setting) -> Figures:
+def figures(ss: list[Signals], rule: Rule, setting: Setting) -> Tally:
     passed = sum(not rule(s, setting) for s in ss if s.piece.good)
     kinds: Counter[str] = Counter(s.piece.kind for s in ss if not s.piece.good)
     failed: Counter[str] = Counter(s.piece.kind for s in ss if not s.piece.good and rule(s, setting))
     return passed, sum(s.piece.good for s in ss), failed, kinds
 
 
-def line(f: Figures) -> str:
-    passed, n_good, failed, kinds = f
-    nb, nf = sum(kinds.values()), sum(failed.values())
-    per = " ".join(f"{k} {failed[k]}/{kinds[k]}" for k in sorted(kinds))
-    return f"good pass {passed}/{n_good} ({passed / max(n_good, 1):.1%})  bad fail {nf}/{nb} ({nf / max(nb, 1):.1%})  [{per}]"
-
-
-def add(a: Figures, b: Figures) -> Figures:
-    return a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]
-
-
-def loso(ss: list[Signals], rule: Rule, grid: list[Setting], verbose: bool) -> Figures:
-    pooled: Figures = (0, 0, Counter(), Counter())
+def loso(ss: list[Signals], rule: Rule, grid: list[Setting], verbose: bool) -> Tally:
+    pooled: Tally = (0, 0, Counter(), Counter())
     for out in SPLITS:
         setting = choose([s for s in ss if s.piece.split != out], rule, grid)
         f = figures([s for s in ss if s.piece.split == out], rule, setting)
-        pooled = add(pooled, f)
+        pooled = add_tallies(pooled, f)
         if verbose:
-            print(f"  {out:<9} chose {setting}\n      after  {line(f)}")
+            print(f"  {out:<9} chose {setting}\n      after  {tally_line(f)}")
     return pooled
 
 
@@ -203,22 +192,22 @@ def main() -> None:
                 print(f"  {s.piece.id:<24} {s.piece.kind:<16} flow={fl} disorder={s.disorder} grammar={s.grammar}")
     print("leave-one-set-out over the nine voices sets (the original corpus always trains),")
     print("FLOW_MIN, DISORDER_COST, GRAMMAR_COST, GRAMMAR_RATE chosen together:")
-    pooled_before: Figures = (0, 0, Counter(), Counter())
+    pooled_before: Tally = (0, 0, Counter(), Counter())
     for out in SPLITS:
         b = figures([s for s in ss if s.piece.split == out], joint, BEFORE)
-        pooled_before = add(pooled_before, b)
+        pooled_before = add_tallies(pooled_before, b)
     pooled = loso(ss, joint, JOINT, True)
-    print(f"  pooled after  {line(pooled)}\n  pooled before {line(pooled_before)}")
+    print(f"  pooled after  {tally_line(pooled)}\n  pooled before {tally_line(pooled_before)}")
     for out in SPLITS:
-        print(f"  {out:<9} before {line(figures([s for s in ss if s.piece.split == out], joint, BEFORE))}")
+        print(f"  {out:<9} before {tally_line(figures([s for s in ss if s.piece.split == out], joint, BEFORE))}")
     best = choose(ss, joint, JOINT)
-    print(f"on all sets: {best}  {line(figures(ss, joint, best))}")
+    print(f"on all sets: {best}  {tally_line(figures(ss, joint, best))}")
     orig = [s for s in ss if s.piece.split == "original"]
-    print(f"  original corpus: after {line(figures(orig, joint, best))}")
-    print(f"                   before {line(figures(orig, joint, BEFORE))}")
+    print(f"  original corpus: after {tally_line(figures(orig, joint, best))}")
+    print(f"                   before {tally_line(figures(orig, joint, BEFORE))}")
     if a.tried:
         for name, (rule, grid) in TRIED.items():
-            print(f"tried: {name}\n  pooled {line(loso(ss, rule, grid, False))}")
+            print(f"tried: {name}\n  pooled {tally_line(loso(ss, rule, grid, False))}")
 
 
 if __name__ == "__main__":

@@ -26,9 +26,10 @@ fluent pairs.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
 from pathlib import Path
+
+from judges.wheel_data import package_dir
 
 UNIGRAMS = "frequency_dictionary_en_82_765.txt"
 BIGRAMS = "frequency_bigramdictionary_en_243_342.txt"
@@ -80,10 +81,7 @@ class Flow:
 
 def data_root() -> Path:
     """symspellpy's package folder, found without importing the package."""
-    spec = importlib.util.find_spec("symspellpy")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("symspellpy is not installed (pip install symspellpy): the fluency check needs its counts")
-    return Path(next(iter(spec.submodule_search_locations)))
+    return package_dir("symspellpy", "the fluency check needs its counts")
 
 
 @functools.cache

@@ -46,8 +46,9 @@ from __future__ import annotations
 
 import functools
 import gzip
-import importlib.util
 from pathlib import Path
+
+from judges.wheel_data import package_dir
 
 INFLECTIONS = "resources/infl_lu.csv.gz"
 OVERRIDES = "resources/infl_overrides.csv"
@@ -262,10 +263,7 @@ def count(toks: list[str], wc: Classes | None = None) -> int:
 
 def data_root() -> Path:
     """lemminflect's package folder, found without importing the package."""
-    spec = importlib.util.find_spec("lemminflect")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("lemminflect is not installed (pip install lemminflect): the grammar check needs its tables")
-    return Path(next(iter(spec.submodule_search_locations)))
+    return package_dir("lemminflect", "the grammar check needs its tables")
 
 
 @functools.cache
