@@ -77,8 +77,10 @@ def train(
     vocab = sorted(f for f, c in df.items() if c >= min_df)
     index = {f: i for i, f in enumerate(vocab)}
     n, ns, nd = len(data), len(vocab), len(DENSE)
-    x = np.zeros((n, ns + nd + 1), dtype=np.float32)
-    y = np.zeros((n, len(CLASSES)), dtype=np.float32)
+    # float64: the BLAS kernels differ by processor (OpenBLAS picks Haswell, SkylakeX, Zen code), and
+    # in float32 their last-bit differences reach the float16 weights written; in float64 they do not
+    x = np.zeros((n, ns + nd + 1), dtype=np.float64)
+    y = np.zeros((n, len(CLASSES)), dtype=np.float64)
     for i, (label, sp, dense, _, _) in enumerate(data):
         rows = [index[f] for f in sp if f in index]
         if rows:
@@ -86,10 +88,10 @@ def train(
         x[i, ns : ns + nd] = dense
         x[i, -1] = 1.0
         y[i, CLASSES.index(label)] = 1.0
-    w = np.zeros((x.shape[1], len(CLASSES)), dtype=np.float32)
+    w = np.zeros((x.shape[1], len(CLASSES)), dtype=np.float64)
     m, v = np.zeros_like(w), np.zeros_like(w)
     lr, b1, b2 = 0.1, 0.9, 0.999
-    reg = np.ones((x.shape[1], 1), dtype=np.float32)
+    reg = np.ones((x.shape[1], 1), dtype=np.float64)
     reg[-1] = 0.0  # no penalty on the bias
     for t in range(1, steps + 1):
         z = x @ w

@@ -16,7 +16,8 @@ its noun), scaled to unit length, then a bias. Weighting each word by smooth inv
 good pieces on topic at the chosen rule), so the mean is plain.
 
 The weights (judges/data/open_topic_model.npz, [51, 36] float32, 11 KB) are written by
-benchmarks/train_topic_model.py, deterministically (300 full-batch Adam steps from zero, L2 1e-4),
+benchmarks/train_topic_model.py, deterministically and alike on every processor (300 full-batch
+Adam steps from zero in float64, L2 1e-4),
 from the good pieces of every hand-written set (the original corpus and the six voices sets, 677
 pieces); the same script reports the leave-one-set-out cross-validation that chose the model and the
 rule of judges/open_topics.py that uses it. Inference is one memo look-up per word, a sum of a few
