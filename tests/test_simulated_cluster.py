@@ -151,6 +151,22 @@ def test_a_group_is_queued_when_its_last_member_completes_and_each_member_frees_
     assert work.starts[1][1] == pytest.approx(4.0)
 
 
+def test_a_groups_finished_members_hold_the_queue_limit_until_its_last_member_lands():
+    """Why GRPO judges fewer episodes a second under the queue limit (docs/simulated.md, 256 slots):
+    with room for one group and one more episode under the limit, the second group waits for the
+    first's slowest member (10 s), although three of its members are done by 7 s; counted one by one
+    it would start at 7 s; without the limit it starts at once."""
+    tokens = lambda p, member: 1 + 3 * member  # noqa: E731  (members: 1, 4, 7, 10 s)
+    limited, unlimited = (
+        Bare(budget=2, batch=4, group=4, tokens=tokens),
+        Bare(budget=2, batch=4, group=4, tokens=tokens),
+    )
+    SimulatedCluster(sim(8, "drop", **HAND), 4, 4, None, seed=0, queue_limit=5).run(limited)
+    SimulatedCluster(sim(8, "drop", **HAND), 4, 4, None, seed=0).run(unlimited)
+    assert unlimited.starts[1][1] == 0.0
+    assert limited.starts[1][1] >= 10.0  # the first group landed whole (and was taken) before it
+
+
 def test_too_few_slots_for_a_group_is_refused_naming_the_field():
     with pytest.raises(ValueError, match="rollout_slots"):
         SimulatedCluster(sim(2), 4, 4, None, seed=0)
