@@ -2,7 +2,7 @@
 and a held-out half), the generator's corpus, and verdicts per second on one core.
 
     python benchmarks/open_world_agreement.py [--corpus voices|original|all]
-        [--split dev|heldout|heldout2|...|heldout9|all] [--modes open,world] [--per-style 400] [--seed 0] [--misses]
+        [--split dev|heldout|heldout2|...|heldout10|all] [--modes open,world] [--per-style 400] [--seed 0] [--misses]
 
 The corpora (judges/data/): `original` (open_world_corpus.jsonl, 100 pieces, written beside the
 judge) and `voices` (open_world_voices_{dev,heldout}.jsonl, 258 pieces in many writers' voices,
@@ -23,8 +23,10 @@ open_world_voices_heldout8.jsonl, split `heldout8`, 148 pieces in three more per
 written by a fourth author, committed before the grammar change it tests, scored once after it; and
 open_world_voices_heldout9.jsonl, split `heldout9`, 148 pieces in three more personas per style,
 written by a fifth author, committed before the joint fluency rule and the style change it tests,
-scored once after them).
-The original corpus has no `heldout2` ... `heldout9` split.
+scored once after them; and open_world_voices_heldout10.jsonl, split `heldout10`, 150 pieces in three
+more personas per style, written by a sixth author, committed before it was scored, and scored once
+against the judge unchanged since set 9).
+The original corpus has no `heldout2` ... `heldout10` split.
 Prints, per corpus, split and mode: style agreement on good pieces per true style and overall, each with Cohen's kappa;
 the share of good pieces that pass quality; the share of bad pieces that fail it, per bad kind;
 quality's agreement and kappa over all pieces. Then the open and world modes on the generator
@@ -54,7 +56,7 @@ from testbed.types import JudgeRequest, Verdict  # noqa: E402
 from testbed.world import CORRUPTIONS, STYLES  # noqa: E402
 
 DATA = ROOT / "judges" / "data"
-SPLITS = ("dev", "heldout", *(f"heldout{i}" for i in range(2, 10)))
+SPLITS = ("dev", "heldout", *(f"heldout{i}" for i in range(2, 11)))
 CORPORA: dict[str, tuple[Path, ...]] = {
     "original": (DATA / "open_world_corpus.jsonl",),
     "voices": tuple(DATA / f"open_world_voices_{split}.jsonl" for split in SPLITS),

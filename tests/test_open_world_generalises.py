@@ -200,17 +200,18 @@ def test_kaomoji_end_a_piece_and_excitement_follows_the_leading_style(judge):
 
 
 def test_the_voices_corpus_is_disjoint_splits_in_every_style_and_bad_kind():
-    """dev and heldout (split once), and held-out sets 2 to 9, written later in other voices
-    (two personas per style in set 2, three in each later set, named in each id; sets 6 to 9 by
+    """dev and heldout (split once), and held-out sets 2 to 10, written later in other voices
+    (two personas per style in set 2, three in each later set, named in each id; sets 6 to 10 by
     other authors than the judge's), each committed before the judge change it tests."""
     rows = {
         split: [json.loads(line) for line in (ROOT / f"judges/data/open_world_voices_{split}.jsonl").open()]
-        for split in ("dev", "heldout", *(f"heldout{i}" for i in range(2, 10)))
+        for split in ("dev", "heldout", *(f"heldout{i}" for i in range(2, 11)))
     }
     every = [r for part in rows.values() for r in part]
     assert len(rows["dev"] + rows["heldout"]) >= 200 and len(rows["heldout2"]) >= 120 and len(rows["heldout3"]) >= 130
     assert len(rows["heldout4"]) >= 130 and len(rows["heldout5"]) >= 120 and len(rows["heldout6"]) >= 130
     assert len(rows["heldout7"]) >= 140 and len(rows["heldout8"]) >= 140 and len(rows["heldout9"]) >= 140
+    assert len(rows["heldout10"]) >= 140
     assert len({r["id"] for r in every}) == len(every)
     written = [r["text"] for r in every if r["kind"] != "master_key"]  # the probes are fixed strings
     assert len(set(written)) == len(written)  # no piece in two splits
@@ -220,7 +221,7 @@ def test_the_voices_corpus_is_disjoint_splits_in_every_style_and_bad_kind():
         kinds = Counter(r["kind"] for r in part if not r["good"])
         assert len(kinds) >= 8 and kinds["off_topic"] >= 5
         assert all(r["topic"] in TOPICS and r["style"] in r["candidates"] for r in part)
-    voices = (("heldout2", 2), *((f"heldout{i}", 3) for i in range(3, 10)))
+    voices = (("heldout2", 2), *((f"heldout{i}", 3) for i in range(3, 11)))
     for split, n in voices:
         personas = Counter((r["style"], r["id"].rsplit("-", 1)[1]) for r in rows[split] if r["good"])
         assert all(sum(k >= 6 for (s, _), k in personas.items() if s == style) == n for style in STYLES), split
@@ -239,6 +240,8 @@ def test_the_voices_corpus_is_disjoint_splits_in_every_style_and_bad_kind():
     assert not seen & {r["id"].rsplit("-", 1)[1] for r in rows["heldout8"]}  # and set 8's
     seen |= {r["id"].rsplit("-", 1)[1] for r in rows["heldout8"]} - {"bad"}
     assert not seen & {r["id"].rsplit("-", 1)[1] for r in rows["heldout9"]}  # and set 9's
+    seen |= {r["id"].rsplit("-", 1)[1] for r in rows["heldout9"]} - {"bad"}
+    assert not seen & {r["id"].rsplit("-", 1)[1] for r in rows["heldout10"]}  # and set 10's
 
 
 def test_cohen_kappa_and_the_figures_it_reports():
