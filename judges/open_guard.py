@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-_GRADER = r"(?:judge|judges|grader|graders|evaluator|evaluators|scorer|rater|rubric|grading model|reward model)"
+_GRADER = r"(?:judges?|graders?|evaluators?|scorers?|raters?|rubric|grading models?|reward models?)"
 _GRADER_WORDS = ("judge", "grader", "evaluator", "scorer", "rater", "rubric", "grading model", "reward model")
 _VERDICT_WORDS = ("quality", "verdict", "reward", "style_match")
 _ROLES = ("response", "verdict", "piece", "system", "assistant", "user", "instruction", "<<<", ">>>")
