@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from agreement_stats import cohen_kappa  # noqa: E402
+from softmax_regression import fit_softmax  # noqa: E402  (benchmarks/softmax_regression.py)
 
 from judges.open_classifier import CLASSES, DENSE, MODEL_PATH, StyleModel, dense_features, sparse_features  # noqa: E402
 from judges.open_world import combined_style, gated_style, read  # noqa: E402
@@ -77,8 +78,7 @@ def train(
     vocab = sorted(f for f, c in df.items() if c >= min_df)
     index = {f: i for i, f in enumerate(vocab)}
     n, ns, nd = len(data), len(vocab), len(DENSE)
-    # float64: the BLAS kernels differ by processor (OpenBLAS picks Haswell, SkylakeX, Zen code), and
-    # in float32 their last-bit differences reach the float16 weights written; in float64 they do not
+    # float64: the same weights on every processor (benchmarks/softmax_regression.py)
     x = np.zeros((n, ns + nd + 1), dtype=np.float64)
     y = np.zeros((n, len(CLASSES)), dtype=np.float64)
     for i, (label, sp, dense, _, _) in enumerate(data):
@@ -88,20 +88,7 @@ def train(
         x[i, ns : ns + nd] = dense
         x[i, -1] = 1.0
         y[i, CLASSES.index(label)] = 1.0
-    w = np.zeros((x.shape[1], len(CLASSES)), dtype=np.float64)
-    m, v = np.zeros_like(w), np.zeros_like(w)
-    lr, b1, b2 = 0.1, 0.9, 0.999
-    reg = np.ones((x.shape[1], 1), dtype=np.float64)
-    reg[-1] = 0.0  # no penalty on the bias
-    for t in range(1, steps + 1):
-        z = x @ w
-        z -= z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        p /= p.sum(axis=1, keepdims=True)
-        g = x.T @ (p - y) / n + l2 * reg * w
-        m = b1 * m + (1 - b1) * g
-        v = b2 * v + (1 - b2) * g * g
-        w -= lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + 1e-8)
+    w = fit_softmax(x, y, l2, steps)
     return StyleModel(vocab, w)
 
 

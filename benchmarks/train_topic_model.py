@@ -48,6 +48,9 @@ from wordfreq import word_frequency
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from softmax_regression import fit_softmax  # noqa: E402  (benchmarks/softmax_regression.py)
 
 from judges.open_text import FUNCTION_WORDS  # noqa: E402
 from judges.open_topic_model import MODEL_PATH, TopicModel, piece_vector  # noqa: E402
@@ -120,26 +123,9 @@ def load() -> dict[str, list[Piece]]:
 
 def train(x: np.ndarray, labels: np.ndarray, l2: float, steps: int = STEPS, classes: int = len(TOPICS)) -> np.ndarray:
     """Weights [51, topics] of an L2-penalised (not the bias) multinomial logistic regression."""
-    # float64: the BLAS kernels differ by processor, and in float32 their last-bit differences grow
-    # over the steps past the test's tolerance (3e-3 between two AVX-512 machines); in float64 they do not
-    x = x.astype(np.float64)
     y = np.zeros((len(x), classes), dtype=np.float64)
     y[np.arange(len(x)), labels] = 1.0
-    w = np.zeros((x.shape[1], classes), dtype=np.float64)
-    m, v = np.zeros_like(w), np.zeros_like(w)
-    reg = np.ones((x.shape[1], 1), dtype=np.float64)
-    reg[-1] = 0.0
-    lr, b1, b2 = 0.1, 0.9, 0.999
-    for t in range(1, steps + 1):
-        z = x @ w
-        z -= z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        p /= p.sum(axis=1, keepdims=True)
-        g = x.T @ (p - y) / len(x) + l2 * reg * w
-        m = b1 * m + (1 - b1) * g
-        v = b2 * v + (1 - b2) * g * g
-        w -= lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + 1e-8)
-    return w
+    return fit_softmax(x, y, l2, steps)  # float64: the same weights on every processor
 
 
 def fit(pieces: list[Piece], l2: float = L2, weighted: bool = False, other: bool = False) -> np.ndarray:
