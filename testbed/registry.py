@@ -67,7 +67,10 @@ def import_path(path: str) -> Any:
     module_name, sep, attr = path.partition(":")
     if not sep:
         module_name, _, attr = path.rpartition(".")
-    if not module_name or not attr:
+    # every dotted part a Python name: importlib takes ".x" as a relative import (a TypeError without
+    # a package) and "a b" as a module to look for; neither is a plugin path
+    parts = [*module_name.split("."), *attr.split(".")]
+    if not module_name or not attr or not all(part.isidentifier() for part in parts):
         raise RegistryError(f"'{path}' is not an import path of the form 'package.module:Name'")
     try:
         module = importlib.import_module(module_name)

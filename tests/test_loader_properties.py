@@ -122,6 +122,7 @@ def with_file(content: bytes, body) -> None:
 
 @SETTINGS
 @given(documents)
+@example(b"(:\nschedule: .:!")  # a relative "import path" once escaped as a TypeError
 def test_any_file_loads_or_gives_a_scenario_error(content):
     with_file(content, lambda path: outcome(lambda: load_scenario(path)))
 

@@ -376,3 +376,13 @@ def test_an_installed_packages_entry_points_name_its_plugins(package, tmp_path, 
         registry.registered.cache_clear()
     with pytest.raises(registry.RegistryError, match="unknown judge 'short'"):
         registry.resolve("judge", "short")
+
+
+@pytest.mark.parametrize(
+    "path", [".:!", ".x:Name", "pkg.:Name", "pkg:Na me", "pkg..mod:Name", "a b:Name", ":Name", "pkg:"]
+)
+def test_a_malformed_import_path_is_a_registry_error_naming_it(path):
+    # ".:!" came from the loader's property test (tests/test_loader_properties.py): importlib raised a
+    # TypeError ("the 'package' argument is required to perform a relative import") instead
+    with pytest.raises(registry.RegistryError, match="is not an import path"):
+        registry.import_path(path)
