@@ -320,7 +320,7 @@ def _trainer_problems(i: int, arm: ArmConfig, scenario: Scenario, source: str) -
     """arms.i's args checked as every plugin's are, and against the budget."""
     try:
         trainer = arm.trainer_class()
-    except (registry.RegistryError, ImportError, TypeError) as exc:  # TypeError: a relative module path
+    except (registry.RegistryError, ImportError, TypeError) as exc:  # TypeError: raised by a module as it imports
         return [f"  arms.{i}.type: {clip(str(exc), 300)}"]
     problems, config = _args_problems(f"arms.{i}.args.", "trainer", trainer, arm.args, source)
     per_update = getattr(config, "episodes_per_update", None)  # a property of the trainer's Config
