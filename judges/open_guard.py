@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 
-_GRADER = r"(?:judges?|graders?|evaluators?|scorers?|raters?|rubric|grading models?|reward models?)"
 _GRADER_WORDS = ("judge", "grader", "evaluator", "scorer", "rater", "rubric", "grading model", "reward model")
+# the same words, singular or plural: one list, so the cheap substring test and the pattern cannot drift
+# apart (set 10's "scorers" passed when the pattern knew only "scorer")
+_GRADER = "(?:" + "|".join(f"{w}s?" for w in _GRADER_WORDS) + ")"
 _VERDICT_WORDS = ("quality", "verdict", "reward", "style_match")
 _ROLES = ("response", "verdict", "piece", "system", "assistant", "user", "instruction", "<<<", ">>>")
 # (a substring the match needs, substrings one of which it needs, pattern): the cheap `in` tests
