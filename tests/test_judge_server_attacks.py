@@ -5,6 +5,7 @@ normal request is answered correctly."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -98,17 +99,29 @@ def body_of(messages) -> bytes:
     return json.dumps({"model": "m", "messages": messages}).encode()
 
 
+@contextlib.contextmanager
+def counts(srv: LocalJudgeServer, counter: str, at_least: int = 1):
+    """The server's own count of `counter` rises by at least `at_least` over the block (each test
+    checks the counts it causes: no test depends on which others ran before it, or where)."""
+    before = srv.stats()[counter]
+    yield
+    after = srv.stats()[counter]
+    assert after - before >= at_least, f"{counter}: {before} -> {after}"
+
+
 def test_no_token_is_refused_before_the_body_is_read(server):
     srv, _, _ = server
-    status, data, elapsed = exchange(srv, post(None, 100))  # the 100 bytes never come
-    assert status == 401 and data["error"]["type"] == "authentication_error" and elapsed < READ_TIMEOUT_S
-    status, _, _ = exchange(srv, post("wrong", 100))
-    assert status == 401
+    with counts(srv, "unauthorized", 2):
+        status, data, elapsed = exchange(srv, post(None, 100))  # the 100 bytes never come
+        assert status == 401 and data["error"]["type"] == "authentication_error" and elapsed < READ_TIMEOUT_S
+        status, _, _ = exchange(srv, post("wrong", 100))
+        assert status == 401
 
 
 def test_huge_content_length_is_refused_at_once(server):
     srv, token, _ = server
-    status, data, elapsed = exchange(srv, post(token, 10**9), b"0123456789")
+    with counts(srv, "too_large"):
+        status, data, elapsed = exchange(srv, post(token, 10**9), b"0123456789")
     assert status == 413 and "over the limit" in data["error"]["message"] and elapsed < READ_TIMEOUT_S
 
 
@@ -127,6 +140,7 @@ def test_a_chunked_body_over_the_limit_is_cut_off(server):
 
 def test_slow_body_times_out_without_holding_the_server(server):
     srv, token, _ = server
+    timeouts = srv.stats()["read_timeouts"]
     slow = socket.create_connection(("127.0.0.1", port_of(srv)), timeout=10)
     try:
         t0 = time.perf_counter()
@@ -142,12 +156,13 @@ def test_slow_body_times_out_without_holding_the_server(server):
         slow.close()
     assert status == 408 and "not received within" in data["error"]["message"]
     assert READ_TIMEOUT_S * 0.9 <= elapsed < READ_TIMEOUT_S + 3
+    assert srv.stats()["read_timeouts"] == timeouts + 1
 
 
 @pytest.mark.parametrize("length", ["abc", "-5", "1e3", "12, 13"])
 def test_non_integer_content_length_gets_400(server, length):
     srv, token, _ = server
-    status, _, _ = exchange(srv, post(token, length), b"{}")
+    status, _, _ = exchange(srv, post(token, length), b"{}")  # the HTTP parser's reply: no handler counts it
     assert status == 400
 
 
@@ -174,12 +189,22 @@ def test_non_integer_content_length_gets_400(server, length):
 )
 def test_malformed_bodies_get_400_naming_the_problem(server, body, text):
     srv, token, _ = server
-    status, data, _ = exchange(srv, post(token, len(body)), body)
+    with counts(srv, "bad_request"):
+        status, data, _ = exchange(srv, post(token, len(body)), body)
     assert status == 400 and text in data["error"]["message"], data
 
 
 def test_after_the_attacks_a_normal_request_is_answered_and_nothing_crashed(server):
+    """Whatever else ran on this server before (all of this module, or only this test where
+    pytest-xdist splits it), a burst of attacks first, then a normal request."""
     srv, token, log = server
+    for head, body in [
+        (post(None, 10), b""),
+        (post(token, 10**9), b"x"),
+        (post(token, "abc"), b"{}"),
+        (post(token, 6), b"[1, 2]"),
+    ]:
+        assert exchange(srv, head, body)[0] in (400, 401, 413)
     req = a_request()
     messages = load_template().render(req)
     status, data, _ = exchange(srv, post(token, len(b := body_of(messages))), b)
@@ -190,8 +215,7 @@ def test_after_the_attacks_a_normal_request_is_answered_and_nothing_crashed(serv
     resp = client.chat.completions.create(model="m", messages=messages)
     assert json.loads(resp.choices[0].message.content)["style"] == expect.style
     stats = srv.stats()
-    assert stats["unauthorized"] >= 2 and stats["too_large"] >= 1 and stats["read_timeouts"] >= 1
-    assert stats["bad_request"] >= 10
+    assert stats["unauthorized"] >= 1 and stats["too_large"] >= 1 and stats["bad_request"] >= 1
     log.flush()
     log.seek(0)
     errors = log.read()
