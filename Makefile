@@ -17,7 +17,7 @@ export ONEDNN_MAX_CPU_ISA := SSE41
 export TESTBED_NUMERICS_PINNED := ATEN_CPU_CAPABILITY MKL_CBWR ONEDNN_MAX_CPU_ISA
 endif
 
-.PHONY: run demo test lint bench notebooks clean vllm test-vllm
+.PHONY: run demo test fuzz lint bench notebooks clean vllm test-vllm
 
 # Byte-compile the dependencies once, on both cores (about a minute), rather than pip's one-at-a-time
 # pass: where PYTHONDONTWRITEBYTECODE is set, as on many CI machines, Python never writes .pyc files
@@ -43,6 +43,14 @@ demo: $(VENV)/.installed
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25
+
+# `make test` draws the same property-test examples everywhere (tests/conftest.py); this searches
+# for new ones, FUZZ_ROUNDS times with fresh random draws. Pin what it finds with @example.
+FUZZ_ROUNDS ?= 5
+PROPERTY_TESTS = tests/test_properties.py tests/test_loader_properties.py tests/test_judge_server.py
+fuzz: $(VENV)/.installed
+	for i in $$(seq $(FUZZ_ROUNDS)); do \
+	  $(PY) -m pytest -q --hypothesis-profile=explore $(PROPERTY_TESTS) || exit 1; done
 
 # The lint gate: ruff (lint + format check; [tool.ruff] in pyproject.toml) and mypy ([tool.mypy]),
 # pinned in requirements-lint.txt. `make lint` checks only; `ruff check --fix` and `ruff format` fix.

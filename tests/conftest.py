@@ -12,8 +12,17 @@ os.environ["TESTBED_NUMERICS"] = "portable"
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 import testbed  # noqa: F401
+
+# The property tests draw the same examples on every machine and every day, so `make test` gives
+# one verdict per commit: a random draw once turned a clean checkout's CI red on an old bug. New
+# examples are searched for on purpose, `make fuzz` (pytest --hypothesis-profile=explore), and a
+# failure it finds is pinned with @example. A command-line profile overrides this default.
+settings.register_profile("repeatable", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile("repeatable")
 
 
 @pytest.fixture(scope="session")
