@@ -6,9 +6,12 @@ process's user + system: the figure that load from other processes does not move
 seconds, the manifest's timed parts, and the untimed rest of the arm's wall time (for the
 simulated runtime: its own bookkeeping, the event loop). Not a unit test.
 
-    python benchmarks/cluster_cost.py [--budget 1280] [--repeats 2] [--profile DIR]
+    python benchmarks/cluster_cost.py [--budget 1280] [--repeats 2] [--profile DIR] [--small-batch N]
 
 `--profile DIR` writes a cProfile of each run, timed in CPU-seconds (DIR/<kind>-<i>.prof).
+`--small-batch N` adds a third kind, `sync_small`: the synchronous runtime generating in batches
+of N (`engine.args.max_batch`), about the simulated run's mean batch: what small batches alone
+cost, apart from everything else the simulation does (docs/simulated.md, cost).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ ARM = "running_mean"
 PARTS = ("generation", "judging", "training", "eval", "bookkeeping")
 
 
-def cli_args(kind: str, budget: int, out: Path, name: str) -> list[str]:
+def cli_args(kind: str, budget: int, out: Path, name: str, small_batch: int = 0) -> list[str]:
     sets = [
         f"arms=[{{name: {ARM}, type: running_mean, args: {{window: 128, episodes_per_update: 128, lr: 2.0e-4, "
         "kl_coef: 0.2}}]",
@@ -36,7 +39,8 @@ def cli_args(kind: str, budget: int, out: Path, name: str) -> list[str]:
         f"budget.episodes={budget}",
         "schedule.clock=episodes",
         "schedule.horizon_s=null",
-        f"runtime.kind={kind}",
+        f"runtime.kind={'sync' if kind == 'sync_small' else kind}",
+        *([f"engine.args.max_batch={small_batch}"] if kind == "sync_small" else []),
     ]
     return [SCENARIO, "--out", str(out), "--run-name", name, "--no-report", *[a for s in sets for a in ("--set", s)]]
 
@@ -57,11 +61,11 @@ def child(args: list[str], profile: str | None) -> int:
         prof.dump_stats(profile)
 
 
-def one(kind: str, budget: int, out: Path, name: str, profile: Path | None) -> dict:
+def one(kind: str, budget: int, out: Path, name: str, profile: Path | None, small_batch: int = 0) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     cmd = [sys.executable, __file__, "--child", *(["--profile-to", str(profile)] if profile else [])]
-    subprocess.run([*cmd, "--", *cli_args(kind, budget, out, name)], check=True, capture_output=True)
+    subprocess.run([*cmd, "--", *cli_args(kind, budget, out, name, small_batch)], check=True, capture_output=True)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -87,26 +91,32 @@ def main_(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=1280)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--profile", type=Path, help="write a CPU-time cProfile of each run here")
+    parser.add_argument("--small-batch", type=int, default=0, help="also run the synchronous runtime at this batch")
     args = parser.parse_args(argv)
+    kinds = ["sync", "simulated", *(["sync_small"] if args.small_batch else [])]
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
-            for kind in ("sync", "simulated") if i % 2 == 0 else ("simulated", "sync"):
+            for kind in kinds[i % len(kinds) :] + kinds[: i % len(kinds)]:  # each kind first in turn
                 profile = args.profile / f"{kind}-{i}.prof" if args.profile else None
-                rows.append(one(kind, args.budget, Path(tmp), f"{kind}-{i}", profile))
+                rows.append(one(kind, args.budget, Path(tmp), f"{kind}-{i}", profile, args.small_batch))
                 print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in rows[-1].items()}))
     print(f"\n{args.budget} episodes, {ARM}, seed 0; means over {args.repeats} runs of each (seconds)")
     keys = ("cpu_s", "wall_s", "arm_wall_s", *PARTS, "untimed_s")
     print("kind        " + "  ".join(f"{k:>11}" for k in keys))
     means = {}
-    for kind in ("sync", "simulated"):
+    for kind in kinds:
         mine = [r for r in rows if r["kind"] == kind]
         means[kind] = {k: sum(r[k] for r in mine) / len(mine) for k in keys}
         print(f"{kind:<11} " + "  ".join(f"{means[kind][k]:11.2f}" for k in keys))
     sim, sync = means["simulated"], means["sync"]
     print(f"simulated / sync CPU-seconds: {sim['cpu_s'] / sync['cpu_s']:.3f}")
+    if args.small_batch:
+        small = means["sync_small"]
+        print(f"sync at batches of {args.small_batch} / sync CPU-seconds: {small['cpu_s'] / sync['cpu_s']:.3f}")
+        print(f"simulated / sync at batches of {args.small_batch} CPU-seconds: {sim['cpu_s'] / small['cpu_s']:.3f}")
     print(f"simulated untimed (its event loop) / its arm's wall time: {sim['untimed_s'] / sim['arm_wall_s']:.2%}")
     return 0
 
