@@ -11,7 +11,9 @@ validates the scenario and prints its plan (testbed/cli/plan.py), training and w
 Exit codes: 0 done (also `--resume` of a run that is already finished: it says so and changes
 nothing), 2 bad input, a run directory in use by another process (nothing trained) or a bug in a
 judge plugin (with its traceback), 3 stopped on purpose with a checkpoint (judge outage, NaN/inf
-updates; resumable), 130 interrupted.
+updates; resumable), 130 interrupted. A Ray cluster that cannot take the job (connecting,
+authenticating, a worker's runtime environment) exits 2 before anything can be continued, 3 after,
+with a message naming the address and what to check (the traceback with --verbose).
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ from testbed.cli.memory_plan import refusal
 from testbed.cli.plan import make_plan
 from testbed.cli.plan_print import print_plan
 from testbed.cli.run_args import argument_problem, parse_arguments
-from testbed.cli.run_end import report_outages, stopped
+from testbed.cli.run_end import cluster_failed, report_outages, stopped
 from testbed.extras import MissingExtra
 from testbed.judging.adapter import JudgePluginError
 from testbed.judging.build import build_judge
 from testbed.runtimes.arms import arm_runner, resolved_dict, runtime_session
+from testbed.runtimes.ray.cluster import ClusterError
 from testbed.scenario.schema import Scenario, ScenarioError, load_scenario
 from testbed.tracking.config import check_extras
 
@@ -296,7 +299,9 @@ def main(argv: list[str] | None = None, reexec: bool = False) -> int:
     opened: dict[str, Any] = {}
     try:
         code = start(args, opened, reexec=reexec)
-        return code if code is not None else run_scenario(**opened, write_report=not args.no_report)
+        return (
+            code if code is not None else run_scenario(**opened, write_report=not args.no_report, verbose=args.verbose)
+        )
     except KeyboardInterrupt:  # in start-up; run_scenario handles its own
         return interrupted(opened.get("store"), opened.get("manifest"))
     finally:
@@ -311,6 +316,7 @@ def run_scenario(
     manifest: dict[str, Any],
     resume_state: dict[str, Any] | None,
     write_report: bool = True,
+    verbose: bool = False,
 ) -> int:
     """Every arm x seed of a started run into its run directory, then the report."""
     from testbed.runtimes.learn import RunStopped
@@ -343,6 +349,8 @@ def run_scenario(
         return interrupted(store, manifest)
     except (RunStopped, JudgePluginError) as exc:  # exit 3: resumable; 2: a judge plugin's bug, with its traceback
         return stopped(store, manifest, exc, console)
+    except ClusterError as exc:  # exit 2 before anything can be continued, else 3
+        return cluster_failed(store, manifest, exc, console, verbose)
     except Exception:
         store.flush()
         manifest["status"] = "failed"

@@ -52,6 +52,11 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         help="skip the figures and tables at the end (the rows are "
         "all written; python -m analysis.report RUN_DIR makes them later)",
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print the traceback behind an error that names its cause (a Ray cluster's)",
+    )
     return parser.parse_args(argv)
 
 

@@ -13,7 +13,7 @@ from rich.markup import escape
 if TYPE_CHECKING:
     from testbed.store import RunStore
 
-__all__ = ["report_outages", "stopped"]
+__all__ = ["cluster_failed", "report_outages", "stopped"]
 
 
 def stopped(store: RunStore, manifest: dict[str, Any], exc: Exception, console: Any) -> int:
@@ -31,6 +31,21 @@ def stopped(store: RunStore, manifest: dict[str, Any], exc: Exception, console: 
     label = "judge plugin error" if bug else "stopped"
     console.print(f"[red]{label}:[/] {escape(str(exc))}", markup=True, highlight=False)  # e.g. "[redacted]"
     return 2 if bug else 3
+
+
+def cluster_failed(store: RunStore, manifest: dict[str, Any], exc: Exception, console: Any, verbose: bool) -> int:
+    """A Ray cluster that cannot take the job (testbed/runtimes/ray/cluster.py's ClusterError): its
+    message, not Ray's traceback (that with --verbose). Exit 2 while nothing of the run can be
+    continued, 3 once a checkpoint or a finished arm x seed exists; either way --resume continues it."""
+    store.flush()
+    manifest.update(status="stopped", stop_reason=str(exc))
+    store.write_manifest(manifest)
+    if verbose:
+        print("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), file=sys.stderr)
+    resumable = bool(manifest["arms"]) or (store.root / "checkpoints" / "latest.json").exists()
+    console.print(f"[red]Ray cluster:[/] {escape(str(exc))}", markup=True, highlight=False)
+    console.print(f"continue with --resume {store.root} once the cluster is fixed", highlight=False)
+    return 3 if resumable else 2
 
 
 def report_outages(manifest: dict[str, Any], console: Any) -> None:
