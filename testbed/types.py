@@ -22,6 +22,18 @@ class JudgeRequest:
     topic: str | None = None
 
 
+# A judge error that starts with this is a refusal that no retry can change (the provider refuses
+# the key: an exhausted balance, a key for another plan, a revoked key), not an outage: the run
+# stops at the first one, with a checkpoint, instead of spending its judge-failure budget on calls
+# that cannot succeed (testbed/runtimes/learn.py, `Guard`). Any judge may return one.
+JUDGE_REFUSED = "judge refused: "
+
+
+def judge_refused(error: str | None) -> bool:
+    """Whether a verdict's error is a refusal (`JUDGE_REFUSED`) rather than an outage."""
+    return isinstance(error, str) and error.startswith(JUDGE_REFUSED)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A judge's answer. A verdict with `error` set is not a zero reward: the episode is excluded

@@ -30,10 +30,12 @@ from testbed.runtimes.bars import StepBar
 from testbed.runtimes.collect import Collector, Timer, dropped_rows, episode_rows, evaluate_heldout, judged_samples
 from testbed.runtimes.learn import (
     Guard,
+    JudgeRefused,
     LoopState,
     RunStopped,
     counter_delta,
     judge_counters,
+    refusal,
     take_batch,
     update_row,
     warm_up,
@@ -88,8 +90,14 @@ class ArmRunner:
         if resume is not None:
             self.restore(resume)
         else:
-            self.warm_up(policy_key, starting_engine)
-            self.evaluate_reference(starting_engine)
+            try:
+                self.warm_up(policy_key, starting_engine)
+                self.evaluate_reference(starting_engine)
+            except JudgeRefused as exc:  # nothing of this arm x seed is trained yet: a resume starts it again
+                raise RunStopped(
+                    f"arm {self.arm.name} seed {self.seed}: {exc} (before training). "
+                    f"Continue with --resume {self.store.root} once the key works."
+                ) from None
             seed_everything(self.seed)  # the warm-up (or its cache) must not change what RL samples
         self.log_parameter_split()
 
@@ -242,7 +250,8 @@ class ArmRunner:
             self.store.append("evals", [{"arm": self.arm.name, "seed": self.seed, **r} for r in rows])
         if t is None:
             self.state.next_eval += self.scenario.eval.every
-        self.stop(self.guard.judge(self.state, clock, f"held-out evaluation: {errors[-1]}" if errors else None))
+        error = refusal(errors) or (f"held-out evaluation: {errors[-1]}" if errors else None)
+        self.stop(self.guard.judge(self.state, clock, error))
 
     def record_round(self, trajs: list[Trajectory]) -> None:
         """Queue a judged round's episodes for training (their rows are written when they are
@@ -253,7 +262,8 @@ class ArmRunner:
             failed = [t for t in trajs if t.verdict is not None and t.verdict.error is not None]
             if failed:
                 self.store.append("episodes", episode_rows(failed, None))
-        last_error = trajs[-1].verdict.error if trajs else None
+        errors = [v.error for t in trajs for v in (t.verdict, *t.turn_verdicts) if v is not None]
+        last_error = refusal(errors) or (trajs[-1].verdict.error if trajs and trajs[-1].verdict else None)
         self.stop(self.guard.judge(self.state, self.env.clock, last_error))
 
     def next_batch(self) -> list[Trajectory] | None:

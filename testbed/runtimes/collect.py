@@ -24,6 +24,7 @@ from typing import Any
 
 from testbed.envs.style_shift import EpisodeStart, StyleShiftEnv
 from testbed.protocols import Engine
+from testbed.runtimes.learn import stop_if_refused
 from testbed.types import Trajectory
 from testbed.world import STYLES, PromptSpec
 from testbed.world.rules import unit_hash
@@ -236,7 +237,8 @@ def judged_samples(
     on_step: Callable[..., None] | None = None,
 ) -> list[Trajectory]:
     """n samples from the engine's (fixed) policy on random training prompts, judged against the
-    target at clock 0 without moving the clock; failed verdicts are dropped. After each chunk,
+    target at clock 0 without moving the clock; failed verdicts are dropped, a refused one
+    (`testbed.types.judge_refused`) raises JudgeRefused. After each chunk,
     `on_step(sampled, n, quality=...)`: the mean quality of the judged samples so far."""
     rng = random.Random(seed)
     out: list[Trajectory] = []
@@ -244,7 +246,9 @@ def judged_samples(
     for i in range(0, n, chunk):
         starts = env.eval_starts([rng.choice(specs) for _ in range(min(chunk, n - i))], 0)
         trajs = env.rollout(engine, starts)
-        for traj, start, verdict in zip(trajs, starts, env.evaluate_batch(starts, [t.response_text for t in trajs])):
+        verdicts = env.evaluate_batch(starts, [t.response_text for t in trajs])
+        stop_if_refused(verdicts)
+        for traj, start, verdict in zip(trajs, starts, verdicts):
             if verdict.error is None:
                 traj.verdict, traj.t, traj.target_style, traj.prompt_id = (
                     verdict,

@@ -5,8 +5,9 @@
 - `update_row`: one trainer update's metrics row for `updates.parquet`, with the loop's own judge
   counts (training and evaluation calls) kept apart from a judge's own counters (`llm_*`).
 - `take_batch`: the next full batch off the queue, less the episodes older than `runtime.max_staleness`.
-- `Guard`: the judge-failure and NaN/inf budgets; past either, the run stops with a checkpoint
-  (`RunStopped`) that `--resume` continues.
+- `Guard`: the judge-failure and NaN/inf budgets; past either, or at the first verdict whose judge
+  was refused (`testbed.types.judge_refused`: no balance, a rejected key), the run stops with a
+  checkpoint (`RunStopped`) that `--resume` continues.
 - `warm_up`: a trainer's optional warm-up (SAO: value pretraining), cached by what determines it.
 """
 
@@ -28,12 +29,29 @@ import torch
 from testbed.paths import source_fingerprint
 from testbed.protocols import Judge
 from testbed.scenario.schema import ArmConfig, ReliabilityConfig, Scenario, WorldConfig
-from testbed.types import Trajectory
+from testbed.types import Trajectory, judge_refused
 
 
 class RunStopped(RuntimeError):
     """The loop stopped on purpose (a judge outage, numerical trouble, a lost learner) after
     writing a checkpoint that `--resume` continues from."""
+
+
+class JudgeRefused(RuntimeError):
+    """A verdict whose judge was refused (`judge_refused`) before the loop began (a warm-up, the
+    reference evaluation): the runner stops the run with it."""
+
+
+def refusal(errors: list[str | None]) -> str | None:
+    """The first refusal among verdict errors, if any."""
+    return next((e for e in errors if judge_refused(e)), None)
+
+
+def stop_if_refused(verdicts: list[Any]) -> None:
+    """Raise JudgeRefused at a refused verdict (where a stage would otherwise drop it as failed)."""
+    refused = refusal([v.error for v in verdicts])
+    if refused is not None:
+        raise JudgeRefused(refused)
 
 
 @dataclass
@@ -167,6 +185,11 @@ class Guard:
         self.rel, self.arm, self.seed, self.root, self.log = rel, arm, seed, root, log
 
     def judge(self, state: LoopState, t: int, last_error: str | None) -> str | None:
+        if judge_refused(last_error):  # no retry can change it: stop at the first one
+            return (
+                f"arm {self.arm} seed {self.seed}: {last_error} (at t={t}). "
+                f"A checkpoint was written: continue with --resume {self.root} once the key works."
+            )
         if state.failed_in_a_row < self.rel.judge_failure_budget:
             return None
         return (

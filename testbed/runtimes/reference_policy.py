@@ -18,6 +18,7 @@ import torch
 
 from testbed.protocols import Engine, Env
 from testbed.runtimes.collect import heldout_rows
+from testbed.runtimes.learn import stop_if_refused
 from testbed.world import PromptSpec
 
 REFERENCE_SEED_OFFSET = 7919  # the reference's sampling seed is the run seed plus this (a stream of its own)
@@ -39,7 +40,8 @@ def reference_rows(
     seed: int,
 ) -> list[dict]:
     """One row per phase: the starting policy, told the target of the phase's first clock, on
-    `samples` episodes per held-out prompt. Failed verdicts are left out (`n` counts the rest)."""
+    `samples` episodes per held-out prompt. Failed verdicts are left out (`n` counts the rest); a
+    refused one (`testbed.types.judge_refused`) raises JudgeRefused."""
     rows = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + REFERENCE_SEED_OFFSET)
@@ -48,7 +50,9 @@ def reference_rows(
             trajs = env.rollout(engine, starts)
             target = starts[0].target.style
             # the held-out evaluation's own summary (failed verdicts left out), read at the target's row
-            per_style = heldout_rows(env.evaluate_batch(starts, [t.response_text for t in trajs]), start, target)
+            verdicts = env.evaluate_batch(starts, [t.response_text for t in trajs])
+            stop_if_refused(verdicts)
+            per_style = heldout_rows(verdicts, start, target)
             # a style outside the world's list that no verdict named has no row: its share is 0
             summary = next((r for r in per_style if r["style"] == target), {**per_style[0], "share": 0.0})
             rows.append(
