@@ -1,8 +1,11 @@
 """A SQLite cache of judge verdicts, so a rerun (or a resumed run) pays no judge call twice.
 
 The key is a SHA-256 over (model, template version, prompt, response, target style, candidate
-styles in order, topic, endpoint): anything that could change the verdict. Only successful verdicts are
-stored; an error is never cached. Values are small JSON documents.
+styles in order, topic, endpoint, request settings): anything that could change the verdict. The
+settings are the judge's temperature, max_tokens, thinking, JSON mode, truncation retry and extra
+parameters (judges/request.py, `Requests.cache_fields`): a verdict made with thinking on is never
+served to a judge with thinking off. Only successful verdicts are stored; an error is never
+cached. Values are small JSON documents.
 
 Safe under concurrent writers (threads and processes): WAL journal, a busy timeout, and
 `INSERT OR IGNORE` (the first writer of a key wins; every writer of a key writes the same value
@@ -18,7 +21,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +47,18 @@ def cache_key(
     candidates: Sequence[str],
     topic: str | None,
     endpoint: str | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> str:
     """`endpoint` is where the verdict came from (the api_base): another server that answers to
     the same model name may judge differently, so it must not be served this one's verdicts.
-    None (a provider's default endpoint) keeps the key of the format without an endpoint."""
+    `settings`: the request settings that change a verdict (JSON values; key order does not
+    matter). None for either leaves it out of the key."""
     fields: list[object] = [model, template_version, prompt, response, target_style, list(candidates), topic]
     if endpoint is not None:
         fields.append(endpoint)
-    payload = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+    if settings is not None:
+        fields.append({"settings": dict(settings)})
+    payload = json.dumps(fields, ensure_ascii=False, separators=(",", ":"), sort_keys=True, default=repr)
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
 
 

@@ -9,12 +9,16 @@ Secrets are never fields: only the NAME of the env var that holds a key (`api_ke
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
-__all__ = ["JudgeConfigError", "LLMJudgeConfig", "LocalServerConfig", "validate_config"]
+__all__ = ["DRILLS", "JudgeConfigError", "LLMJudgeConfig", "LocalServerConfig", "validate_config"]
+
+# The local server's GLM-4.7 drills (judges/drills.py says what each one answers).
+DRILLS = ("reasoning_content", "think_tags", "lone_close", "truncate", "draft", "quota", "slow_reasoning")
+Drill = Literal["reasoning_content", "think_tags", "lone_close", "truncate", "draft", "quota", "slow_reasoning"]
 
 # extra="forbid": an unknown key is an error, not silently ignored; no inf/nan in any number.
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
@@ -37,6 +41,9 @@ class LocalServerConfig(BaseModel):
     rate_limit: float | None = Field(None, gt=0.0, description="requests/s; excess gets 429 + Retry-After")
     seed: int = Field(0, description="seed of the fault-injection generator")
     token_env: str | None = Field(None, min_length=1, description="env var holding the bearer token")
+    drill: Drill | None = Field(None, description="answer as a GLM-4.7 endpoint can (judges/drills.py)")
+    reasoning_tokens: int | None = Field(None, ge=1, description="a drill's reasoning length (default per drill)")
+    reasoning_ms: float | None = Field(None, ge=0.0, description="a drill's reasoning time (slow_reasoning: 1500)")
     max_body_bytes: int | None = Field(None, ge=1, description="larger request bodies get 413 (server default 4 MiB)")
     read_timeout_s: float | None = Field(None, gt=0.0, description="a body slower than this gets 408 (default 30)")
     startup_timeout_s: float = Field(60.0, gt=0.0)
@@ -54,6 +61,9 @@ class LocalServerConfig(BaseModel):
             "rate_limit",
             "seed",
             "token_env",
+            "drill",
+            "reasoning_tokens",
+            "reasoning_ms",
             "max_body_bytes",
             "read_timeout_s",
         ):
@@ -79,8 +89,23 @@ class LLMJudgeConfig(BaseModel):
     backoff_base_s: float = Field(0.5, ge=0.0)
     backoff_max_s: float = Field(20.0, ge=0.0)
     max_retry_after_s: float = Field(120.0, ge=0.0, description="a longer Retry-After fails the call instead")
-    max_tokens: int = Field(1024, ge=1)
+    max_tokens: int = Field(1024, ge=1, description="per call: a reasoning model's thinking counts against it")
     temperature: float = Field(0.0, ge=0.0)
+    thinking: Literal["on", "off"] | None = Field(
+        None, description="a reasoning model's thinking on/off (the provider's parameter); None: the endpoint's default"
+    )
+    json_mode: bool = Field(False, description="ask for a JSON object (response_format) where the route takes it")
+    on_truncation: Literal["more_tokens", "thinking_off"] = Field(
+        "more_tokens", description="the one retry after a truncated reply: a larger budget, or thinking off"
+    )
+    truncation_max_tokens: int | None = Field(
+        None, ge=1, description="max_tokens of the retry after a truncated reply (default 4 x max_tokens)"
+    )
+    requests_per_minute: int | None = Field(None, ge=1, description="client-side limit on calls in any 60 s")
+    tokens_per_minute: int | None = Field(None, ge=1, description="client-side limit on tokens in any 60 s")
+    refusal_codes: tuple[str, ...] = Field(
+        ("1113", "insufficient_quota"), description="429 body codes that mean no balance or the wrong plan: stop"
+    )
     cache: bool = Field(True, description="the SQLite verdict cache on/off")
     cache_path: str | None = Field(
         None, min_length=1, description="default: testbed.paths.cache_dir()/judge_cache.sqlite"
@@ -91,10 +116,26 @@ class LLMJudgeConfig(BaseModel):
     extra_params: dict[str, Any] = Field(default_factory=dict, description="more litellm.acompletion keywords")
     seed: int = Field(0, description="seed of the backoff jitter")
 
+    @field_validator("thinking", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, value: Any) -> Any:
+        return (
+            {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+        )  # YAML reads off as false
+
     @model_validator(mode="after")
-    def _one_endpoint(self) -> LLMJudgeConfig:
+    def _consistent(self) -> LLMJudgeConfig:
         if self.local_server is not None and self.api_base is not None:
             raise ValueError("give either api_base or local_server, not both")
+        if self.truncation_max_tokens is not None and self.truncation_max_tokens <= self.max_tokens:
+            raise ValueError(f"truncation_max_tokens must be more than max_tokens ({self.max_tokens})")
+        body = self.extra_params.get("extra_body")
+        if self.thinking is not None and (
+            "thinking" in self.extra_params or (isinstance(body, dict) and "thinking" in body)
+        ):
+            raise ValueError("thinking is set twice: as `thinking` and in extra_params; keep one")
+        if self.json_mode and "response_format" in self.extra_params:
+            raise ValueError("json_mode and extra_params.response_format both set the response format; keep one")
         return self
 
 

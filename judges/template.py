@@ -14,9 +14,11 @@ or an unescaped quote) and placed between `<<<PIECE nonce>>>` markers whose nonc
 so it can neither close the data block nor forge the fields around it. `parse_request` (used by
 `judges/server.py`) matches the whole user message against the template, with the nonce tied by a
 back-reference and the response matched as exactly one JSON string literal, so text inside a
-response is never read as a field. `parse_verdict` takes the model's reply apart: code fences,
-prose around the JSON, any key/value case, quality as 0/1/"1"/true/"yes"/"pass"; if the reply
-holds several verdict objects that disagree it is rejected as ambiguous rather than guessed.
+response is never read as a field. `parse_verdict` takes the model's reply apart: only its final
+answer is read (`split_reasoning` removes a reasoning model's thinking first, so a draft verdict
+in it is never taken), then code fences, prose around the JSON, any key/value case, quality as
+0/1/"1"/true/"yes"/"pass"; if the answer holds several verdict objects that disagree it is
+rejected as ambiguous rather than guessed.
 """
 
 from __future__ import annotations
@@ -52,12 +54,24 @@ REPAIR_MESSAGE = (
 )
 
 
+def repair_turn(messages: list[dict[str, str]], answer: str) -> list[dict[str, str]]:
+    """The conversation that asks again for the JSON verdict: the answer given (only the final
+    answer, never the reasoning; no empty assistant message), then REPAIR_MESSAGE."""
+    said = [{"role": "assistant", "content": answer}] if answer.strip() else []
+    return [*messages, *said, {"role": "user", "content": REPAIR_MESSAGE}]
+
+
 class TemplateError(ValueError):
     pass
 
 
 class VerdictParseError(ValueError):
     pass
+
+
+class TruncatedReply(VerdictParseError):
+    """The reply opens a reasoning block and never closes it: it was cut off while thinking, and
+    has no final answer (a truncation, not a verdict; never repaired by asking again)."""
 
 
 def _one_line(value: str) -> str:
@@ -245,11 +259,35 @@ def _objects(text: str) -> list[dict]:
     return found
 
 
+_OPENS_REASONING = re.compile(r"\s*<(?:think|thinking)>", re.IGNORECASE)
+_CLOSES_REASONING = re.compile(r"</(?:think|thinking)>", re.IGNORECASE)
+
+
+def split_reasoning(text: str) -> tuple[str, str | None]:
+    """(reasoning, final answer) of a reply's text. A reasoning model may put its thinking in the
+    text: a leading `<think>...</think>` block, or, served without a reasoning parser (the opening
+    tag is then part of the prompt), everything up to a lone `</think>`. The answer is what follows
+    the last closing tag; None where the text opens a reasoning block and never closes it (cut off
+    while thinking: there is no answer). Text without tags is all answer."""
+    closes = list(_CLOSES_REASONING.finditer(text))
+    if closes:
+        return text[: closes[-1].start()], text[closes[-1].end() :]
+    if _OPENS_REASONING.match(text):
+        return text, None
+    return "", text
+
+
 def parse_verdict(text: str) -> tuple[int, str, str]:
-    """(quality, style, reason) from a model's reply; VerdictParseError if there is none, or if
-    several verdict objects in the reply disagree. Never any other exception: an odd reply
-    (nesting past the recursion limit, a 5,000-digit number, a non-JSON literal) is unreadable,
-    and a caller's repair-then-error path must see it as such."""
+    """(quality, style, reason) from a model's reply, read from its final answer alone
+    (`split_reasoning`); TruncatedReply if it has none (reasoning never closed), VerdictParseError
+    if the answer holds no verdict, or several that disagree. Never any other exception: an odd
+    reply (nesting past the recursion limit, a 5,000-digit number, a non-JSON literal) is
+    unreadable, and a caller's repair-then-error path must see it as such."""
+    if isinstance(text, str):
+        _, answer = split_reasoning(text)
+        if answer is None:
+            raise TruncatedReply("the reply opens a reasoning block and never closes it: no final answer (truncated)")
+        text = answer
     try:
         return _parse_verdict(text)
     except VerdictParseError:

@@ -7,14 +7,17 @@ import asyncio
 
 import pytest
 
-from judges.retry import AttemptError, CallFailed, RetryPolicy, call_with_retries, classify
+from judges.retry import AttemptError, CallFailed, CallRefused, RetryPolicy, call_with_retries, classify, refusal
+
+CODES = ("1113", "insufficient_quota")
 
 
 class StatusError(Exception):
-    def __init__(self, status: int, retry_after: str | None = None) -> None:
+    def __init__(self, status: int, retry_after: str | None = None, body: dict | None = None) -> None:
         super().__init__(f"HTTP {status}")
         self.status_code = status
         self.litellm_response_headers = {"retry-after": retry_after} if retry_after else {}
+        self.body = body  # as the OpenAI client keeps an error's JSON body (its "error" object)
 
 
 def run(errors: list[BaseException], policy: RetryPolicy) -> tuple[object, list[float], int]:
@@ -26,7 +29,7 @@ def run(errors: list[BaseException], policy: RetryPolicy) -> tuple[object, list[
         nonlocal calls
         calls += 1
         if calls <= len(errors):
-            raise classify(errors[calls - 1])
+            raise classify(errors[calls - 1], refusal_codes=CODES)
         return "ok"
 
     async def main() -> object:
@@ -51,10 +54,34 @@ def test_gives_up_after_the_last_retry_naming_the_error():
     assert "after 3 attempts: StatusError (HTTP 500): HTTP 500" in str(result)
 
 
-@pytest.mark.parametrize("status", [400, 401, 404])
+@pytest.mark.parametrize("status", [400, 404, 422])
 def test_client_errors_fail_at_once(status):
     result, waits, calls = run([StatusError(status)], RetryPolicy(max_retries=4))
     assert isinstance(result, CallFailed) and "not retryable" in str(result) and calls == 1 and waits == []
+    assert not isinstance(result, CallRefused)
+
+
+@pytest.mark.parametrize(
+    "error, cause",
+    [
+        (StatusError(429, body={"code": "1113", "message": "Insufficient balance"}), "HTTP 429, code 1113"),
+        (StatusError(429, body={"error": {"code": 1113}}), "HTTP 429, code 1113"),  # the whole body, a number
+        (StatusError(429, body={"type": "insufficient_quota", "code": None}), "code insufficient_quota"),
+        (StatusError(401), "rejected (HTTP 401)"),
+        (StatusError(403), "not allowed to use this model (HTTP 403)"),
+    ],
+)
+def test_a_refused_key_gives_up_at_once_with_its_cause(error, cause):
+    result, waits, calls = run([error] * 3, RetryPolicy(max_retries=4))
+    assert isinstance(result, CallRefused) and cause in result.cause and calls == 1 and waits == []
+
+
+def test_a_plain_rate_limit_429_is_retried_not_refused():
+    plain = [StatusError(429, body={"code": "1302", "message": "rate limit"}), StatusError(429, body=None)]
+    assert [refusal(e, CODES) for e in plain] == [None, None]
+    result, waits, calls = run(plain, RetryPolicy(max_retries=4, backoff_base_s=0.0))
+    assert result == "ok" and calls == 3 and len(waits) == 2
+    assert refusal(StatusError(429, body={"code": "1113"}), codes=()) is None  # only the codes named
 
 
 def test_retry_after_sets_the_least_wait_and_a_long_one_fails_at_once():
