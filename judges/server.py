@@ -18,7 +18,9 @@ it), one not received within ``--read-timeout-s`` gets 408; a malformed request 
 4xx JSON error, never a dropped connection. Fault injection for tests and drills, from one seeded
 generator: ``--error-rate`` (HTTP 500), ``--malformed-rate`` (a reply that is not the JSON
 verdict), ``--latency-ms`` (added to every chat request), ``--rate-limit R`` (requests/s, token
-bucket with a burst of max(1, R); excess requests get 429 with ``Retry-After`` in whole seconds).
+bucket with a burst of max(1, R); excess requests get 429 with ``Retry-After`` in whole seconds),
+``--drill MODE`` (answer as a GLM-4.7 endpoint can: thinking in ``reasoning_content`` or in the
+text, truncation, a draft verdict, a 429 with code 1113, a slow thinking phase; judges/drills.py).
 Startup prints one line with the bound address (``--port 0`` picks a free one):
 ``judges.server listening on http://127.0.0.1:PORT/v1 ...``.
 """
@@ -55,6 +57,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from judges.drills import DRILLS, QUOTA_ERROR, Drill
 from judges.service import MALFORMED_REPLIES, BadRequest, JudgeService, count_tokens  # noqa: F401
 from testbed import registry
 
@@ -65,17 +68,29 @@ READ_TIMEOUT_S = 30.0
 
 
 class _Reject(Exception):
-    def __init__(self, status: int, message: str, kind: str, counter: str, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str,
+        counter: str,
+        headers: dict[str, str] | None = None,
+        code: str | None = None,  # the error body's code (default: the status)
+    ):
         super().__init__(message)
         self.status, self.message, self.kind, self.counter, self.headers = status, message, kind, counter, headers
+        self.code = code
 
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
     return Response(json.dumps(body), status, headers, media_type="application/json")
 
 
-def _error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> Response:
-    return _json(status, {"error": {"message": message, "type": kind, "param": None, "code": str(status)}}, headers)
+def _error(
+    status: int, message: str, kind: str, headers: dict[str, str] | None = None, code: str | None = None
+) -> Response:
+    body = {"message": message, "type": kind, "param": None, "code": code or str(status)}
+    return _json(status, {"error": body}, headers)
 
 
 async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
@@ -167,7 +182,7 @@ def make_app(
             return await _chat(request)
         except _Reject as r:
             svc.count(r.counter)
-            return _error(r.status, r.message, r.kind, r.headers)
+            return _error(r.status, r.message, r.kind, r.headers, r.code)
         except ClientDisconnect:
             return Response(status_code=400)  # nobody is listening; nothing to say
         except Exception as exc:  # noqa: BLE001 - a reply, never a traceback or a dropped connection
@@ -189,6 +204,9 @@ def make_app(
                 "rate_limited",
                 {"Retry-After": str(max(1, math.ceil(wait)))},
             )
+        if svc.drill is not None and svc.drill.refuses:
+            quota = QUOTA_ERROR["error"]
+            raise _Reject(429, quota["message"], "rate_limit_error", "quota_refused", None, quota["code"])
         if svc.latency_s:
             await asyncio.sleep(svc.latency_s)
         inject_error, malformed, which = svc.draw()
@@ -198,10 +216,14 @@ def make_app(
             body, req, prompt_tokens = svc.parse_body(raw)
         except BadRequest as exc:
             raise _Reject(400, str(exc), "invalid_request_error", "bad_request") from None
+        svc.note_request(body)
+        if svc.drill is not None and svc.drill.delay_s(body):
+            await asyncio.sleep(svc.drill.delay_s(body))  # the thinking phase
         verdict = await svc.verdict(req)
         if verdict.error is not None:
             raise _Reject(500, f"judge error: {verdict.error}", "server_error", "judge_errors")
-        return _json(200, svc.completion(body, verdict, which if malformed else None, prompt_tokens))
+        reply = svc.completion(body, verdict, which if malformed else None, prompt_tokens, req.candidate_styles)
+        return _json(200, reply)
 
     return app
 
@@ -257,6 +279,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--latency-ms", type=float, default=0.0, help="added latency per chat request")
     ap.add_argument("--rate-limit", type=float, default=None, help="requests/s; excess gets 429 + Retry-After")
     ap.add_argument("--seed", type=int, default=0, help="seed of the fault-injection generator")
+    ap.add_argument("--drill", choices=DRILLS, default=None, help="answer as a GLM-4.7 endpoint can (judges/drills.py)")
+    ap.add_argument("--reasoning-tokens", type=int, default=None, help="a drill's thinking length in tokens")
+    ap.add_argument("--reasoning-ms", type=float, default=None, help="a drill's thinking time (slow_reasoning)")
     ap.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES, help="larger bodies get 413")
     ap.add_argument("--read-timeout-s", type=float, default=READ_TIMEOUT_S, help="a body slower than this gets 408")
     ap.add_argument("--verbose", action="store_true", help="log every request to stderr")
@@ -310,6 +335,7 @@ def main(argv: list[str] | None = None) -> None:
             latency_ms=a.latency_ms,
             rate_limit=a.rate_limit,
             seed=a.seed,
+            drill=Drill.of(a.drill, a.reasoning_tokens, a.reasoning_ms) if a.drill else None,
         )
     except ValueError as exc:
         ap.error(str(exc))

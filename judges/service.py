@@ -16,6 +16,7 @@ import time
 import uuid
 from typing import Any
 
+from judges.drills import Drill, draft_of
 from judges.template import TEMPLATE_DIR, TemplateError, load_template
 from testbed.judging.adapter import as_judge
 from testbed.types import JudgeRequest, Verdict
@@ -45,6 +46,11 @@ COUNTERS = (
     "judge_errors",
     "prompt_tokens",
     "completion_tokens",
+    "reasoning_tokens",  # a drill's thinking, where it reports it
+    "thinking_off",  # requests that turned thinking off
+    "json_mode",  # requests that asked for response_format json_object
+    "truncated",  # replies cut off at the request's max_tokens (finish_reason "length")
+    "quota_refused",  # requests refused by the quota drill (HTTP 429, code 1113)
 )
 
 
@@ -89,6 +95,7 @@ class JudgeService:
         latency_ms: float = 0.0,
         rate_limit: float | None = None,
         seed: int = 0,
+        drill: Drill | None = None,
     ) -> None:
         for name, rate in (("error_rate", error_rate), ("malformed_rate", malformed_rate)):
             if not 0.0 <= rate <= 1.0:
@@ -96,6 +103,7 @@ class JudgeService:
         if rate_limit is not None and rate_limit <= 0:
             raise ValueError(f"rate_limit must be > 0 requests/s, got {rate_limit}")
         self.model_name = model_name
+        self.drill = drill
         self._token = token
         self.error_rate, self.malformed_rate = error_rate, malformed_rate
         self.latency_s = max(0.0, latency_ms) / 1000.0
@@ -204,10 +212,24 @@ class JudgeService:
         except Exception as exc:  # noqa: BLE001 - reported to the client as a server error
             return Verdict.failed(f"{type(exc).__name__}: {exc}")
 
+    def note_request(self, body: dict[str, Any]) -> None:
+        """Count what the request asked of a reasoning model: thinking off, JSON mode."""
+        thinking, fmt = body.get("thinking"), body.get("response_format")
+        if isinstance(thinking, dict) and thinking.get("type") == "disabled":
+            self.count("thinking_off")
+        if isinstance(fmt, dict) and fmt.get("type") == "json_object":
+            self.count("json_mode")
+
     def completion(
-        self, body: dict[str, Any], verdict: Verdict, malformed: int | None, prompt_tokens: int
+        self,
+        body: dict[str, Any],
+        verdict: Verdict,
+        malformed: int | None,
+        prompt_tokens: int,
+        candidates: tuple[str, ...] = (),
     ) -> dict[str, Any]:
-        """The chat.completion reply for a verdict (`malformed`: which malformed reply, if any)."""
+        """The chat.completion reply for a verdict (`malformed`: which malformed reply, if any;
+        with a drill, shaped as the drill says, `candidates` giving its draft another style)."""
         if malformed is not None:
             self.count("malformed")
             content = MALFORMED_REPLIES[malformed]
@@ -216,7 +238,16 @@ class JudgeService:
             content = json.dumps(
                 {"quality": int(verdict.quality), "style": verdict.style or "plain", "reason": verdict.raw[:300]}
             )
-        completion_tokens = count_tokens(content)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        finish_reason, completion_tokens, details = "stop", count_tokens(content), {}
+        if self.drill is not None and malformed is None:
+            shaped = self.drill.reply(content, draft_of(content, candidates), body)
+            message, finish_reason, completion_tokens = shaped.message, shaped.finish_reason, shaped.completion_tokens
+            if shaped.reasoning_tokens is not None:
+                details = {"completion_tokens_details": {"reasoning_tokens": shaped.reasoning_tokens}}
+                self.count("reasoning_tokens", shaped.reasoning_tokens)
+            if finish_reason == "length":
+                self.count("truncated")
         self.count("prompt_tokens", prompt_tokens)
         self.count("completion_tokens", completion_tokens)
         return {
@@ -224,17 +255,11 @@ class JudgeService:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": str(body.get("model") or self.model_name),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                    "logprobs": None,
-                }
-            ],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}],
             "usage": {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
+                **details,
             },
         }

@@ -55,6 +55,7 @@ FIRST = (
     "test_llm_judge.py",
     "test_judge_server.py",
     "test_judge_server_attacks.py",
+    "test_judge_drills.py",
 )
 
 
