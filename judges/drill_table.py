@@ -6,7 +6,7 @@ Starts one `python -m judges.server --drill MODE` per drill (judges/drills.py), 
 requests through a fresh LLM judge (LiteLLM's openai/ route, no cache) in each setting below, and
 prints one markdown row per case: verdicts equal to the wrapped rubric's, failures, and the
 judge's counters (judges/accounting.py). The table in judges/README.md was written by it;
-tests/test_judge_drills.py asserts the same counts.
+tests/test_judge_drills.py asserts these counts per request (the slow timeout case on 2 requests).
 """
 
 from __future__ import annotations
