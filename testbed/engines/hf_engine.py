@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from testbed.engines.perturb import LogitPerturbation
+from testbed.engines.streams import episode_uniforms
 from testbed.models.decoder import LeanDecoder
 from testbed.models.lora import has_adapters
 from testbed.models.tokenizer import WordTokenizer
@@ -92,34 +93,52 @@ class HFEngine:
             self.model.load_state_dict(state_dict)
         self.version = version
 
+    def _keys(self, streams: list[int] | None, rows: int, n: int = 1) -> list[tuple[int, int]] | None:
+        """(stream, turn) per row under `sampling.streams: episode` (None: the run's generator).
+        The j-th of n samples of a prompt counts as the prompt's turn j, so it draws its own numbers."""
+        if self.sampling.streams != "episode":
+            return None
+        if streams is None or len(streams) * n != rows:
+            raise ValueError(
+                "sampling.streams: episode needs one stream per prompt (testbed.envs.episode.EpisodeStart.stream); "
+                f"got {'none' if streams is None else len(streams)} for {rows // n} prompts"
+            )
+        return [(int(stream), j) for stream in streams for j in range(n)]
+
     @torch.no_grad()
-    def generate(self, prompts: list[str], n: int = 1) -> list[Trajectory]:
-        """n samples per prompt, in prompt order (prompt 0's n samples first)."""
+    def generate(self, prompts: list[str], n: int = 1, streams: list[int] | None = None) -> list[Trajectory]:
+        """n samples per prompt, in prompt order (prompt 0's n samples first); `streams`: one per
+        prompt, read under `sampling.streams: episode`."""
         expanded = [p for p in prompts for _ in range(n)]
+        keys = self._keys(streams, len(expanded), n)
         out: list[Trajectory] = []
         for i in range(0, len(expanded), self.max_batch):
-            out += self._generate_batch(expanded[i : i + self.max_batch])
+            out += self._generate_batch(expanded[i : i + self.max_batch], keys and keys[i : i + self.max_batch])
         return out
 
     @torch.no_grad()
-    def extend(self, trajectories: list[Trajectory], observations: list[str]) -> None:
+    def extend(self, trajectories: list[Trajectory], observations: list[str], streams: list[int] | None = None) -> None:
         """Continue each trajectory in place (multi-turn episodes): the environment's text as an
         observation segment, then a new draft as an action segment, sampled with the whole
         trajectory so far as context (re-encoded, not a kept KV cache). `response_text` becomes
-        the new draft."""
+        the new draft. Under episode streams the draft is its stream's next turn."""
         if len(trajectories) != len(observations):
             raise ValueError(f"got {len(trajectories)} trajectories but {len(observations)} observations")
         tok = self.tokenizer
         seen = [tok.observation_ids(o) for o in observations]
         contexts = [[*t.prompt_tokens, *t.response_tokens, *o] for t, o in zip(trajectories, seen)]
+        keys = self._keys(streams, len(trajectories))
+        if keys is not None:  # turn = the drafts written so far
+            keys = [(stream, t.turns) for (stream, _), t in zip(keys, trajectories)]
         for i in range(0, len(contexts), self.max_batch):
-            for j, (ids, lps) in enumerate(self._sample(contexts[i : i + self.max_batch]), start=i):
+            batch_keys = keys and keys[i : i + self.max_batch]
+            for j, (ids, lps) in enumerate(self._sample(contexts[i : i + self.max_batch], batch_keys), start=i):
                 traj = trajectories[j]
                 traj.segments += [Segment("observation", seen[j]), Segment("action", ids, lps)]
                 traj.response_text = tok.decode(ids)
                 traj.policy_version = self.version
 
-    def _generate_batch(self, prompts: list[str]) -> list[Trajectory]:
+    def _generate_batch(self, prompts: list[str], keys: list[tuple[int, int]] | None) -> list[Trajectory]:
         encoded = [self.tokenizer.prompt_ids(p) for p in prompts]
         return [
             Trajectory(
@@ -129,12 +148,15 @@ class HFEngine:
                 response_text=self.tokenizer.decode(new),
                 policy_version=self.version,
             )
-            for prompt, ids, (new, lps) in zip(prompts, encoded, self._sample(encoded))
+            for prompt, ids, (new, lps) in zip(prompts, encoded, self._sample(encoded, keys))
         ]
 
-    def _sample(self, encoded: list[list[int]]) -> list[tuple[list[int], list[float]]]:
+    def _sample(
+        self, encoded: list[list[int]], keys: list[tuple[int, int]] | None = None
+    ) -> list[tuple[list[int], list[float]]]:
         """One continuation per context, up to and including its first <eos> (or max_new_tokens),
-        with the behaviour log-prob of every sampled token."""
+        with the behaviour log-prob of every sampled token. `keys`: (stream, turn) per context,
+        whose uniforms pick its tokens (episode streams); None: the run's CPU generator."""
         tok, temperature = self.tokenizer, self.sampling.temperature
         batch = len(encoded)
         device = next(self.model.parameters()).device
@@ -155,12 +177,14 @@ class HFEngine:
         logprob_table = torch.zeros(batch, steps, device=device)
         active = torch.arange(batch, device=device)  # the original row of each row still in the batch
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
+        # Episode streams: every row's uniforms for the whole response, from its own stream.
+        table = None if keys is None else episode_uniforms(*zip(*keys), steps).to(device)
         for step in range(steps):
             logp = F.log_softmax(self.perturb(logits).float() / temperature, dim=-1)  # perturb: off by default
             # One uniform per row of the whole batch at every step: each row's draws are the same
             # whichever other rows are still running. Drawn by the CPU generator (the one checkpoints
             # save), so a run samples the same stream and resumes exactly on any device.
-            u = torch.rand(batch, 1, dtype=torch.float64).to(device)
+            u = torch.rand(batch, 1, dtype=torch.float64).to(device) if table is None else table[:, step : step + 1]
             sampled = sample_categorical(logp, u[active])
             generated[active, step] = sampled[:, 0]
             logprob_table[active, step] = logp.gather(-1, sampled)[:, 0]

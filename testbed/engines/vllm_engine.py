@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from testbed.engines.streams import request_seed
 from testbed.models.lora import base_model, has_adapters, merged_copy, merged_state
 from testbed.models.policy import token_logprobs
 from testbed.types import Segment, Trajectory
@@ -216,10 +217,21 @@ class VLLMEngine:
 
     # -- sampling ---------------------------------------------------------------------------------
 
-    def generate(self, prompts: list[str], n: int = 1) -> list[Trajectory]:
+    def _seeds(self, streams: list[int] | None, turns: list[int]) -> list[int] | None:
+        """Per-request seeds from the episodes' streams under `sampling.streams: episode` (the same
+        seed for the same episode and turn in every arm: vLLM's own common random numbers)."""
+        if self.sampling.streams != "episode":
+            return None
+        if streams is None or len(streams) != len(turns):
+            raise ValueError("sampling.streams: episode needs one stream per prompt (EpisodeStart.stream)")
+        return [request_seed(stream, turn) for stream, turn in zip(streams, turns)]
+
+    def generate(self, prompts: list[str], n: int = 1, streams: list[int] | None = None) -> list[Trajectory]:
         """n samples per prompt, in prompt order (prompt 0's n samples first)."""
         expanded = [p for p in prompts for _ in range(n)]
         encoded = [self.tokenizer.prompt_ids(p) for p in expanded]
+        each = None if streams is None else [s for s in streams for _ in range(n)]
+        seeds = self._seeds(each, [j for _ in prompts for j in range(n)])
         return [
             Trajectory(
                 prompt_tokens=ids,
@@ -228,17 +240,18 @@ class VLLMEngine:
                 response_text=self.tokenizer.decode(new),
                 policy_version=self.version,
             )
-            for prompt, ids, (new, lps) in zip(expanded, encoded, self._sample(encoded))
+            for prompt, ids, (new, lps) in zip(expanded, encoded, self._sample(encoded, seeds))
         ]
 
-    def extend(self, trajectories: list[Trajectory], observations: list[str]) -> None:
+    def extend(self, trajectories: list[Trajectory], observations: list[str], streams: list[int] | None = None) -> None:
         """Multi-turn episodes, as `HFEngine.extend`: an observation segment, then a new draft
         sampled with the whole trajectory so far as context."""
         if len(trajectories) != len(observations):
             raise ValueError(f"got {len(trajectories)} trajectories but {len(observations)} observations")
         seen = [self.tokenizer.observation_ids(o) for o in observations]
         contexts = [[*t.prompt_tokens, *t.response_tokens, *o] for t, o in zip(trajectories, seen)]
-        for traj, obs, (ids, lps) in zip(trajectories, seen, self._sample(contexts)):
+        seeds = self._seeds(streams, [t.turns for t in trajectories])
+        for traj, obs, (ids, lps) in zip(trajectories, seen, self._sample(contexts, seeds)):
             traj.segments += [Segment("observation", obs), Segment("action", ids, lps)]
             traj.response_text = self.tokenizer.decode(ids)
             traj.policy_version = self.version

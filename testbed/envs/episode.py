@@ -1,16 +1,37 @@
 """One episode's start and record, shared by every writing environment: ``EpisodeStart`` (the
-rendered prompt, its clock and hidden target), ``episode_info`` (the row the run directory keeps)
-and ``SingleTurn`` (one response per start)."""
+rendered prompt, its clock, hidden target and sampling stream), ``episode_info`` (the row the run
+directory keeps), ``SingleTurn`` (one response per start) and ``sample_responses`` /
+``sample_revisions`` (an engine called with the starts' streams where it takes them)."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from testbed.types import JudgeRequest, Target, Verdict
 
-__all__ = ["EpisodeStart", "SingleTurn", "episode_info"]
+__all__ = [
+    "EpisodeStart",
+    "SingleTurn",
+    "episode_info",
+    "sample_responses",
+    "sample_revisions",
+    "stream_id",
+    "takes_streams",
+]
+
+
+def stream_id(seed: int | None, kind: str, *parts: int) -> int:
+    """An episode's sampling stream (`sampling.streams: episode`, testbed/engines/streams.py): a
+    64-bit hash of the env's seed, the kind of episode ("train", "eval", "told") and where it
+    stands (its clock; an evaluation's prompt index too). Nothing of the arm goes in: the arms of
+    a seed share it, and with it their sampling noise."""
+    text = "/".join([str(seed), kind, *(str(int(p)) for p in parts)])
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
 @dataclass(frozen=True)
@@ -23,6 +44,7 @@ class EpisodeStart:
     topic: str
     t: int
     target: Target
+    stream: int | None = None  # the episode's sampling stream (stream_id); None: the engine's own
 
     def request(self, response: str) -> JudgeRequest:
         """The judge request for ``response`` to this episode."""
@@ -55,4 +77,39 @@ class SingleTurn:
     """One response per start (an episode is a prompt and a response)."""
 
     def __call__(self, engine: Any, starts: Sequence[EpisodeStart], review: Any = None) -> list:
-        return engine.generate([s.prompt_text for s in starts])
+        return sample_responses(engine, starts)
+
+
+@functools.cache
+def _takes_streams(method: Any) -> bool:
+    try:
+        return "streams" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def takes_streams(engine: Any) -> bool:
+    """Whether the engine's `generate` takes the starts' sampling streams (`streams=`)."""
+    return _takes_streams(getattr(type(engine), "generate", None))
+
+
+def _streams(starts: Sequence[Any]) -> list[int] | None:
+    streams = [getattr(s, "stream", None) for s in starts]
+    return None if any(s is None for s in streams) else streams
+
+
+def sample_responses(engine: Any, starts: Sequence[Any]) -> list:
+    """One response per start: `engine.generate` with the starts' streams where it takes them
+    (an engine written before streams, or starts without them, sample as they always did)."""
+    prompts = [s.prompt_text for s in starts]
+    if takes_streams(engine):
+        return engine.generate(prompts, streams=_streams(starts))
+    return engine.generate(prompts)
+
+
+def sample_revisions(engine: Any, trajectories: list, starts: Sequence[Any], observations: list[str]) -> None:
+    """`engine.extend` (multi-turn), with the starts' streams where the engine's generate takes them."""
+    if takes_streams(engine):
+        engine.extend(trajectories, observations, streams=_streams(starts))
+    else:
+        engine.extend(trajectories, observations)

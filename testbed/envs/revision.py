@@ -32,6 +32,7 @@ from gymnasium import spaces
 from pydantic import BaseModel, ConfigDict, Field
 
 from testbed import registry
+from testbed.envs.episode import sample_responses, sample_revisions
 from testbed.envs.style_shift import EpisodeStart, StyleShiftEnv
 from testbed.types import JudgeRequest, Trajectory, Verdict
 from testbed.world import CORRUPTIONS, STYLES, PromptSpec, corrupt, generate, prompts, render_prompt, split_words
@@ -121,7 +122,7 @@ class Revision:
                 f"the revision env continues trajectories: engine {type(engine).__name__} needs "
                 "extend(trajectories, observations)"
             )
-        trajs = engine.generate([s.prompt_text for s in starts])
+        trajs = sample_responses(engine, starts)
         for traj in trajs:
             traj.turn_rewards = self.config.turn_rewards
         open_ = list(range(len(trajs)))
@@ -138,7 +139,7 @@ class Revision:
                     revising.append(i)
                     notes.append(note)
             if revising:
-                engine.extend([trajs[i] for i in revising], notes)
+                sample_revisions(engine, [trajs[i] for i in revising], [starts[i] for i in revising], notes)
             open_ = revising
         return trajs
 

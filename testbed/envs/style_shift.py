@@ -48,7 +48,7 @@ import gymnasium
 from gymnasium import spaces
 from gymnasium.utils import seeding
 
-from testbed.envs.episode import EpisodeStart, SingleTurn, episode_info
+from testbed.envs.episode import EpisodeStart, SingleTurn, episode_info, stream_id
 from testbed.protocols import DriftSchedule, Judge
 from testbed.types import Target, Verdict
 
@@ -190,10 +190,16 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         shown = candidates_shown(prompt_id, target.candidates, self._first.candidates, self.candidate_change_share)
         return target if shown == target.candidates else Target(style=target.style, candidates=shown)
 
-    def _start(self, spec: PromptSpec, t: int) -> EpisodeStart:
+    def _start(self, spec: PromptSpec, t: int, stream: int | None = None) -> EpisodeStart:
+        """A training episode at clock t (stream: its clock's), or, given a stream, another kind."""
         target = self._shown(spec.prompt_id, self._target(t))
         return EpisodeStart(
-            prompt_text=self._render(spec, target), prompt_id=spec.prompt_id, topic=spec.topic, t=t, target=target
+            prompt_text=self._render(spec, target),
+            prompt_id=spec.prompt_id,
+            topic=spec.topic,
+            t=t,
+            target=target,
+            stream=stream_id(self._np_random_seed, "train", t) if stream is None else stream,
         )
 
     def _sample_specs(self, n: int) -> list[PromptSpec]:
@@ -255,7 +261,7 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         target = self._shown(start.prompt_id, self._target(t))
         if t == start.t and target == start.target:
             return start
-        return EpisodeStart(start.prompt_text, start.prompt_id, start.topic, t, target)
+        return EpisodeStart(start.prompt_text, start.prompt_id, start.topic, t, target, start.stream)
 
     async def astep_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
         """Judge ``responses[i]`` for ``starts[i]`` in ONE judge call; advance the clock by the
@@ -282,10 +288,11 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         return self.episode_runner()(engine, starts, self.evaluate_batch)
 
     # ---- evaluation (never moves the clock) ------------------------------------------------
-    def eval_starts(self, specs: Sequence[PromptSpec], t: int) -> list[EpisodeStart]:
+    def eval_starts(self, specs: Sequence[PromptSpec], t: int, first: int = 0) -> list[EpisodeStart]:
         """Episodes for the given (e.g. held-out) prompts, all at clock ``t``, in order. No
-        randomness, no clock change."""
-        return [self._start(spec, t) for spec in specs]
+        randomness, no clock change. Each has its own sampling stream (its index, from `first`)."""
+        seed = self._np_random_seed
+        return [self._start(spec, t, stream_id(seed, "eval", t, first + i)) for i, spec in enumerate(specs)]
 
     def told_target_starts(self, specs: Sequence[PromptSpec], t: int) -> list[EpisodeStart]:
         """As `eval_starts`, but each prompt offers only the target style at ``t``: the episodes of
@@ -294,9 +301,14 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         told = Target(style=target.style, candidates=(target.style,))
         return [
             EpisodeStart(
-                prompt_text=self._render(spec, told), prompt_id=spec.prompt_id, topic=spec.topic, t=t, target=told
+                prompt_text=self._render(spec, told),
+                prompt_id=spec.prompt_id,
+                topic=spec.topic,
+                t=t,
+                target=told,
+                stream=stream_id(self._np_random_seed, "told", t, i),
             )
-            for spec in specs
+            for i, spec in enumerate(specs)
         ]
 
     async def aevaluate_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:

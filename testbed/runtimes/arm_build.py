@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from testbed import registry
+from testbed.envs.episode import takes_streams
 from testbed.models.tokenizer import WordTokenizer
 from testbed.protocols import DriftSchedule, Engine, Env, Judge, missing_methods
 from testbed.runtimes.learner_strategy import micro_batching
@@ -21,7 +22,13 @@ from testbed.world import prompts
 
 def make_engine(scenario: Scenario, policy: torch.nn.Module, tokenizer: WordTokenizer) -> Engine:
     """The scenario's rollout engine, built like every plugin (registry.build)."""
-    return registry.build(scenario.engine.load(), scenario.engine.args, policy, tokenizer, scenario.sampling)
+    engine = registry.build(scenario.engine.load(), scenario.engine.args, policy, tokenizer, scenario.sampling)
+    if scenario.sampling.streams == "episode" and not takes_streams(engine):
+        raise ValueError(
+            f"sampling.streams: episode needs an engine whose generate takes `streams`; engine {scenario.engine.type} "
+            f"({type(engine).__name__}) does not: use sampling.streams: batch, or see docs/plugins.md"
+        )
+    return engine
 
 
 def make_env(scenario: Scenario, arm: ArmConfig, judge: Judge, schedule: DriftSchedule, seed: int) -> Env:

@@ -113,7 +113,9 @@ class Collector:
                 and verdict.error is None
                 and (self.gold_share >= 1 or unit_hash("gold", t) < self.gold_share)
             ):
-                scored.append((traj, EpisodeStart(made.prompt_text, made.prompt_id, made.topic, t, judged.target)))
+                scored.append(
+                    (traj, EpisodeStart(made.prompt_text, made.prompt_id, made.topic, t, judged.target, made.stream))
+                )
         if scored:  # sampled by a hash of the clock: the same episodes for every arm
             gold = self.env.score_with(self.gold, [s for _, s in scored], [tr.response_text for tr, _ in scored])
             for (traj, _), verdict in zip(scored, gold):
@@ -244,7 +246,7 @@ def judged_samples(
     out: list[Trajectory] = []
     quality = 0.0
     for i in range(0, n, chunk):
-        starts = env.eval_starts([rng.choice(specs) for _ in range(min(chunk, n - i))], 0)
+        starts = env.eval_starts([rng.choice(specs) for _ in range(min(chunk, n - i))], 0, first=i)
         trajs = env.rollout(engine, starts)
         verdicts = env.evaluate_batch(starts, [t.response_text for t in trajs])
         stop_if_refused(verdicts)

@@ -4,7 +4,7 @@ know (`world`), the policy's shape and its SFT (`policy`, `policy.sft`), and how
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -108,3 +108,9 @@ class PolicyConfig(Strict):
 class SamplingConfig(Strict):
     temperature: float = Field(default=1.0, gt=0)
     max_new_tokens: int = Field(default=48, ge=1)
+    # Where each sampled token's uniform comes from. "batch": one CPU generator for the whole run,
+    # one draw per row of a batch per step (the arms of a seed fall out of step after the first
+    # responses). "episode": a counter-based stream per episode (Philox, keyed by the seed and the
+    # episode's clock, turn and token position; testbed/engines/streams.py), so the arms of a seed
+    # draw the same uniforms for the same episode whatever the batch layout: common random numbers.
+    streams: Literal["batch", "episode"] = "batch"

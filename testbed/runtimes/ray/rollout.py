@@ -115,15 +115,27 @@ class RolloutActor:
         self.use(weights, version)
         return self.episodes(self.engine, starts, self.review), time.perf_counter() - started
 
-    def generate(self, prompts: list[str], weights: list[ray.ObjectRef], version: int) -> list[Trajectory]:
-        self.use(weights, version)
-        return self.engine.generate(prompts)
-
-    def extend(
-        self, trajs: list[Trajectory], observations: list[str], weights: list[ray.ObjectRef], version: int
+    def generate(
+        self, prompts: list[str], weights: list[ray.ObjectRef], version: int, streams: list[int] | None = None
     ) -> list[Trajectory]:
         self.use(weights, version)
-        self.engine.extend(trajs, observations)
+        if streams is None:
+            return self.engine.generate(prompts)
+        return self.engine.generate(prompts, streams=streams)
+
+    def extend(
+        self,
+        trajs: list[Trajectory],
+        observations: list[str],
+        weights: list[ray.ObjectRef],
+        version: int,
+        streams: list[int] | None = None,
+    ) -> list[Trajectory]:
+        self.use(weights, version)
+        if streams is None:
+            self.engine.extend(trajs, observations)
+        else:
+            self.engine.extend(trajs, observations, streams=streams)
         return trajs
 
     def use(self, weights: list[ray.ObjectRef], version: int) -> None:
@@ -143,11 +155,14 @@ class ActorEngine:
     def __init__(self, runner: Any, index: int):
         self.runner, self.index = runner, index
 
-    def generate(self, prompts: list[str], n: int = 1) -> list[Trajectory]:
-        return self.runner.call_now(self.index, "generate", [p for p in prompts for _ in range(n)])
+    def generate(self, prompts: list[str], n: int = 1, streams: list[int] | None = None) -> list[Trajectory]:
+        if streams is not None and n != 1:
+            raise ValueError("ActorEngine.generate: streams go with one sample per prompt")
+        return self.runner.call_now(self.index, "generate", [p for p in prompts for _ in range(n)], streams=streams)
 
-    def extend(self, trajs: list[Trajectory], observations: list[str]) -> None:
-        for traj, done in zip(trajs, self.runner.call_now(self.index, "extend", trajs, observations)):
+    def extend(self, trajs: list[Trajectory], observations: list[str], streams: list[int] | None = None) -> None:
+        done_trajs = self.runner.call_now(self.index, "extend", trajs, observations, streams=streams)
+        for traj, done in zip(trajs, done_trajs):
             traj.segments, traj.response_text, traj.policy_version = (
                 done.segments,
                 done.response_text,

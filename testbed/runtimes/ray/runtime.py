@@ -259,13 +259,13 @@ class RayRunner(ArmRunner):
         if round_ is not None:
             self.inflight[self.submit_generation(index, round_.starts)] = (index, round_, self.actors[index])
 
-    def call_now(self, index: int, method: str, *args: Any) -> Any:
+    def call_now(self, index: int, method: str, *args: Any, **kwargs: Any) -> Any:
         """A blocking call on a rollout actor (held-out evaluation: `generate`, `extend`) with the
         newest weights, that survives the actor's death."""
         while True:
             actor = self.actors[index]
             try:
-                return ray.get(getattr(actor, method).remote(*args, self.weights, self.trainer.version))
+                return ray.get(getattr(actor, method).remote(*args, self.weights, self.trainer.version, **kwargs))
             except ACTOR_DIED as exc:
                 self.restart_actor(index, None, exc, actor)
 
