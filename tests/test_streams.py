@@ -16,7 +16,9 @@ from testbed.models.policy import build_policy
 from testbed.models.tokenizer import WordTokenizer
 from testbed.scenario.schema import PolicyConfig, SamplingConfig
 
-PROMPTS = [f"Write a short piece about {t}. Styles: cute, classical." for t in ("tea", "rain", "a cat", "trains", "bread")]
+PROMPTS = [
+    f"Write a short piece about {t}. Styles: cute, classical." for t in ("tea", "rain", "a cat", "trains", "bread")
+]
 
 
 @pytest.fixture(scope="module")
