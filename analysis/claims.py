@@ -1,24 +1,24 @@
 """A card of the SAO paper's claims that the testbed can test, with its verdict on each.
 
-    python -m analysis.claims RUN_DIR [RUN_DIR ...] [--out claims.md]
+    python -m analysis.claims RUN_DIR [RUN_DIR ...] [--out claims.md] [--protocol FILE]
 
-Each claim names two arms (X is claimed better than Y), a metric and the scenario whose run
-holds both arms. The card finds, among the runs given, the first whose arms include both, and
-compares them paired, seed by seed (`analysis.paired.paired_table`; the arms of a seed share its
-SFT policy), pooled over the switches (or the segments after them): each seed's mean over them.
+The claims, their primary endpoints, tasks and margins are the protocol's (analysis/protocol.yaml),
+fixed before the runs. Each claim names two arms (X is claimed better than Y) and the scenario whose
+run holds both; the card finds, among the runs given, a run of that scenario (else another that
+holds both arms, and says so) and compares the arms paired, seed by seed (`analysis.paired`; the
+arms of a seed share its SFT policy), on the claim's task: by default each seed's mean over the
+switches (or the segments after them).
 
-Verdict, from the paired Student-t interval of the difference X - Y:
-  supported       the interval lies wholly on the side the claim says;
-  contradicted    it lies wholly on the other side;
-  not resolved    it straddles 0: the card gives the smallest difference the run resolves at its
-                  seeds (80% power, alpha 0.05) so "not resolved" is never read as "no difference";
+Verdict, from the paired Student-t test of X - Y, adjusted across the card's claims by Holm's method
+(a card of eleven claims tests eleven hypotheses; the adjusted p-value is what the verdict reads):
+  supported       Holm-adjusted p < alpha and the difference lies on the side the claim says;
+  contradicted    Holm-adjusted p < alpha on the other side;
+  equivalent      two one-sided tests (TOST, Holm-adjusted too) put the difference inside +-margin,
+                  the smallest difference the protocol says matters;
+  not resolved    neither: the card gives the seeds the margin would need, with the interval the
+                  pilot sd's uncertainty gives, so "not resolved" is never read as "no difference";
+  not testable    the protocol says why the arms cannot differ where the claim runs;
   not run         no run given holds both arms: the card gives the command that would.
-
-Metrics (analysis/realign.py, analysis/segments.py): `episodes_to_bar` (episodes after a switch
-until the rolling reward reaches 90% of the reference policy's reward in the new phase, censored at
-the phase's length when it never does), `old_half_life` (episodes until the old style's held-out
-share halves), `dynamic_regret` (the reference's reward minus the arm's mean reward per segment
-after a switch).
 """
 
 from __future__ import annotations
@@ -26,214 +26,155 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from analysis import paired
+from analysis.paired_stats import holm, seeds_needed, t_pvalue, tost_pvalue
+from analysis.power import sd_interval
+from analysis.protocol import DEFAULT_PROTOCOL, ENDPOINTS, Claim, Protocol, ProtocolError, load_protocol
 from analysis.verdicts import num, seeds_text
 
-# what a metric is called on the card, and its unit
-METRIC_NAMES = {
-    "episodes_to_bar": ("episodes to the bar", "episodes"),
-    "old_half_life": ("old style's half-life", "episodes"),
-    "dynamic_regret": ("dynamic regret after switches", "reward per episode"),
-}
-UNITS = {"episodes_to_bar": "switch", "old_half_life": "switch", "dynamic_regret": "segment"}
+METRIC_NAMES = {name: (label, unit) for name, (_, label, unit, _) in ENDPOINTS.items()}
 
 
-@dataclass(frozen=True)
-class Claim:
-    source: str  # where the paper (or the testbed's issues) makes it
-    text: str
-    x: str  # the arm claimed better
-    y: str
-    metric: str
-    scenario: str
-
-    @property
-    def command(self) -> str:
-        return f"python -m testbed.run {self.scenario}"
+def claims_of(protocol: Protocol | None = None) -> list[Claim]:
+    return list((protocol or load_protocol()).claims)
 
 
-S, A, R = "scenarios/style_shift.yaml", "scenarios/ablations.yaml", "scenarios/revision_shift.yaml"
-CLAIMS: list[Claim] = [
-    Claim(
-        "§4.5",
-        "After a preference switch SAO realigns faster than the 128-reward running mean",
-        "sao",
-        "running_mean",
-        "episodes_to_bar",
-        S,
-    ),
-    Claim("§4.5", "After a preference switch SAO realigns faster than GRPO", "sao", "grpo", "episodes_to_bar", S),
-    Claim(
-        "§4.5",
-        "SAO suppresses the previously dominant style faster than the running mean",
-        "sao",
-        "running_mean",
-        "old_half_life",
-        S,
-    ),
-    Claim(
-        "Table 4", "Without faster value updates (K = 1) SAO does worse", "sao", "wo_faster_value", "dynamic_regret", A
-    ),
-    Claim(
-        "Table 4",
-        "Without the frozen attention (critic trains all) SAO does worse",
-        "sao",
-        "wo_frozen_attention",
-        "dynamic_regret",
-        A,
-    ),
-    Claim(
-        "Table 4",
-        "Vanilla VAPO (PPO clip instead of DIS) does worse than SAO",
-        "sao",
-        "vanilla_vapo",
-        "dynamic_regret",
-        A,
-    ),
-    Claim("Table 4", "The running mean does worse than SAO", "sao", "running_mean", "dynamic_regret", A),
-    Claim(
-        "Table 5",
-        "Token-level GAE ahead of step-level GAE at the turn's last token",
-        "sao",
-        "step_gae_last",
-        "dynamic_regret",
-        A,
-    ),
-    Claim(
-        "Table 5",
-        "Step-level GAE at the last token ahead of the turn's average",
-        "step_gae_last",
-        "step_gae_average",
-        "dynamic_regret",
-        A,
-    ),
-    Claim(
-        "§3 order",
-        "Advantages from the critic after its K steps (the paper's order) realign faster than from "
-        "the critic before it saw the batch",
-        "sao",
-        "sao_pre_update_advantages",
-        "episodes_to_bar",
-        A,
-    ),
-    Claim(
-        "open",
-        "Does skipping observations discard signal? Token-level GAE (skipping the editor's notes) "
-        "realigns faster than GAE run through them (naive)",
-        "sao_token",
-        "sao_naive",
-        "episodes_to_bar",
-        R,
-    ),
-]
+CLAIMS: list[Claim] = claims_of()
 
 
 def _pooled(table: pd.DataFrame, claim: Claim) -> pd.Series | None:
-    """The paired comparison X - Y pooled over the tasks (a row of paired.PAIRED_COLUMNS)."""
-    unit = UNITS[claim.metric]
-    if table is None or table.empty or claim.metric not in table:
+    """The paired comparison X - Y on the claim's task (a row of paired.PAIRED_COLUMNS)."""
+    if table is None or table.empty or claim.endpoint not in table:
         return None
-    rows = paired.paired_table(table, [claim.metric], unit, arms=[claim.x, claim.y])
+    rows = paired.paired_table(table, [claim.endpoint], claim.unit, arms=[claim.x, claim.y])
     if rows.empty:
         return None
-    pooled = rows[rows["task"] == paired.POOLED]
-    return (pooled if not pooled.empty else rows).iloc[0]
+    chosen = rows[rows["task"].astype(str) == claim.task]
+    return (chosen if not chosen.empty else rows).iloc[0]
 
 
-def verdict_of(row: pd.Series, claim: Claim) -> str:
-    """supported / contradicted / not resolved, from the comparison's verdict."""
+def tests_of(row: pd.Series, claim: Claim) -> dict[str, float]:
+    """The claim's p-value (t test of X - Y = 0), its TOST p-value within +-margin, the margin."""
+    se, df = float(row["se_diff"]), float(row["n"]) - 1
+    margin = claim.margin_value(float(row["mean_y"]))
+    return {
+        "p": t_pvalue(float(row["diff"]), se, df),
+        "p_tost": tost_pvalue(float(row["diff"]), se, df, margin),
+        "margin": margin,
+    }
+
+
+def verdict_of(row: pd.Series, claim: Claim, p_holm: float, p_tost_holm: float, alpha: float) -> str:
+    """supported / contradicted / equivalent / not resolved, from the Holm-adjusted tests."""
     if str(row["verdict"]).startswith("none:"):  # neither arm reached the bar on some seeds
         return "no verdict: " + str(row["verdict"]).removeprefix("none: ")
-    if not bool(row["resolved"]):
-        return "not resolved at this power"
-    return "supported" if row["verdict"] == f"{claim.x} better" else "contradicted"
+    if np.isfinite(p_holm) and p_holm < alpha:
+        x_better = row["diff"] < 0 if claim.lower_is_better else row["diff"] > 0
+        return "supported" if x_better else "contradicted"
+    if np.isfinite(p_tost_holm) and p_tost_holm < alpha:
+        return "equivalent"
+    return "not resolved at this power"
 
 
-def estimate_text(row: pd.Series, claim: Claim) -> str:
-    name, unit = METRIC_NAMES[claim.metric]
-    digits = 3 if claim.metric == "dynamic_regret" else 0
-    kind = row["pairing"]
+def estimate_text(row: pd.Series, claim: Claim, tests: dict[str, float], protocol: Protocol) -> str:
+    name, unit = METRIC_NAMES[claim.endpoint]
+    digits = 3 if unit.startswith("reward") else 0
     text = (
         f"{name}, {claim.x} − {claim.y}: {num(row['diff'], digits)} [{num(row['diff_lo'], digits)}, "
-        f"{num(row['diff_hi'], digits)}] {unit}, {kind} over {int(row['n'])} seeds; "
-        f"P({claim.x} better) = {row['p_better']:.2f}"
+        f"{num(row['diff_hi'], digits)}] {unit}, {row['pairing']} over {int(row['n'])} seeds; "
+        f"P({claim.x} better) = {row['p_better']:.2f}; p = {tests['p']:.3g} (Holm {tests['p_holm']:.3g})"
     )
-    if not bool(row["resolved"]):
-        text += (
-            f"; resolvable: {num(row['mde'], digits)}; 10% needs {seeds_text(row['seeds_10pct'])} seeds, "
-            f"20% {seeds_text(row['seeds_20pct'])}"
-        )
-    return text
+    sd, n = float(row["sd_diff"]), int(row["n"])
+    lo, hi = sd_interval(sd, n)
+    need = [seeds_needed(s, tests["margin"], protocol.alpha, protocol.power) for s in (sd, lo, hi)]
+    if not (np.isfinite(tests["p_holm"]) and tests["p_holm"] < protocol.alpha):
+        text += f"; resolvable: {num(row['mde'], digits)}"
+    return text + (
+        f"; margin ±{num(tests['margin'], digits)} ({claim.margin}): TOST p {tests['p_tost']:.3g} "
+        f"(Holm {tests['p_tost_holm']:.3g}); the margin needs {seeds_text(need[0])} seeds "
+        f"[{seeds_text(need[1])}, {seeds_text(need[2])}] (sd's 95% interval)"
+    )
 
 
-def scenario_name(a) -> str:
+def scenario_name(a: Any) -> str:
     """The scenario a run was made from (the manifest's `scenario`, else the run's name)."""
     return str(a.runs[0].manifest.get("scenario") or a.runs[0].name)
 
 
-def card_rows(analyses: list) -> list[dict]:
-    """One dict per claim: claim, verdict, estimate, run, command. A run of the claim's own
-    scenario is preferred; another run that holds both arms stands in, and the card says which."""
+def _find(analyses: list, claim: Claim) -> tuple[Any, pd.Series | None] | None:
+    own = Path(claim.scenario).stem
+    for a in sorted(analyses, key=lambda a: scenario_name(a) != own):
+        if {claim.x, claim.y} <= set(a.arm_order):
+            table = a.per_seed if claim.unit == "switch" else a.segments
+            return a, _pooled(table, claim)
+    return None
+
+
+def _where(a: Any) -> tuple[str, str]:
+    run = a.runs[0]
+    commit = str(run.manifest.get("git_commit") or run.manifest.get("commit") or "")[:7]
+    numerics = (run.manifest.get("numerics") or {}).get("mode", "")
+    command = f"python -m testbed.run scenarios/{scenario_name(a)}.yaml"
+    command += " --set numerics=native" if numerics == "native" else ""
+    names = ", ".join(r.name for r in a.runs)
+    pooled = f" (pooled over {len(a.runs)} runs of other seeds: {names})" if len(a.runs) > 1 else ""
+    return f"{run.name} (commit {commit or '?'}, numerics {numerics or '?'}){pooled}", command
+
+
+def card_rows(analyses: list, protocol: Protocol | None = None) -> list[dict]:
+    """One dict per claim: claim, verdict, estimate, run, command (and the tests behind the
+    verdict). Holm's adjustment runs over the claims that have a value in the runs given."""
+    protocol = protocol or load_protocol()
+    found: dict[str, tuple[Any, pd.Series, dict[str, float]]] = {}
+    for claim in protocol.claims:
+        hit = None if claim.not_testable else _find(analyses, claim)
+        if hit is not None and hit[1] is not None:
+            found[claim.id] = (hit[0], hit[1], tests_of(hit[1], claim))
+    ids = list(found)
+    for key, adjusted in (
+        ("p_holm", holm([found[i][2]["p"] for i in ids])),
+        ("p_tost_holm", holm([found[i][2]["p_tost"] for i in ids])),
+    ):
+        for i, value in zip(ids, adjusted):
+            found[i][2][key] = value
     out = []
-    for claim in CLAIMS:
-        found = None
-        own = Path(claim.scenario).stem
-        for a in sorted(analyses, key=lambda a: scenario_name(a) != own):
-            arms = set(a.arm_order)
-            if {claim.x, claim.y} <= arms:
-                table = a.per_seed if UNITS[claim.metric] == "switch" else a.segments
-                found = (a, _pooled(table, claim))
-                break
-        if found is None or found[1] is None:
-            out.append(
-                {
-                    "claim": claim,
-                    "verdict": "not run",
-                    "estimate": "no run given holds both arms",
-                    "run": "",
-                    "command": claim.command,
-                }
-            )
-            continue
-        a, row = found
-        run = a.runs[0]
-        commit = str(run.manifest.get("git_commit") or run.manifest.get("commit") or "")[:7]
-        numerics = (run.manifest.get("numerics") or {}).get("mode", "")
-        command = f"python -m testbed.run scenarios/{scenario_name(a)}.yaml"
-        command += " --set numerics=native" if numerics == "native" else ""
-        out.append(
-            {
-                "claim": claim,
-                "verdict": verdict_of(row, claim),
-                "estimate": estimate_text(row, claim),
-                "run": f"{run.name} (commit {commit or '?'}, numerics {numerics or '?'})",
-                "command": command,
-            }
-        )
+    for claim in protocol.claims:
+        if claim.not_testable:
+            verdict, estimate, run = "not testable", claim.not_testable, ""
+            command = claim.command
+        elif claim.id not in found:
+            verdict, estimate, run, command = "not run", "no run given holds both arms", "", claim.command
+        else:
+            a, row, tests = found[claim.id]
+            verdict = verdict_of(row, claim, tests["p_holm"], tests["p_tost_holm"], protocol.alpha)
+            estimate = estimate_text(row, claim, tests, protocol)
+            run, command = _where(a)
+        out.append({"claim": claim, "verdict": verdict, "estimate": estimate, "run": run, "command": command})
     return out
 
 
-def card_markdown(rows: list[dict]) -> str:
+def card_markdown(rows: list[dict], alone: dict[str, list[dict]] | None = None) -> str:
+    """The card; `alone`: for a scenario whose runs were pooled, each run's own rows (the pooled
+    verdict never hides what a run said by itself)."""
     lines = [
         "# Claims card",
         "",
         "The paper's claims the testbed can test, each with its verdict on the runs given "
-        "(`python -m analysis.claims`; definitions in analysis/claims.py). Paired over the seeds the arms share, "
-        "pooled over the switches; interval: paired Student-t 95%.",
+        "(`python -m analysis.claims`; the claims, endpoints and margins are analysis/protocol.yaml's, fixed "
+        "before the runs). Paired over the seeds the arms share, each seed's mean over the switches (or "
+        "segments); interval: paired Student-t 95%; verdicts Holm-adjusted across the claims, equivalence by "
+        "TOST within the margin.",
         "",
-        "| source | claim | verdict | estimate [95% interval] | run | reproduce |",
-        "|---|---|---|---|---|---|",
+        *_table(rows),
     ]
-    for r in rows:
-        c = r["claim"]
-        lines.append(
-            f"| {c.source} | {c.text} | **{r['verdict']}** | {r['estimate']} | {r['run']} | `{r['command']}` |"
-        )
+    for name, own in (alone or {}).items():
+        lines += ["", f"Run {name} on its own (its seeds only):", "", *_table(own)]
     lines += [
         "",
         "Not on the card: whether a critic changes the Goodhart surface (`scenarios/goodhart.yaml`; the "
@@ -242,26 +183,60 @@ def card_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _table(rows: list[dict]) -> list[str]:
+    lines = ["| source | claim | verdict | estimate [95% interval] | run | reproduce |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        c = r["claim"]
+        lines.append(
+            f"| {c.source} | {c.text} | **{r['verdict']}** | {r['estimate']} | {r['run']} | `{r['command']}` |"
+        )
+    return lines
+
+
+class Pooled:
+    """Runs of one scenario with other seeds, analysed as one (analysis/power.pooled_tables)."""
+
+    def __init__(self, paths: list[str]):
+        from analysis.power import pooled_tables
+
+        self.per_seed, self.segments, self.runs = pooled_tables(paths)
+        self.arm_order = list(dict.fromkeys(self.per_seed["arm"])) if "arm" in self.per_seed else []
+
+
+def analyses_of(paths: list[str]) -> tuple[list[Any], dict[str, list[Any]]]:
+    """The runs grouped by scenario: one Pooled per scenario, and each pooled run on its own."""
+    from analysis.run_data import load_run
+
+    groups: dict[str, list[str]] = {}
+    for path in paths:
+        run = load_run(path)
+        groups.setdefault(str(run.manifest.get("scenario") or run.name), []).append(path)
+    pooled = [Pooled(group) for group in groups.values()]
+    alone = {Path(p).name: [Pooled([p])] for group in groups.values() if len(group) > 1 for p in group}
+    return pooled, alone
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.claims", description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="run directories")
+    parser.add_argument("runs", nargs="+", help="run directories (runs of one scenario with other seeds are pooled)")
     parser.add_argument("--out", default="claims.md", help="where to write the card (default: claims.md)")
+    parser.add_argument("--protocol", default=str(DEFAULT_PROTOCOL))
     args = parser.parse_args(argv)
-    from analysis.report import analyse, load_run
-
     try:
-        analyses = [analyse([load_run(p)]) for p in args.runs]
-    except FileNotFoundError as exc:
+        protocol = load_protocol(args.protocol)
+        analyses, alone = analyses_of(args.runs)
+    except (FileNotFoundError, ValueError, ProtocolError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    rows = card_rows(analyses)
-    text = card_markdown(rows)
+    rows = card_rows(analyses, protocol)
+    text = card_markdown(rows, {name: card_rows(a, protocol) for name, a in alone.items()})
     Path(args.out).write_text(text)
     print(text)
     Path(args.out).with_suffix(".json").write_text(
         json.dumps(
             [
                 {
+                    "id": r["claim"].id,
                     "source": r["claim"].source,
                     "claim": r["claim"].text,
                     "verdict": r["verdict"],

@@ -175,3 +175,42 @@ def _mde_factors(alpha: float, power: float, cap: int, unpaired: bool) -> tuple[
     n = np.arange(2, cap + 1)
     df = 2 * n - 2 if unpaired else n - 1
     return n, (stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) / np.sqrt(n)
+
+
+# ----------------------------------------------------------------------------------------------
+# tests for a card of several claims: p-values, Holm's adjustment, equivalence (TOST)
+
+
+def t_pvalue(diff: float, se: float, df: float) -> float:
+    """Two-sided p-value of a t test of diff = 0 (se 0: 0 for a nonzero diff, 1 for 0; NaN undefined)."""
+    if not (np.isfinite(diff) and np.isfinite(se) and np.isfinite(df) and df > 0):
+        return NAN
+    if se == 0:
+        return 0.0 if diff != 0 else 1.0
+    return float(2 * stats.t.sf(abs(diff) / se, df))
+
+
+def tost_pvalue(diff: float, se: float, df: float, margin: float) -> float:
+    """Two one-sided t tests of equivalence within +-margin: the larger of the p-values of
+    H0: diff <= -margin and H0: diff >= margin. Below alpha: the difference lies inside the margin."""
+    if not (np.isfinite(diff) and np.isfinite(se) and np.isfinite(df) and df > 0 and margin > 0):
+        return NAN
+    if se == 0:
+        return 0.0 if abs(diff) < margin else 1.0
+    lower = stats.t.sf((diff + margin) / se, df)  # H0: diff <= -margin
+    upper = stats.t.cdf((diff - margin) / se, df)  # H0: diff >= margin
+    return float(max(lower, upper))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (NaN stays NaN and does not count as a test):
+    sorted ascending, p_(i) x (m - i + 1), made monotone, capped at 1."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, NAN)
+    tested = np.flatnonzero(np.isfinite(p))
+    m = tested.size
+    running = 0.0
+    for rank, i in enumerate(tested[np.argsort(p[tested], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()

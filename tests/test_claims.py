@@ -4,6 +4,7 @@ hand-built per-seed tables."""
 from types import SimpleNamespace
 
 import pandas as pd
+import pytest
 
 from analysis import claims
 
@@ -65,3 +66,38 @@ def test_a_run_of_the_claims_own_scenario_is_preferred_and_the_command_names_the
     only = claims.card_rows([analysis_of(faster, name="ablations")])
     stand_in = next(r for r in only if r["claim"].text == HEADLINE)
     assert stand_in["verdict"] == "supported" and stand_in["command"].endswith("scenarios/ablations.yaml")
+
+
+def test_verdicts_are_holm_adjusted_across_the_claims_with_values():
+    """Two claims with values: the smaller p is doubled, so a p just under 0.05 alone no longer
+    supports once a second claim, not resolved, is tested beside it."""
+    from analysis.paired_stats import holm
+
+    # SAO faster than the running mean by 40 +- a little in every seed: p ~ 0.03 alone
+    sao = [100, 300, 500, 700, 900]
+    rm = [s + d for s, d in zip(sao, [15, 70, 40, 10, 70])]
+    alone = analysis_of({"sao": sao, "running_mean": rm})
+    row = next(r for r in claims.card_rows([alone]) if r["claim"].text == HEADLINE)
+    p = float(row["estimate"].split("; p = ")[1].split(" ")[0])
+    assert 0.025 < p < 0.05 and row["verdict"] == "supported"
+    grpo = [s + d for s, d in zip(sao, [300, -200, 100, -250, 50])]  # no difference to speak of
+    rows = {r["claim"].id: r for r in claims.card_rows([analysis_of({"sao": sao, "running_mean": rm, "grpo": grpo})])}
+    assert holm([p, 0.9])[0] == pytest.approx(2 * p)
+    assert rows["sao_vs_running_mean"]["verdict"] == "not resolved at this power"  # 2p > 0.05
+    assert "(Holm 0.0669)" in rows["sao_vs_running_mean"]["estimate"]
+
+
+def test_a_difference_inside_the_margin_is_equivalent_with_power():
+    sao = [1000, 1200, 1400, 1600, 1800]
+    rm = [s + d for s, d in zip(sao, [2, -3, 1, -1, 2])]  # tiny differences against a 10% margin of ~140
+    row = next(
+        r for r in claims.card_rows([analysis_of({"sao": sao, "running_mean": rm})]) if r["claim"].text == HEADLINE
+    )
+    assert row["verdict"] == "equivalent" and "TOST p" in row["estimate"]
+
+
+def test_a_claim_whose_arms_cannot_differ_says_why_and_gives_no_seed_count():
+    rows = {r["claim"].id: r for r in claims.card_rows([analysis_of({"sao": [1, 2], "vanilla_vapo": [1, 2]})])}
+    vapo = rows["dis_over_ppo_clip"]
+    assert vapo["verdict"] == "not testable" and "importance ratio is 1" in vapo["estimate"]
+    assert "seeds" not in vapo["estimate"]
