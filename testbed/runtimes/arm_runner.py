@@ -114,6 +114,7 @@ class ArmRunner:
         self.judge_start, self.judge_offset = judge_counters(self.judge), dict(self.state.judge_used)
         self.timer = Timer(Counter(self.state.seconds))
         self.wall, self.wall_before = time.perf_counter(), self.state.wall_s
+        self.cpu, self.cpu_before = time.process_time(), self.state.cpu_s
         if resume is None:
             self.save_checkpoint()
         if self.progress is not None:
@@ -204,6 +205,7 @@ class ArmRunner:
         state.seconds = dict(self.timer.seconds)
         state.judge_used = self.judge_used()
         state.wall_s = self.wall_before + time.perf_counter() - self.wall
+        state.cpu_s = self.cpu_before + time.process_time() - self.cpu
         done = dict(self.completed)
         if totals is not None:
             done[self.arm.name] = {**done.get(self.arm.name, {}), str(self.seed): totals}
@@ -357,6 +359,7 @@ class ArmRunner:
             "dropped_stale": state.dropped_stale,
             "resumes": state.resumes,
             "wall_s": round(wall_total, 2),
+            "cpu_s": round(self.cpu_before + time.process_time() - self.cpu, 2),  # the planner's cost (analysis.power)
             "episodes_per_s": round(self.env.clock / wall_total, 2),
             "time_s": {k: round(v, 3) for k, v in self.timer.seconds.items()},
             **({"parameters": split} if (split := self.parameter_split()) else {}),

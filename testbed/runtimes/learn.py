@@ -77,6 +77,7 @@ class LoopState:
     seconds: dict[str, float] = field(default_factory=dict)  # Timer totals
     judge_used: dict[str, float] = field(default_factory=dict)  # judge counters used before a resume
     wall_s: float = 0.0
+    cpu_s: float = 0.0  # this process's CPU time on the arm x seed (a Ray runtime's actors not included)
     pretrain: dict[str, Any] = field(default_factory=dict)
     resumes: int = 0
 

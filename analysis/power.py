@@ -1,0 +1,248 @@
+"""The planner: from pilot runs, how many seeds each claim needs, what they cost and how long they take.
+
+    python -m analysis.power RUN_DIR [RUN_DIR ...] [--claim ID ...] [--difference 10%] [--cores K]
+                             [--protocol FILE] [--json]
+
+The runs are pilots of one scenario (a run, or the stages of a study: the same scenario with other
+seeds; their per-seed values are pooled, which is exact, since every per-seed value depends on its own
+seed only). For each claim of the protocol (analysis/protocol.yaml) whose two arms are in the runs,
+on its endpoint and task:
+
+  n                 pilot seeds with a value in both arms; the paired difference X - Y with its t interval;
+  sd_diff           the per-seed differences' sd, with its 95% interval from the chi-square law of
+                    (n - 1) sd^2 / sigma^2: with 5 seeds the true sd may be 0.6x to 2.9x the pilot's;
+  difference        the difference to resolve: the claim's margin (or --difference), in the endpoint's unit;
+  seeds             the seeds a paired t test needs to detect it at the protocol's alpha (two-sided) and
+                    power, at the pilot's sd, and [at the sd interval's ends]: the interval the sd's
+                    uncertainty gives (analysis/paired_stats.seeds_needed);
+  core_hours        seeds x the CPU time of one seed of the claim's two arms (the arms' `cpu_s` in the
+                    manifest, measured on the run's machine under its numerics: portable or native), with
+                    the same interval;
+  wall_h            that many arm x seed tasks on K cores, one task a core (Ray's parallel arms), in waves.
+
+SFT policies and critic warm-ups are cached per seed and not counted; a new seed's costs a few
+minutes more (the run's manifest shows them). Claims whose arms cannot differ where they run
+(`not_testable`) get their reason, never a seed count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from analysis.paired import POOLED, paired_table
+from analysis.paired_stats import seeds_needed
+from analysis.protocol import DEFAULT_PROTOCOL, Claim, Protocol, ProtocolError, load_protocol
+
+__all__ = ["core_seconds", "plan", "pooled_tables", "sd_interval"]
+
+
+def sd_interval(sd: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The interval of a normal sample's sd from n values: sd sqrt((n-1)/chi2_{hi}), sd sqrt((n-1)/chi2_{lo})."""
+    if not (np.isfinite(sd) and n >= 2):
+        return float("nan"), float("nan")
+    df = n - 1
+    lo_q, hi_q = stats.chi2.ppf([0.5 + confidence / 2, 0.5 - confidence / 2], df)
+    return float(sd * math.sqrt(df / lo_q)), float(sd * math.sqrt(df / hi_q))
+
+
+def pooled_tables(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame, list[Any]]:
+    """(per-seed switch metrics, per-seed segment metrics, the runs) of one scenario's runs, pooled
+    as one run (their seeds must not overlap: a seed twice would be counted twice)."""
+    from analysis.report import analyse, load_run
+
+    runs, switches, segments = [], [], []
+    for path in run_dirs:
+        a = analyse([load_run(path)])
+        runs += a.runs
+        switches.append(a.per_seed)
+        segments.append(a.segments)
+    seen: dict[int, str] = {}
+    for run in runs:
+        for seed in run.seeds:
+            if seed in seen:
+                raise ValueError(f"seed {seed} is in both {seen[seed]} and {run.path}: pool runs of other seeds")
+            seen[seed] = str(run.path)
+
+    def cat(tables: list[pd.DataFrame]) -> pd.DataFrame:
+        tables = [t for t in tables if t is not None and not t.empty]
+        out = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+        if "run" in out:
+            out["run"] = runs[0].name  # one run for the pairing
+        return out
+
+    return cat(switches), cat(segments), runs
+
+
+def core_seconds(runs: Sequence[Any], arm: str) -> tuple[float, float, int]:
+    """(mean CPU seconds, mean wall seconds, arm x seeds counted) of one arm x seed in the runs'
+    manifests (`cpu_s`; a run from before it was recorded: its wall time)."""
+    cpu, wall = [], []
+    for run in runs:
+        for totals in ((run.manifest.get("arms") or {}).get(arm) or {}).values():
+            if isinstance(totals, dict) and "wall_s" in totals:
+                wall.append(float(totals["wall_s"]))
+                cpu.append(float(totals.get("cpu_s", totals["wall_s"])))
+    if not cpu:
+        return float("nan"), float("nan"), 0
+    return float(np.mean(cpu)), float(np.mean(wall)), len(cpu)
+
+
+def _claim_row(claim: Claim, table: pd.DataFrame) -> pd.Series | None:
+    if table is None or table.empty or claim.endpoint not in table:
+        return None
+    rows = paired_table(table, [claim.endpoint], claim.unit, arms=[claim.x, claim.y])
+    if rows.empty:
+        return None
+    chosen = rows[rows["task"].astype(str) == claim.task]
+    if chosen.empty and claim.task == POOLED:  # one task only: it is the pooled value
+        chosen = rows
+    return None if chosen.empty else chosen.iloc[0]
+
+
+def plan_claim(
+    claim: Claim,
+    tables: dict[str, pd.DataFrame],
+    runs: Sequence[Any],
+    protocol: Protocol,
+    difference: str | float | None = None,
+    cores: int = 1,
+) -> dict[str, Any]:
+    """The planner's row for one claim (module docstring)."""
+    out: dict[str, Any] = {"claim": claim.id, "x": claim.x, "y": claim.y, "endpoint": claim.endpoint}
+    out["task"] = claim.task
+    if claim.not_testable:
+        return {**out, "status": "not testable: " + claim.not_testable}
+    row = _claim_row(claim, tables[claim.unit])
+    if row is None or not np.isfinite(row["sd_diff"]):
+        return {**out, "status": "no paired values in these runs"}
+    n, sd = int(row["n"]), float(row["sd_diff"])
+    sd_lo, sd_hi = sd_interval(sd, n)
+    target = claim.model_copy(update={"margin": difference}) if difference is not None else claim
+    delta = target.margin_value(float(row["mean_y"]))
+    need = [seeds_needed(s, delta, protocol.alpha, protocol.power) for s in (sd, sd_lo, sd_hi)]
+    cpu = [core_seconds(runs, arm) for arm in (claim.x, claim.y)]
+    per_seed_cpu = sum(c[0] for c in cpu)
+    per_task_wall = max(c[1] for c in cpu)
+
+    def core_hours(seeds: float) -> float:
+        return seeds * per_seed_cpu / 3600 if np.isfinite(seeds) else float("inf")
+
+    def wall_hours(seeds: float) -> float:
+        return math.ceil(2 * seeds / max(1, cores)) * per_task_wall / 3600 if np.isfinite(seeds) else float("inf")
+
+    return {
+        **out,
+        "status": "planned",
+        "n": n,
+        "mean_x": float(row["mean_x"]),
+        "mean_y": float(row["mean_y"]),
+        "diff": float(row["diff"]),
+        "diff_lo": float(row["diff_lo"]),
+        "diff_hi": float(row["diff_hi"]),
+        "sd_diff": sd,
+        "sd_lo": sd_lo,
+        "sd_hi": sd_hi,
+        "difference": delta,
+        "difference_is": str(target.margin),
+        "seeds": need[0],
+        "seeds_lo": need[1],
+        "seeds_hi": need[2],
+        "core_s_per_seed": per_seed_cpu,
+        "core_hours": core_hours(need[0]),
+        "core_hours_lo": core_hours(need[1]),
+        "core_hours_hi": core_hours(need[2]),
+        "cores": cores,
+        "wall_hours": wall_hours(need[0]),
+        "wall_hours_hi": wall_hours(need[2]),
+        "numerics": ",".join(sorted({str((r.manifest.get("numerics") or {}).get("mode", "?")) for r in runs})),
+    }
+
+
+def plan(
+    run_dirs: Sequence[str | Path],
+    claim_ids: Sequence[str] | None = None,
+    difference: str | float | None = None,
+    cores: int | None = None,
+    protocol: Protocol | None = None,
+) -> pd.DataFrame:
+    """One row per claim (the given ones, else every protocol claim whose arms the runs hold)."""
+    protocol = protocol or load_protocol()
+    switches, segments, runs = pooled_tables(run_dirs)
+    arms = set(switches["arm"]) if "arm" in switches else set()
+    claims = [protocol.claim(c) for c in claim_ids] if claim_ids else [c for c in protocol.claims if {c.x, c.y} <= arms]
+    tables = {"switch": switches, "segment": segments}
+    return pd.DataFrame(
+        [plan_claim(c, tables, runs, protocol, difference, cores or os.cpu_count() or 1) for c in claims]
+    )
+
+
+def _num(value: float, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    return f"{value:,.{digits}f}"
+
+
+def plan_lines(table: pd.DataFrame) -> list[str]:
+    """The plan as lines a person reads (one block per claim)."""
+    lines = []
+    for r in table.to_dict("records"):
+        head = f"{r['claim']}: {r['x']} - {r['y']} on {r['endpoint']} ({r['task']})"
+        if r["status"] != "planned":
+            lines.append(f"{head}: {r['status']}")
+            continue
+        digits = 3 if abs(r["mean_y"]) < 10 else 0
+        lines += [
+            f"{head}: pilot n={r['n']}, difference {_num(r['diff'], digits)} [{_num(r['diff_lo'], digits)}, "
+            f"{_num(r['diff_hi'], digits)}], sd {_num(r['sd_diff'], digits)} [{_num(r['sd_lo'], digits)}, "
+            f"{_num(r['sd_hi'], digits)}]",
+            f"  to resolve {_num(r['difference'], digits)} ({r['difference_is']}): {_num(r['seeds'])} seeds "
+            f"[{_num(r['seeds_lo'])}, {_num(r['seeds_hi'])}], {_num(r['core_hours'], 1)} core-hours "
+            f"[{_num(r['core_hours_lo'], 1)}, {_num(r['core_hours_hi'], 1)}] ({r['numerics']} numerics), "
+            f"{_num(r['wall_hours'], 1)} h on {r['cores']} cores (up to {_num(r['wall_hours_hi'], 1)} h)",
+        ]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.power", description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="pilot run directories of one scenario (other seeds each)")
+    parser.add_argument("--claim", action="append", help="a claim id of the protocol (repeatable; default: all)")
+    parser.add_argument("--difference", help="the difference to resolve: '10%%' of |Y's mean| or a number")
+    parser.add_argument("--cores", type=int, help="cores for the wall-time estimate (default: this machine's)")
+    parser.add_argument("--protocol", default=str(DEFAULT_PROTOCOL))
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = parser.parse_args(argv)
+    difference: str | float | None = args.difference
+    if difference is not None and not str(difference).endswith("%"):
+        try:
+            difference = float(difference)
+        except ValueError:
+            print(f"error: --difference {args.difference!r}: a share like 10% or a number", file=sys.stderr)
+            return 2
+    try:
+        table = plan(args.runs, args.claim, difference, args.cores, load_protocol(args.protocol))
+    except (FileNotFoundError, KeyError, ValueError, ProtocolError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(table.to_dict("records"), indent=1, default=float))
+    else:
+        print("\n".join(plan_lines(table)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
