@@ -92,7 +92,7 @@ def core_seconds(runs: Sequence[Any], arm: str) -> tuple[float, float, int]:
         for totals in ((run.manifest.get("arms") or {}).get(arm) or {}).values():
             if isinstance(totals, dict) and "wall_s" in totals:
                 wall.append(float(totals["wall_s"]))
-                cpu.append(float(totals.get("cpu_s", totals["wall_s"])))
+                cpu.append(float(totals.get("cpu_s") or totals["wall_s"]))
     if not cpu:
         return float("nan"), float("nan"), 0
     return float(np.mean(cpu)), float(np.mean(wall)), len(cpu)

@@ -16,7 +16,7 @@ PACKAGES = ("testbed", "trainers", "judges", "analysis")
 # testbed/'s layers, top first: a module may import its own layer and those below it. The world
 # and the core (the root's modules: types, protocols, registry, store, ...) are the ground floor.
 LAYERS = [
-    {"testbed.cli", "testbed.run", "testbed.sweep", "testbed.__main__"},
+    {"testbed.cli", "testbed.run", "testbed.sweep", "testbed.study", "testbed.__main__"},
     {"testbed.runtimes"},
     {"testbed.engines"},
     {"testbed.models", "testbed.judging"},

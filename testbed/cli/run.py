@@ -237,10 +237,26 @@ def dry_run(args: argparse.Namespace, scenario: Scenario) -> int:
     plan = make_plan(scenario, args.scenario, args.out, args.run_name)
     if reason := refusal(plan["memory"]):  # before anything is built: a plan that cannot fit
         return error(reason)
+    power = None
+    if args.pilot:  # the planner on pilot runs (analysis/power.py): the claims judged on this scenario
+        from analysis.power import plan as plan_power
+        from analysis.power import plan_lines
+        from analysis.protocol import load_protocol
+
+        # the claims judged on this scenario; else every claim whose arms the pilots hold
+        claims = [c.id for c in load_protocol().for_scenario(args.scenario)] or None
+        try:
+            power = plan_power(args.pilot, claims)
+        except (FileNotFoundError, ValueError) as exc:
+            return error(f"--pilot: {exc}")
+        plan["power"] = power.to_dict("records")
     if args.json:
-        print(json.dumps(plan, indent=1))
+        print(json.dumps(plan, indent=1, default=float))
     else:
         print_plan(plan, Console())
+        if power is not None:
+            print(f"Power, from the pilot runs {', '.join(args.pilot)} (python -m analysis.power):")
+            print("\n".join(plan_lines(power)))
     return 0
 
 

@@ -39,6 +39,14 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
     parser.add_argument(
+        "--pilot",
+        action="append",
+        default=[],
+        metavar="RUN_DIR",
+        help="with --dry-run: pilot runs of this scenario; the plan adds the seeds, core-hours and wall time each "
+        "protocol claim on it needs (python -m analysis.power; repeatable)",
+    )
+    parser.add_argument(
         "--track",
         action="append",
         default=[],
@@ -70,6 +78,8 @@ def argument_problem(args: argparse.Namespace) -> str | None:
         return "--dry-run plans a new run: give a scenario file, not --resume"
     if args.json and not args.dry_run:
         return "--json goes with --dry-run"
+    if args.pilot and not args.dry_run:
+        return "--pilot goes with --dry-run"
     if not args.resume and not args.scenario:
         return "give a scenario file (python -m testbed.run SCENARIO.yaml) or --resume RUN_DIR"
     if args.run_name is not None:

@@ -94,8 +94,9 @@ def takes_streams(engine: Any) -> bool:
 
 
 def _streams(starts: Sequence[Any]) -> list[int] | None:
-    streams = [getattr(s, "stream", None) for s in starts]
-    return None if any(s is None for s in streams) else streams
+    streams: list[int | None] = [getattr(s, "stream", None) for s in starts]
+    known = [s for s in streams if s is not None]
+    return known if len(known) == len(streams) else None
 
 
 def sample_responses(engine: Any, starts: Sequence[Any]) -> list:
