@@ -36,8 +36,10 @@ from testbed.models.policy import token_logprobs
 from testbed.types import Trajectory
 from trainers.baselines import broadcast_to_tokens
 from trainers.batching import collate
-from trainers.losses import reinforce_loss
+from trainers.losses import PolicyLoss, policy_gradient_loss
 from trainers.numerics import guarded_step
+
+REINFORCE = PolicyLoss("none")  # the policy loss with no correction for the engine's log-probs
 
 
 class EMABaselineTrainer:
@@ -77,7 +79,7 @@ class EMABaselineTrainer:
         advantages = broadcast_to_tokens(torch.tensor(per_episode), data.action_mask)
         self.policy.train()
         logprobs, _ = token_logprobs(self.policy, data.tokens, data.attention_mask, self.temperature)
-        loss = reinforce_loss(logprobs, advantages, data.action_mask)
+        loss, stats = policy_gradient_loss(logprobs, data.behaviour_logprobs, advantages, data.action_mask, REINFORCE)
         grad_norm, nonfinite = guarded_step(
             loss, self.policy.parameters(), self.optimizer, self.cfg.max_grad_norm, "policy"
         )
@@ -89,7 +91,8 @@ class EMABaselineTrainer:
             "nonfinite": nonfinite,
             "skipped_steps": int(nonfinite is not None),
             "policy_loss": float(loss.detach()),
-            "grad_norm": float(grad_norm),
+            "policy_grad_norm": float(grad_norm),
+            **stats,  # ratio_mean and approx_kl: how far the policy moved from the engine's
             "baseline": baseline_before,
             "reward_mean": float(data.episode_rewards.mean()),
         }

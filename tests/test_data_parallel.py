@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CLASSES = {"sao": SAOTrainer, "running_mean": RunningMeanTrainer, "grpo": GRPOTrainer}
 # Small, but each exercises what the data-parallel maths must get right: SAO with its critic,
 # value pretraining and the KL anchor; the running mean with a window that slides over batches
-# (global, and per prompt); GRPO with groups, two epochs and the router load-balancing loss.
+# (global, and per prompt with the sequence-mean aggregation, whose denominator is the whole
+# batch's rows); GRPO with groups, two epochs and the router load-balancing loss.
 CONFIGS = {
     "sao": (
         "sao",
@@ -44,7 +45,10 @@ CONFIGS = {
         },
     ),
     "running_mean": ("running_mean", {"episodes_per_update": 8, "window": 6}),
-    "running_mean_per_prompt": ("running_mean", {"episodes_per_update": 8, "window": 2, "per_prompt": True}),
+    "running_mean_per_prompt": (
+        "running_mean",
+        {"episodes_per_update": 8, "window": 2, "per_prompt": True, "loss_aggregation": "sequence_mean"},
+    ),
     "grpo": ("grpo", {"group_size": 2, "episodes_per_update": 8, "epochs": 2, "router_aux_loss_coef": 0.05}),
 }
 TIMEOUT_S = 180  # ray.get timeout: a deadlock fails the test instead of hanging it

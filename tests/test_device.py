@@ -160,7 +160,8 @@ BUILT_ON_THE_CPU = {
     ("trainers/batching.py", "collate", "tensor"): 1,
     ("trainers/advantages.py", "length_adaptive_lambda", "as_tensor"): 1,  # keeps its input's device
     ("trainers/baselines.py", "broadcast_to_tokens", "as_tensor"): 1,  # then moved to the mask's
-    ("trainers/running_mean.py", "update", "tensor"): 2,  # metrics from Python floats
+    ("trainers/running_mean.py", "update", "tensor"): 1,  # the window's Python floats, moved once
+    ("trainers/policy_step.py", "_denominators", "tensor"): 1,  # two counts (all_reduce_sum moves them)
     ("trainers/value_pretrain.py", "pretrain_values", "tensor"): 1,
 }
 FACTORIES = {

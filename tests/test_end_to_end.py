@@ -70,7 +70,7 @@ def test_tiny_scenario_end_to_end(tmp_path, shared_cache):
     assert len(updates) == 2 * (160 // 16)
     assert updates["policy_loss"].notna().all()
     learning = updates[updates["advantage_abs_mean"] > 0]
-    assert len(learning) > 0 and (learning["grad_norm"] > 0).all()  # a reward signal moves the policy
+    assert len(learning) > 0 and (learning["policy_grad_norm"] > 0).all()  # a reward signal moves the policy
     assert episodes["reward"].sum() > 0
 
     evals = read_table(run_dir, "evals")

@@ -9,15 +9,29 @@ import torch
 from torch.testing import assert_close
 
 from trainers.losses import (
-    dis_policy_loss,
+    PolicyLoss,
     explained_variance,
-    ppo_clip_loss,
-    reinforce_loss,
+    micro_batch_denominator,
+    policy_gradient_loss,
     token_mean,
     value_loss,
 )
 
 D = torch.float64
+DIS, PPO, NONE = PolicyLoss("dis", 0.3, 5.0), PolicyLoss("ppo_clip", 0.2, 0.28), PolicyLoss("none")
+
+
+def dis_policy_loss(logprobs, behaviour, A, mask, eps_low=0.3, eps_high=5.0):
+    return policy_gradient_loss(logprobs, behaviour, A, mask, PolicyLoss("dis", eps_low, eps_high))
+
+
+def ppo_clip_loss(logprobs, old, A, mask, clip_low=0.2, clip_high=0.28):
+    return policy_gradient_loss(logprobs, old, A, mask, PolicyLoss("ppo_clip", clip_low, clip_high))
+
+
+def reinforce_loss(logprobs, A, mask):
+    """REINFORCE is the correction `none`: the behaviour log-probs only feed its ratio statistics."""
+    return policy_gradient_loss(logprobs, torch.zeros_like(logprobs), A, mask, NONE)[0]
 
 
 def t(*xs: float) -> torch.Tensor:
@@ -146,6 +160,77 @@ def test_reinforce_loss():
     assert_close(loss, torch.tensor(-(1.0 * -0.5 + -2.0 * -1.5) / 2, dtype=D))
     loss.backward()
     assert_close(lp.grad, t(-0.5, 1.0, 0.0))
+
+
+def test_reinforce_reports_the_ratio_to_the_engine_and_ignores_it_in_the_gradient():
+    lp = torch.tensor([[-1.0, -2.0]], dtype=D, requires_grad=True)
+    behaviour = t(-1.0 - math.log(2.0), -2.0)  # ratios 2 and 1
+    loss, stats = policy_gradient_loss(lp, behaviour, t(1.0, 1.0), torch.ones(1, 2, dtype=torch.bool), NONE)
+    loss.backward()
+    assert_close(lp.grad, t(-0.5, -0.5))  # -A / N, whatever the ratio
+    assert stats["ratio_mean"] == pytest.approx(1.5)
+    assert stats["approx_kl"] == pytest.approx(((2 - 1) - math.log(2)) / 2)
+    assert "dis_masked_frac" not in stats and "clip_frac" not in stats
+
+
+# ----------------------------------------------------------------------------------------------
+# Aggregation: token mean, sequence mean, constant normaliser (Dr. GRPO)
+# ----------------------------------------------------------------------------------------------
+# Two rows: 3 action tokens with s = A log pi = 1 x (-1, -2, -3), and 1 action token with s = 2 x -4;
+# the last column of row 0 and the last three of row 1 are padding with junk that must not count.
+LOGP = [[-1.0, -2.0, -3.0, 50.0], [-4.0, 50.0, 50.0, 50.0]]
+ADV = [[1.0, 1.0, 1.0, 9.0], [2.0, 9.0, 9.0, 9.0]]
+MASK = [[True, True, True, False], [True, False, False, False]]
+
+
+def aggregated(aggregation: str, normaliser: float | None = None, denominator: float | None = None):
+    lp = torch.tensor(LOGP, dtype=D, requires_grad=True)
+    spec = PolicyLoss("none", aggregation=aggregation, normaliser=normaliser)
+    loss, _ = policy_gradient_loss(lp, lp.detach(), torch.tensor(ADV, dtype=D), torch.tensor(MASK), spec, denominator)
+    loss.backward()
+    return float(loss.detach()), lp.grad
+
+
+def test_token_mean_weighs_every_token_alike():
+    loss, grad = aggregated("token_mean")
+    assert loss == pytest.approx(-(-1 - 2 - 3 - 8) / 4)  # 3.5
+    assert_close(grad, torch.tensor([[-0.25, -0.25, -0.25, 0.0], [-0.5, 0.0, 0.0, 0.0]], dtype=D))
+
+
+def test_sequence_mean_weighs_every_sequence_alike():
+    loss, grad = aggregated("sequence_mean")
+    # row means -2 and -8, their mean -5: the short row's token weighs 1/2, each long row's 1/6
+    assert loss == pytest.approx(5.0)
+    assert_close(grad, torch.tensor([[-1 / 6, -1 / 6, -1 / 6, 0.0], [-1.0, 0.0, 0.0, 0.0]], dtype=D))
+
+
+def test_constant_normaliser_divides_the_sum_by_rows_times_the_budget():
+    loss, grad = aggregated("constant", normaliser=8)
+    assert loss == pytest.approx(14 / 16)  # -(sum s) / (2 rows x 8 tokens)
+    assert_close(grad, torch.tensor([[-1 / 16, -1 / 16, -1 / 16, 0.0], [-2 / 16, 0.0, 0.0, 0.0]], dtype=D))
+    with pytest.raises(ValueError, match="normaliser"):
+        PolicyLoss("none", aggregation="constant")
+
+
+@pytest.mark.parametrize(
+    ("aggregation", "normaliser"), [("token_mean", None), ("sequence_mean", None), ("constant", 8)]
+)
+def test_micro_batches_weighted_by_their_token_share_sum_to_the_batch(aggregation, normaliser):
+    whole, whole_grad = aggregated(aggregation, normaliser)
+    spec = PolicyLoss("none", aggregation=aggregation, normaliser=normaliser)
+    total, grads = 0.0, []
+    for row in (0, 1):  # one row per micro-batch: 3 and 1 of the 4 action tokens
+        lp = torch.tensor([LOGP[row]], dtype=D, requires_grad=True)
+        mask = torch.tensor([MASK[row]])
+        share = float(mask.sum()) / 4
+        denominator = micro_batch_denominator(spec, rows=2, tokens=4, piece_tokens=float(mask.sum()))
+        loss, _ = policy_gradient_loss(lp, lp.detach(), torch.tensor([ADV[row]], dtype=D), mask, spec, denominator)
+        (share * loss).backward()
+        total += share * float(loss.detach())
+        grads.append(lp.grad[0])
+    assert total == pytest.approx(whole)
+    assert_close(torch.stack(grads), whole_grad)
+    assert micro_batch_denominator(spec, 2, 4, 0.0) in (None, 1.0)  # no action tokens: a sum of 0 over 1
 
 
 # ----------------------------------------------------------------------------------------------

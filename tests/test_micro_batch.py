@@ -36,15 +36,25 @@ def test_split_weights_are_token_shares_and_cover_every_row():
         assert p.weight == pytest.approx(float(p.batch.action_mask.sum() / batch.action_mask.sum()))
 
 
-def trainer(kind: str):
+def trainer(kind: str, **args):
     # with the router load-balancing loss on (policy's, and SAO's critic's): a product of two batch
     # means, whose whole-batch expert counts a no-grad routing pass gives each micro-batch
-    return CLASSES[kind](model("built"), {**CONFIGS[kind], "router_aux_loss_coef": 0.05}, pad_id=TOK.pad_id)
+    return CLASSES[kind](model("built"), {**CONFIGS[kind], "router_aux_loss_coef": 0.05, **args}, pad_id=TOK.pad_id)
 
 
-@pytest.mark.parametrize("kind", ["sao", "running_mean", "grpo"])
-def test_micro_batched_updates_equal_whole_batch_updates(kind):
-    whole, micro = trainer(kind), trainer(kind)
+@pytest.mark.parametrize(
+    ("kind", "args"),
+    [
+        ("sao", {}),
+        ("running_mean", {}),
+        ("grpo", {}),
+        # the other aggregations: a micro-batch takes its token share of the batch's denominator
+        ("running_mean", {"loss_aggregation": "sequence_mean"}),
+        ("grpo", {"loss_aggregation": "constant", "loss_normaliser": 24}),
+    ],
+)
+def test_micro_batched_updates_equal_whole_batch_updates(kind, args):
+    whole, micro = trainer(kind, **args), trainer(kind, **args)
     micro.micro_batch_tokens = BUDGET
     for batch in batches(kind, n=2):
         want, got = whole.update(batch), micro.update(batch)

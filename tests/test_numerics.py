@@ -33,10 +33,6 @@ def batch(kind, model, seed):
     return rollouts(model, 4, rewards=[1, 0, 0, 1], groups=2 if kind == "grpo" else 1, seed=seed)
 
 
-def policy_opt(trainer):
-    return trainer.policy_opt if isinstance(trainer, SAOTrainer) else trainer.optimizer
-
-
 def clone_state(optimizer):
     return {
         k: {n: v.clone() if torch.is_tensor(v) else v for n, v in s.items()}
@@ -69,9 +65,9 @@ def assert_skipped(trainer, model, metrics, expected, params, opt_state, version
     assert trainer.skipped_steps_total == total + metrics["skipped_steps"]
     assert trainer.version == version
     assert_same_params(params, model)
-    assert_same_state(opt_state, policy_opt(trainer))
+    assert_same_state(opt_state, trainer.policy_opt)
     assert all(p.grad is None for p in model.parameters())
-    loss_and_norm = [k for k in metrics if k in ("policy_loss", "grad_norm", "policy_grad_norm", "critic_loss")]
+    loss_and_norm = [k for k in metrics if k in ("policy_loss", "policy_grad_norm", "critic_loss")]
     assert loss_and_norm and all(type(metrics[k]) is float for k in loss_and_norm)
 
 
@@ -135,7 +131,7 @@ def test_guarded_step_nonfinite_gradient_skips(value):
 @pytest.mark.parametrize("kind", KINDS)
 def test_nan_reward_skips_the_update(kind):
     model, trainer = trained_once(kind)
-    params, opt_state, version, total = snapshot(model), clone_state(policy_opt(trainer)), trainer.version, 0
+    params, opt_state, version, total = snapshot(model), clone_state(trainer.policy_opt), trainer.version, 0
     critic = snapshot(trainer.critic) if kind == "sao" else None
     critic_state = clone_state(trainer.critic_opt) if kind == "sao" else None
     metrics = trainer.update(nan_reward(batch(kind, model, seed=1)))
@@ -155,7 +151,7 @@ def test_poisoned_weight_skips_the_update(kind):
     trajs = batch(kind, model, seed=1)  # sampled before the poisoning
     with torch.no_grad():
         model.model.layers[0].mlp.gate.weight[0, 0] = INF
-    params, opt_state, version = snapshot(model), clone_state(policy_opt(trainer)), trainer.version
+    params, opt_state, version = snapshot(model), clone_state(trainer.policy_opt), trainer.version
     metrics = trainer.update(trajs)
     assert_skipped(trainer, model, metrics, "policy loss", params, opt_state, version, 0)
     assert math.isnan(metrics["policy_loss"])
@@ -164,7 +160,7 @@ def test_poisoned_weight_skips_the_update(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_nonfinite_policy_gradient_skips_the_update(kind):
     model, trainer = trained_once(kind)
-    params, opt_state, version = snapshot(model), clone_state(policy_opt(trainer)), trainer.version
+    params, opt_state, version = snapshot(model), clone_state(trainer.policy_opt), trainer.version
     model.lm_head.weight.register_hook(lambda g: torch.full_like(g, INF))
     metrics = trainer.update(batch(kind, model, seed=1))
     assert_skipped(trainer, model, metrics, "policy grad norm", params, opt_state, version, 0)

@@ -14,6 +14,7 @@ from testbed.scenario.schema import PolicyConfig, SamplingConfig
 from testbed.types import Verdict
 from testbed.world import prompts, render_prompt
 from trainers.grpo import G1_WARNING, GRPOTrainer
+from trainers.losses import policy_gradient_loss
 from trainers.running_mean import RunningMeanTrainer
 from trainers.sao import SAOTrainer
 
@@ -301,7 +302,7 @@ def test_grpo_with_dis_masks_what_leaves_the_band_where_ppo_clip_keeps_it():
     losses, grads, stats = {}, {}, {}
     for name, trainer in (("dis", dis), ("ppo", ppo)):
         logprobs = torch.tensor([[-1.0, -2.0], [-1.0, -1.0]], requires_grad=True)
-        loss, stats[name] = trainer.policy_loss(logprobs, behaviour, advantages, mask)
+        loss, stats[name] = policy_gradient_loss(logprobs, behaviour, advantages, mask, trainer.loss)
         loss.backward()
         losses[name], grads[name] = float(loss), logprobs.grad
     assert stats["dis"]["dis_masked_frac"] == 0.25 and stats["ppo"]["clip_frac"] == 0.0  # 1 of 4 tokens; none
@@ -315,3 +316,31 @@ def test_grpo_with_dis_masks_what_leaves_the_band_where_ppo_clip_keeps_it():
     # and a real update reports the masked share
     metrics = dis.update(rollouts(model, 8, groups=4))
     assert 0.0 <= metrics["dis_masked_frac"] <= 1.0 and "clip_frac" not in metrics
+
+
+@pytest.mark.parametrize("cls", [RunningMeanTrainer, GRPOTrainer, SAOTrainer])
+def test_every_trainer_reports_the_same_step_metrics(cls):
+    """One policy step for every trainer (trainers/policy_step.py): one spelling of its metrics."""
+    model = policy()
+    args = {"episodes_per_update": 4, "value_warmup_updates": 0} if cls is SAOTrainer else {"episodes_per_update": 4}
+    trainer = cls(model, {**args, "group_size": 2} if cls is GRPOTrainer else args, pad_id=TOK.pad_id)
+    metrics = trainer.update(rollouts(model, 4, groups=2 if cls is GRPOTrainer else 1))
+    shared = {"policy_loss", "entropy", "ratio_mean", "approx_kl", "policy_grad_norm", "policy_grad_norm_experts"}
+    shared |= {"policy_expert_load_cv", "nonfinite", "skipped_steps", "reward_mean", "response_tokens_mean"}
+    assert shared <= metrics.keys() and "grad_norm" not in metrics
+    assert metrics["policy_grad_norm"] > 0 and trainer.version == 1
+
+
+def test_an_older_checkpoint_of_the_running_mean_loads_its_optimizer():
+    """The policy's optimiser is `policy_opt` in every trainer; older running-mean and GRPO
+    checkpoints named it `optimizer`."""
+    model = policy()
+    trainer = RunningMeanTrainer(model, {"episodes_per_update": 4}, pad_id=TOK.pad_id)
+    trainer.update(rollouts(model, 4))
+    state = trainer.state_dict()
+    state["optimizer"] = state.pop("policy_opt")
+    fresh = RunningMeanTrainer(policy(seed=1), {"episodes_per_update": 4}, pad_id=TOK.pad_id)
+    fresh.load_state_dict(state)
+    moments = [s["exp_avg"] for s in fresh.policy_opt.state_dict()["state"].values()]
+    want = [s["exp_avg"] for s in trainer.policy_opt.state_dict()["state"].values()]
+    assert moments and all(torch.equal(a, b) for a, b in zip(moments, want))

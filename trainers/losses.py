@@ -1,12 +1,19 @@
-"""Policy and value losses: DIS (SAO's policy loss), PPO-clip, REINFORCE, the value MSE, and
+"""Policy and value losses: the policy-gradient loss with its correction (DIS, SAO's; PPO clip;
+none: REINFORCE) and its aggregation as switches, the KL to a reference, the value MSE, and
 explained variance. Pure functions on [B, T] tensors; `action_mask` selects the tokens that count.
 
-Aggregation everywhere is the token mean over action tokens (`token_mean`): every action token in
+The default aggregation is the token mean over action tokens (`token_mean`): every action token in
 the batch has the same weight, whatever its sequence's length. Advantages and returns are treated
 as constants (detached). The formulas are in docs/algorithms.md.
+
+A new correction is one function of `CORRECTIONS`'s shape and its name in `Correction`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -43,88 +50,135 @@ def _float_like(x: Tensor) -> torch.dtype:
 
 
 # ----------------------------------------------------------------------------------------------
-# Policy losses
+# The policy loss: one per-token policy gradient, its correction and its aggregation as switches
 # ----------------------------------------------------------------------------------------------
-def dis_policy_loss(
+Correction = Literal["dis", "ppo_clip", "none"]
+Aggregation = Literal["token_mean", "sequence_mean", "constant"]
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """Which policy loss `policy_gradient_loss` computes (each trainer's Config says, `loss_settings`).
+
+    `low`, `high`: the correction's band around ratio 1 (DIS: eps_low, eps_high; PPO clip:
+    clip_low, clip_high; none: unused). `normaliser`: the constant aggregation's tokens per
+    sequence (Dr. GRPO: the generation budget, sampling.max_new_tokens)."""
+
+    correction: Correction = "dis"
+    low: float = 0.3
+    high: float = 5.0
+    aggregation: Aggregation = "token_mean"
+    normaliser: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.aggregation == "constant" and not self.normaliser:
+            raise ValueError("the constant aggregation needs its normaliser (tokens per sequence)")
+
+
+def policy_gradient_loss(
     logprobs: Tensor,
     behaviour_logprobs: Tensor,
     advantages: Tensor,
     action_mask: Tensor,
-    eps_low: float = 0.3,
-    eps_high: float = 5.0,
+    loss: PolicyLoss,
+    denominator: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """DIS: direct double-sided importance sampling against the rollout engine's log-probs.
+    """The per-token policy-gradient loss against the rollout engine's log-probs, with
 
-        r_t  = exp(log pi_theta(a_t) - log pi_rollout(a_t))
-        f(r) = r  if 1 - eps_low < r < 1 + eps_high  else 0       (strict inequalities)
-        L    = - token_mean_{action tokens}[ sg(f(r_t)) * A_t * log pi_theta(a_t) ]
+        r_t = exp(log pi_theta(a_t) - log pi_behaviour(a_t))
 
-    Out-of-band tokens are masked out entirely (weight 0, not clamped), whatever A's sign; they
-    still count in the denominator (the mean runs over all action tokens). The weight carries no
-    gradient, so d L / d log pi_theta(a_t) = -f(r_t) * A_t / N.
+    and a surrogate s_t per action token, by `loss.correction`:
 
-    stats: dis_masked_frac (share of action tokens out of band), ratio_mean, approx_kl (k3).
+        none      s_t = A_t log pi_theta(a_t)                              (plain REINFORCE)
+        dis       s_t = sg(f(r_t)) A_t log pi_theta(a_t),                  (SAO's DIS)
+                  f(r) = r if 1 - low < r < 1 + high else 0  (strict; out-of-band tokens weigh 0
+                  whatever A's sign, and the weight carries no gradient)
+        ppo_clip  s_t = min(r_t A_t, clip(r_t, 1 - low, 1 + high) A_t)     (PPO, "clip-higher")
+
+    averaged over the N action tokens by `loss.aggregation` (B rows, n_i action tokens in row i):
+
+        token_mean     L = -(1/N) sum_t s_t                     (every token weighs the same)
+        sequence_mean  L = -(1/B) sum_i (1/n_i) sum_{t in i} s_t (every sequence weighs the same)
+        constant       L = -(1/C) sum_t s_t, C = B x normaliser (Dr. GRPO: no length bias)
+
+    `denominator` replaces N, B or C: a micro-batch's share of the whole batch's
+    (`micro_batch_denominator`). Advantages are constants (detached).
+
+    stats: the correction's own (dis_masked_frac: share of action tokens out of band; clip_frac:
+    share whose gradient the clip cuts, (A > 0 and r > 1 + high) or (A < 0 and r < 1 - low)),
+    then ratio_mean and approx_kl (k3) over the action tokens.
     """
     mask = action_mask.bool()
     dtype = _float_like(logprobs)
-    # Why detached: sg(f(r)) is a constant weight; the gradient flows through log pi_theta only.
-    log_ratio = logprobs.detach().to(dtype) - behaviour_logprobs.detach().to(dtype)
-    ratio = log_ratio.exp()
-    in_band = (ratio > 1.0 - eps_low) & (ratio < 1.0 + eps_high)
-    weight = torch.where(in_band, ratio, torch.zeros_like(ratio))
-
-    loss = -token_mean(weight * advantages.detach().to(dtype) * logprobs.to(dtype), mask)
-
-    n = mask.sum().clamp(min=1)
-    ratio_mean, approx_kl = _ratio_stats(log_ratio, mask)
-    stats = {
-        "dis_masked_frac": float((mask & ~in_band).sum() / n),
-        "ratio_mean": ratio_mean,
-        "approx_kl": approx_kl,
-    }
-    return loss, stats
-
-
-def ppo_clip_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    action_mask: Tensor,
-    clip_low: float = 0.2,
-    clip_high: float = 0.28,
-) -> tuple[Tensor, dict[str, float]]:
-    """PPO clipped surrogate with an asymmetric clip ("clip-higher"), token mean:
-
-        r_t = exp(log pi_theta(a_t) - log pi_old(a_t))
-        L   = - token_mean[ min(r_t * A_t, clip(r_t, 1 - clip_low, 1 + clip_high) * A_t) ]
-
-    stats: clip_frac = share of action tokens whose gradient the clip cuts, i.e.
-    (A > 0 and r > 1 + clip_high) or (A < 0 and r < 1 - clip_low); ratio_mean; approx_kl (k3).
-    """
-    mask = action_mask.bool()
-    dtype = _float_like(logprobs)
-    A = advantages.detach().to(dtype)
-    log_ratio = logprobs.to(dtype) - old_logprobs.detach().to(dtype)
-    ratio = log_ratio.exp()
-    surr_unclipped = ratio * A
-    surr_clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * A
-    loss = -token_mean(torch.minimum(surr_unclipped, surr_clipped), mask)
-
-    r = ratio.detach()
-    clipped = ((A > 0) & (r > 1.0 + clip_high)) | ((A < 0) & (r < 1.0 - clip_low))
+    logp = logprobs.to(dtype)
+    log_ratio = logp - behaviour_logprobs.detach().to(dtype)
+    surrogate, stats = CORRECTIONS[loss.correction](logp, log_ratio, advantages.detach().to(dtype), mask, loss)
     ratio_mean, approx_kl = _ratio_stats(log_ratio.detach(), mask)
-    stats = {
-        "clip_frac": float((mask & clipped).sum() / mask.sum().clamp(min=1)),
-        "ratio_mean": ratio_mean,
-        "approx_kl": approx_kl,
-    }
-    return loss, stats
+    return -_aggregate(surrogate, mask, loss, denominator), {**stats, "ratio_mean": ratio_mean, "approx_kl": approx_kl}
 
 
-def reinforce_loss(logprobs: Tensor, advantages: Tensor, action_mask: Tensor) -> Tensor:
-    """Plain (on-policy) REINFORCE: L = - token_mean[ A_t * log pi_theta(a_t) ]."""
-    dtype = _float_like(logprobs)
-    return -token_mean(advantages.detach().to(dtype) * logprobs.to(dtype), action_mask)
+# A correction: (log pi_theta, log r with its gradient, A, action mask, settings) -> (s_t, stats).
+CorrectionFn = Callable[[Tensor, Tensor, Tensor, Tensor, PolicyLoss], tuple[Tensor, dict[str, float]]]
+
+
+def _none(logp: Tensor, log_ratio: Tensor, A: Tensor, mask: Tensor, loss: PolicyLoss) -> tuple[Tensor, dict]:
+    return A * logp, {}
+
+
+def _dis(logp: Tensor, log_ratio: Tensor, A: Tensor, mask: Tensor, loss: PolicyLoss) -> tuple[Tensor, dict]:
+    ratio = log_ratio.detach().exp()  # sg(f(r)) is a constant weight: the gradient flows through log pi only
+    in_band = (ratio > 1.0 - loss.low) & (ratio < 1.0 + loss.high)
+    weight = torch.where(in_band, ratio, torch.zeros_like(ratio))
+    return weight * A * logp, {"dis_masked_frac": _share(~in_band, mask)}
+
+
+def _ppo_clip(logp: Tensor, log_ratio: Tensor, A: Tensor, mask: Tensor, loss: PolicyLoss) -> tuple[Tensor, dict]:
+    ratio = log_ratio.exp()
+    surrogate = torch.minimum(ratio * A, ratio.clamp(1.0 - loss.low, 1.0 + loss.high) * A)
+    r = ratio.detach()
+    clipped = ((A > 0) & (r > 1.0 + loss.high)) | ((A < 0) & (r < 1.0 - loss.low))
+    return surrogate, {"clip_frac": _share(clipped, mask)}
+
+
+CORRECTIONS: dict[str, CorrectionFn] = {"none": _none, "dis": _dis, "ppo_clip": _ppo_clip}
+
+
+def _share(flags: Tensor, mask: Tensor) -> float:
+    """The share of the action tokens where `flags` holds."""
+    return float((mask & flags).sum() / mask.sum().clamp(min=1))
+
+
+def _aggregate(x: Tensor, mask: Tensor, loss: PolicyLoss, denominator: float | None) -> Tensor:
+    if loss.aggregation == "token_mean" and denominator is None:
+        return token_mean(x, mask)
+    masked = torch.where(mask, x, torch.zeros_like(x))
+    if loss.aggregation == "sequence_mean":
+        masked = masked.sum(-1) / mask.sum(-1).clamp(min=1)  # each row's own mean
+    if denominator is None:
+        denominator = batch_denominator(loss, mask.shape[0], int(mask.sum()))
+    return masked.sum() / denominator
+
+
+def batch_denominator(loss: PolicyLoss, rows: float, tokens: float) -> float:
+    """N, B or C of a batch of `rows` rows holding `tokens` action tokens (`policy_gradient_loss`)."""
+    if loss.aggregation == "token_mean":
+        return max(tokens, 1)
+    if loss.aggregation == "sequence_mean":
+        return max(rows, 1)
+    assert loss.normaliser is not None  # PolicyLoss checks it
+    return max(rows, 1) * loss.normaliser
+
+
+def micro_batch_denominator(loss: PolicyLoss, rows: float, tokens: float, piece_tokens: float) -> float | None:
+    """The `denominator` of a micro-batch holding `piece_tokens` of a batch's `tokens` action tokens
+    in `rows` rows. The trainers weight a micro-batch's loss by its token share w = piece_tokens /
+    tokens (trainers/micro_batch.py), so its denominator is the batch's times w; None for the token
+    mean (its own count is that already). A micro-batch without action tokens: 1 (its sum is 0)."""
+    if loss.aggregation == "token_mean":
+        return None
+    if piece_tokens <= 0:
+        return 1.0
+    return batch_denominator(loss, rows, tokens) * piece_tokens / tokens
 
 
 def kl_to_reference(logprobs: Tensor, ref_logprobs: Tensor, action_mask: Tensor) -> Tensor:

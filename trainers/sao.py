@@ -21,10 +21,11 @@ Advantage order (`advantages_from`): from the critic after its K steps (default,
   steps shrank |A| (`trainers.diagnostics.advantage_shrinkage`).
 Policy loss DIS against the rollout engine's own log-probs, r = exp(log pi - log pi_rollout),
   L = -token_mean[sg(f(r)) A log pi], f(r) = r inside (1 - eps_low, 1 + eps_high), else 0
-  -> `trainers.losses.dis_policy_loss`; vanilla VAPO (`policy_loss: ppo_clip`) -> `ppo_clip_loss`.
-Optional: the KL anchor to the SFT policy (`kl_coef`, `trainers.reference`), the router
-load-balancing loss (`router_aux_loss_coef`). Rollouts too stale to train on never reach the
-trainer: the runtime drops them (`runtime.max_staleness`).
+  -> `trainers.losses.policy_gradient_loss` (correction `dis`; vanilla VAPO, `policy_loss: ppo_clip`:
+  `ppo_clip`), in the step every trainer takes (`trainers.policy_step`) with the optional KL anchor
+  to the SFT policy (`kl_coef`) and router load-balancing loss (`router_aux_loss_coef`); the critic's
+  steps go through the same machinery. Rollouts too stale to train on never reach the trainer: the
+  runtime drops them (`runtime.max_staleness`).
 
 Every ablation of the paper's Table 4 is a switch in `SAOConfig` (`trainers.sao_config`).
 """
@@ -32,85 +33,60 @@ Every ablation of the paper's Table 4 is a switch in `SAOConfig` (`trainers.sao_
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from testbed.device import of as device_of
 from testbed.models.critic import Critic, trainable_parameter_counts
-from testbed.models.policy import token_logprobs_and_routing
 from testbed.types import Trajectory
 from trainers.advantages import critic_mask, length_adaptive_lambda, policy_and_critic_advantages
 from trainers.batching import Batch, collate
-from trainers.diagnostics import advantage_shrinkage, expert_load, first_value_metrics, grad_norms_by_family
-from trainers.losses import dis_policy_loss, explained_variance, ppo_clip_loss, token_mean, value_loss
-from trainers.micro_batch import Piece, combine, policy_routing, routed, router_totals, scatter_rows, split
-from trainers.numerics import guarded_steps
-from trainers.reference import reference_for
-from trainers.router_balance import with_router_aux
+from trainers.diagnostics import advantage_shrinkage, first_value_metrics
+from trainers.losses import explained_variance, token_mean, value_loss
+from trainers.micro_batch import Piece, scatter_rows
+from trainers.policy_step import PolicyTrainer, Step, Stepped, adamw, guarded_update
 from trainers.sao_config import SAOConfig
 from trainers.value_pretrain import pretrain_values, pretrained_critic_key
 
 __all__ = ["SAOConfig", "SAOTrainer"]
 
+# the critic's (values, router logits) on a batch, with their graph
+CriticForward = tuple[torch.Tensor, tuple | None]
 
-class SAOTrainer:
+
+class SAOTrainer(PolicyTrainer):
     Config = SAOConfig
-    group_size = 1
-    micro_batch_tokens: int | None = None  # runtime.micro_batch_tokens (trainers/micro_batch.py)
+    cfg: SAOConfig
 
     def __init__(
-        self,
-        policy: torch.nn.Module,
-        config: dict[str, Any] | None = None,
-        /,
-        *,
-        pad_id: int,
-        temperature: float = 1.0,
-        seed: int = 0,
-        **args: Any,
+        self, policy: torch.nn.Module, config: dict[str, Any] | None = None, /, *, seed: int = 0, **kwargs: Any
     ):
-        # the loop passes the arm's args as keywords (registry.build); a dict is the same, for direct use
-        self.cfg = SAOConfig.model_validate({**(config or {}), **args})
-        self.policy = policy
-        self.pad_id = pad_id
-        self.temperature = temperature
-        self.episodes_per_update = self.cfg.episodes_per_update
-        self.top_k = policy.config.num_experts_per_tok
+        super().__init__(policy, config, seed=seed, **kwargs)
+        cfg = self.cfg
+        self.module_patterns = cfg.critic_module_patterns
         self.critic = Critic.from_policy(
             policy,
-            self.cfg.critic_trainable,
-            self.cfg.critic_train_embeddings_norms,
-            self.cfg.critic_module_patterns,
-            lora_r=self.cfg.critic_lora_r,
-            lora_alpha=self.cfg.critic_lora_alpha,
+            cfg.critic_trainable,
+            cfg.critic_train_embeddings_norms,
+            cfg.critic_module_patterns,
+            lora_r=cfg.critic_lora_r,
+            lora_alpha=cfg.critic_lora_alpha,
             seed=seed,
         )
-        self.policy_opt = torch.optim.AdamW(
-            policy.parameters(), lr=self.cfg.policy_lr, weight_decay=0.0, eps=self.cfg.adam_eps
-        )
-        self.critic_opt = torch.optim.AdamW(
-            [p for p in self.critic.parameters() if p.requires_grad],
-            lr=self.cfg.critic_lr,
-            weight_decay=0.0,
-            eps=self.cfg.adam_eps,
-        )
-        self.version = 0  # policy updates so far
-        self.updates = 0  # all updates, warm-up included
-        self.skipped_steps_total = 0  # optimiser steps (critic and policy) skipped for a non-finite loss or gradient
+        self.policy_opt = adamw(policy.parameters(), cfg.policy_lr, cfg.adam_eps)
+        self.critic_opt = adamw([p for p in self.critic.parameters() if p.requires_grad], cfg.critic_lr, cfg.adam_eps)
+        self.updates = 0  # all updates, warm-up included (`version` counts the policy's)
         self.rng = random.Random(seed)
-        self.reference = reference_for(policy, self.cfg.kl_coef, temperature)
-        self.parameter_counts = trainable_parameter_counts(
-            self.critic, self.cfg.critic_module_patterns
-        )  # logged at start
+        self.parameter_counts = trainable_parameter_counts(self.critic, cfg.critic_module_patterns)  # logged at start
 
     # -- the update ---------------------------------------------------------------------------
 
     def update(self, batch: list[Trajectory]) -> dict[str, Any]:
         data = collate(batch, self.pad_id, device=device_of(self.policy))
+        critic_pieces = self.pieces(data, critic_mask(data.action_mask, self.cfg.gae))
 
-        critic_pieces = split(data, self.micro_batch_tokens, critic_mask(data.action_mask, self.cfg.gae))
         # Values before this batch's critic updates: their explained variance is out of sample.
         # They come from the first critic step's own forward (same parameters, same batch), so
         # that pass is not run twice (micro-batched: a no-grad pass over the micro-batches).
@@ -143,7 +119,7 @@ class SAOTrainer:
         # 3. The policy step, unless still in the value warm-up.
         self.updates += 1
         if self.updates > self.cfg.value_warmup_updates:
-            step_metrics, nonfinite = self._policy_step(data, advantages)
+            step_metrics, nonfinite = self.policy_step(self.pieces(data), advantages)
             metrics.update(step_metrics)
             if nonfinite is None:
                 self.version += 1
@@ -151,19 +127,13 @@ class SAOTrainer:
                 skipped.append(nonfinite)
         else:
             metrics["value_warmup"] = 1.0
-        self.skipped_steps_total += len(skipped)
-        metrics.update(
-            {
-                "nonfinite": skipped[0] if skipped else None,
-                "skipped_steps": len(skipped),
-                "reward_mean": float(data.episode_rewards.mean()),
-                "value_mean": float(token_mean(values, data.action_mask)),
-                "advantage_mean": float(token_mean(advantages, data.action_mask)),
-                "advantage_abs_mean": float(token_mean(advantages.abs(), data.action_mask)),
-                "response_tokens_mean": float(data.action_lengths.float().mean()),
-            }
-        )
-        return metrics
+        return {
+            **metrics,
+            **self.outcome(data, skipped),
+            "value_mean": float(token_mean(values, data.action_mask)),
+            "advantage_mean": float(token_mean(advantages, data.action_mask)),
+            "advantage_abs_mean": float(token_mean(advantages.abs(), data.action_mask)),
+        }
 
     @torch.no_grad()
     def _values(self, data: Batch, pieces: list[Piece]) -> torch.Tensor:
@@ -191,6 +161,7 @@ class SAOTrainer:
         return values_before, advantages_pre
 
     def _advantages(self, data: Batch, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lam_policy: float | torch.Tensor
         if self.cfg.lambda_policy == "adaptive":
             lam_policy = length_adaptive_lambda(data.action_lengths, self.cfg.alpha)
         else:
@@ -204,131 +175,29 @@ class SAOTrainer:
         data: Batch,
         returns: torch.Tensor,
         old_values: torch.Tensor,
-        forward: tuple[torch.Tensor, tuple | None] | None = None,
+        forward: CriticForward | None = None,
         pieces: list[Piece] | None = None,
-    ) -> tuple[dict[str, float], str | None]:
-        """One critic step: (metrics, the non-finite quantity if the step was skipped). `forward`:
-        the critic's (values, router logits) on this batch at its current parameters, if the
-        caller already has them (with their graph). `pieces`: the batch's micro-batches."""
-        self.critic.train()
-        parts: list = []  # per micro-batch: (weight, metrics)
-        routing: list = []  # per micro-batch: (router logits, action mask)
-        pieces = pieces or split(data, None, data.action_mask)
-        losses = self._critic_losses(pieces, returns, old_values, forward, parts, routing)
-        norms = {"critic_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
-        _, nonfinite = guarded_steps(
-            losses,
-            self.critic.parameters(),
-            self.critic_opt,
-            self.cfg.max_grad_norm,
-            "critic",
-            inspect=lambda: norms.update(grad_norms_by_family(self.critic, "critic_", self.cfg.critic_module_patterns)),
-        )
-        metrics = {k: float(v) for k, v in combine(parts).items()} | norms
-        return metrics | expert_load(*routed(routing), self.top_k, "critic_"), nonfinite
+    ) -> Step:
+        """One critic step, 0.5 x token_mean[(V - G)^2] (optionally clipped), through the policy's
+        machinery (trainers/policy_step.py). `forward`: the critic's forward on this batch at its
+        current parameters, if the caller already has it. `pieces`: the batch's micro-batches."""
 
-    def _critic_losses(
-        self,
-        pieces: list[Piece],
-        returns: torch.Tensor,
-        old_values: torch.Tensor,
-        forward: tuple[torch.Tensor, tuple | None] | None,
-        parts: list,
-        routing: list,
-    ) -> Iterator[tuple[torch.Tensor, Any]]:
-        """(value loss, share) of each micro-batch, one forward at a time when asked for; each one's
-        metrics appended to `parts`, its router logits to `routing`."""
-        totals = router_totals(  # the router loss's whole-batch counts, when micro-batched
-            pieces,
-            lambda mb: self.critic(mb.tokens, mb.attention_mask, output_router_logits=True)[1],
-            self.cfg.router_aux_loss_coef,
-            self.critic.backbone.config,
-        )
-        for piece in pieces:
+        def loss_of(k: int, piece: Piece) -> tuple[torch.Tensor, dict[str, Any], tuple | None]:
             mb = piece.batch
-            if forward is None:
-                values, router = self.critic(mb.tokens, mb.attention_mask, output_router_logits=True)
-            else:
-                values, router = forward
-            loss = value_loss(
-                values,
-                piece.cut(returns),
-                critic_mask(mb.action_mask, self.cfg.gae),
-                old_values=piece.cut(old_values) if self.cfg.value_clip else None,
-                clip=self.cfg.value_clip,
-            )
-            stats: dict[str, Any] = {"critic_loss": 0.0, "critic_grad_norm": 0.0}  # (the metrics' order)
-            loss = with_router_aux(
-                loss,
-                stats,
-                self.cfg.router_aux_loss_coef,
-                router,
-                mb.attention_mask,
-                self.critic.backbone.config,
-                "critic_router_aux_loss",
-                totals,
-                piece.weight,
-            )
-            parts.append((piece.weight, {**stats, "critic_loss": loss.detach()}))
-            routing.append((router, mb.action_mask))
-            yield loss, piece.weight
+            values, router = self._critic_forward(mb) if forward is None else forward
+            old = piece.cut(old_values) if self.cfg.value_clip else None
+            mask = critic_mask(mb.action_mask, self.cfg.gae)
+            return value_loss(values, piece.cut(returns), mask, old, self.cfg.value_clip), {}, router
 
-    def _policy_step(self, data: Batch, advantages: torch.Tensor) -> tuple[dict[str, float], str | None]:
-        """The policy step: (metrics, the non-finite quantity if the step was skipped)."""
-        self.policy.train()
-        parts: list = []  # per micro-batch: (weight, metrics)
-        routing: list = []  # per micro-batch: (router logits, action mask)
-        pieces = split(data, self.micro_batch_tokens, data.action_mask)
-        totals = router_totals(  # the router loss's whole-batch counts, when micro-batched
-            pieces,
-            policy_routing(self.policy),
-            self.cfg.router_aux_loss_coef,
-            self.policy.config,
-        )
+        critic = Stepped("critic", self.critic, self.critic_opt, self.critic.backbone.config, self._critic_routing)
+        whole = [Piece(data, 0, data.tokens.shape[0], data.tokens.shape[1])]  # value pretraining's batches
+        return guarded_update(critic, pieces or whole, loss_of, self.cfg, self.module_patterns)
 
-        def losses():  # one micro-batch's forward at a time (the whole batch without micro_batch_tokens)
-            for piece in pieces:
-                mb, adv = piece.batch, piece.cut(advantages)
-                logprobs, entropy, router = token_logprobs_and_routing(
-                    self.policy, mb.tokens, mb.attention_mask, self.temperature, where=mb.action_mask
-                )
-                if self.cfg.policy_loss == "dis":
-                    loss, stats = dis_policy_loss(
-                        logprobs, mb.behaviour_logprobs, adv, mb.action_mask, self.cfg.eps_low, self.cfg.eps_high
-                    )
-                else:  # vanilla VAPO: PPO clip against the policy that generated the batch
-                    loss, stats = ppo_clip_loss(
-                        logprobs, mb.behaviour_logprobs, adv, mb.action_mask, self.cfg.clip_low, self.cfg.clip_high
-                    )
-                if self.reference is not None:
-                    penalty, stats["kl_ref"] = self.reference.penalty(logprobs, self.reference.logprobs(mb), mb)
-                    loss = loss + penalty
-                loss = with_router_aux(
-                    loss,
-                    stats,
-                    self.cfg.router_aux_loss_coef,
-                    router,
-                    mb.attention_mask,
-                    self.policy.config,
-                    totals=totals,
-                    share=piece.weight,
-                )
-                entropy_mean = token_mean(entropy.detach(), mb.action_mask)
-                parts.append((piece.weight, {"policy_loss": loss.detach(), "entropy": entropy_mean, **stats}))
-                routing.append((router, mb.action_mask))
-                yield loss, piece.weight
+    def _critic_forward(self, mb: Batch) -> CriticForward:
+        return self.critic(mb.tokens, mb.attention_mask, output_router_logits=True)
 
-        norms = {"policy_grad_norm": float("nan")}  # stays nan when the loss is (no backward)
-        _, nonfinite = guarded_steps(
-            losses(),
-            self.policy.parameters(),
-            self.policy_opt,
-            self.cfg.max_grad_norm,
-            "policy",
-            inspect=lambda: norms.update(grad_norms_by_family(self.policy, "policy_", self.cfg.critic_module_patterns)),
-        )
-        metrics = {k: float(v) for k, v in combine(parts).items()}
-        return {**metrics, **norms, **expert_load(*routed(routing), self.top_k, "policy_")}, nonfinite
+    def _critic_routing(self, mb: Batch) -> tuple | None:
+        return self._critic_forward(mb)[1]
 
     # -- value pretraining (trainers/value_pretrain.py) ----------------------------------------
 
@@ -365,23 +234,10 @@ class SAOTrainer:
     # -- checkpoints ----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "policy": self.policy.state_dict(),
-            "policy_opt": self.policy_opt.state_dict(),
-            **self.warmup_state(),
-            "version": self.version,
-            "updates": self.updates,
-            "skipped_steps_total": self.skipped_steps_total,
-            "rng": self.rng.getstate(),
-        }
+        return {**super().state_dict(), **self.warmup_state(), "updates": self.updates, "rng": self.rng.getstate()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.policy_opt.load_state_dict(state["policy_opt"])
+        super().load_state_dict(state)
         self.load_warmup_state(state)
-        self.version, self.updates = (
-            state["version"],
-            state["updates"],
-        )  # an older checkpoint's "dropped_stale" is unused
-        self.skipped_steps_total = state.get("skipped_steps_total", 0)  # absent in older checkpoints
+        self.updates = state["updates"]  # an older checkpoint's "dropped_stale" is unused
         self.rng.setstate(state["rng"])

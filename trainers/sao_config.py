@@ -3,18 +3,23 @@ the trainer itself is `trainers.sao`."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 
 from testbed.models.critic import ModulePatterns
-from trainers.renamed import moved_to_runtime, refuse_renamed, renamed_to
+from trainers.config import DISBand, PPOClip, TrainerConfig
+from trainers.losses import PolicyLoss
+from trainers.renamed import Hint, moved_to_runtime, renamed_to
 
 
-class SAOConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # an inf lr would NaN the policy
+class SAOConfig(PPOClip, DISBand, TrainerConfig):
+    renamed: ClassVar[Mapping[str, Hint]] = {
+        "batch_size": renamed_to("episodes_per_update"),
+        "staleness_bound": moved_to_runtime,
+    }
 
-    episodes_per_update: int = Field(32, ge=1, description="single rollouts per policy update (each a judged episode)")
     policy_lr: float = Field(2e-4, gt=0)
     critic_lr: float = Field(1e-3, gt=0, description="TTUR: larger than the policy's (paper: 5x)")
     value_updates_per_policy_update: int = Field(2, ge=1, description="K; the 'w/o faster value' ablation is 1")
@@ -41,10 +46,6 @@ class SAOConfig(BaseModel):
     alpha: float = Field(1.5, gt=0)
     lambda_critic: float = Field(1.0, ge=0, le=1)
     policy_loss: Literal["dis", "ppo_clip"] = Field("dis", description="'ppo_clip' is vanilla VAPO (no DIS)")
-    eps_low: float = Field(0.3, gt=0, lt=1)
-    eps_high: float = Field(5.0, gt=0)
-    clip_low: float = Field(0.2, gt=0, lt=1)
-    clip_high: float = Field(0.28, gt=0)
     value_clip: float | None = Field(None, gt=0, description="PPO-style value clipping (off by default)")
     advantages_from: Literal["fitted", "pre_update"] = Field(
         "fitted",
@@ -58,20 +59,7 @@ class SAOConfig(BaseModel):
     value_pretrain_epochs: int = Field(6, ge=1)
     value_pretrain_batch: int = Field(64, ge=1)
     value_warmup_updates: int = Field(10, ge=0, description="critic-only updates at the start of RL (policy frozen)")
-    max_grad_norm: float = Field(1.0, gt=0)
-    adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon (RL code often uses 1e-5)")
-    kl_coef: float = Field(0.0, ge=0, description="KL anchor to the starting (SFT) policy; 0 = none, as in the paper")
-    router_aux_loss_coef: float = Field(
-        0.0,
-        ge=0,
-        description=(
-            "MoE load-balancing loss (Switch/Mixtral) weight, on the policy's and the critic's routers; 0 = off"
-        ),
-    )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _old_spellings(cls, args: Any) -> Any:
-        return refuse_renamed(
-            args, {"batch_size": renamed_to("episodes_per_update"), "staleness_bound": moved_to_runtime}
-        )
+    def loss_settings(self) -> PolicyLoss:
+        """DIS (the default) or PPO clip (vanilla VAPO), both against the engine's own log-probs."""
+        return self._loss(self.policy_loss, self.dis_band if self.policy_loss == "dis" else self.clip_band)

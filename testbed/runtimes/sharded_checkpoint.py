@@ -6,7 +6,7 @@ and a `.metadata` index), so no process ever holds a whole model's AdamW state. 
 load: the same directory loads into any number of ranks, one plain process included.
 
 What goes to DCP: the trainer's models and optimisers, found by attribute (`policy`, `critic`,
-`optimizer`, `policy_opt` ...), through `torch.distributed.checkpoint.state_dict`'s
+`policy_opt`, `critic_opt` ...), through `torch.distributed.checkpoint.state_dict`'s
 `get_state_dict` / `set_state_dict` (optimiser state keyed by parameter name, not by position).
 The rest of `trainer.state_dict()` (version, counters, the running mean's window, RNGs) is small
 and goes into the driver's checkpoint file as before (testbed/runtimes/checkpoint.py), with the
