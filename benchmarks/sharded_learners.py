@@ -100,8 +100,8 @@ def rss_mb() -> tuple[float, float]:
 def run_rank(rank: int, world: int, port: int, strategy: str, kind: str, batches, out: str, shape: dict) -> None:
     from testbed.runtimes.learner_strategy import apply
     from testbed.runtimes.ray.learner import shard_weights, split_batch
-    from testbed.runtimes.ray.shard import shard_weight
     from testbed.scenario.sharding import FSDPConfig
+    from testbed.shard import shard_weight
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)

@@ -14,11 +14,11 @@ from torch.distributed.tensor import DTensor
 from testbed.models.lora import attach
 from testbed.models.tiny_hub import build_model
 from testbed.runtimes.learner_strategy import apply
-from testbed.runtimes.ray.shard import shard_weight
 from testbed.runtimes.sharded_checkpoint import load_sharded, save_sharded
 from testbed.runtimes.sharded_state import full_state, policy_buckets, published_policy
 from testbed.scenario.lora import LoraSettings
 from testbed.scenario.sharding import FSDPConfig
+from testbed.shard import shard_weight
 from testbed.types import Verdict
 from tests.test_trainers import TOK, policy
 from trainers.grpo import GRPOTrainer

@@ -1,6 +1,7 @@
 """Data-parallel maths for the trainers: a no-op unless this process trains one shard of a batch
 (a torch.distributed process group of more than one rank is initialised AND the update runs
-inside `shard_weight(w)`, which testbed/runtimes/ray/learner_worker.py sets).
+inside `shard_weight(w)`, testbed/shard.py, which the runtime that trains shards sets: the Ray
+learner today). The trainers read the context, never the runtime (docs/distributed.md).
 
 The gradients are reduced by torch's own engines, not here: the learner hands the trainers'
 models to DistributedDataParallel (`learner_strategy: replicate`) or to FSDP2's `fully_shard`
@@ -29,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from testbed.runtimes.ray.shard import current_shard_weight, shard_weight
+from testbed.shard import current_shard_weight, shard_weight
 
 __all__ = [
     "active_weight",
@@ -85,18 +86,17 @@ def loss_scale() -> float | None:
     return None if weight is None else world_size() * weight
 
 
-def full_batch(fn: Callable[..., Sequence[Any]], *columns: Sequence[Any] | None) -> list[Any]:
-    """`fn(*columns)` for per-item columns, computed over the whole data-parallel batch.
+def full_batch(fn: Callable[..., Sequence[Any]], items: Sequence[Any], *columns: Sequence[Any] | None) -> list[Any]:
+    """`fn(items, *columns)` for per-item columns, computed over the whole data-parallel batch.
 
     Each rank passes its shard's columns (None stays None); they are gathered in rank order (the
     learner's shards are contiguous, so this is the batch order), `fn` runs on the concatenation
     on every rank (so any state it updates, e.g. a sliding window, is the same everywhere), and
     this rank's slice of its per-item result comes back."""
     if active_weight() is None:
-        return list(fn(*columns))
-    gathered: list[Any] = [None] * world_size()
-    dist.all_gather_object(gathered, [None if c is None else list(c) for c in columns])
+        return list(fn(items, *columns))
+    gathered: list[list[list[Any] | None]] = [[] for _ in range(world_size())]
+    dist.all_gather_object(gathered, [list(items)] + [None if c is None else list(c) for c in columns])
     full = [None if shards[0] is None else [x for shard in shards for x in shard] for shards in zip(*gathered)]
-    mine = len(columns[0])
-    start = sum(len(cols[0]) for cols in gathered[: dist.get_rank()])
-    return list(fn(*full))[start : start + mine]
+    start = sum(len(shard[0] or ()) for shard in gathered[: dist.get_rank()])
+    return list(fn(*full))[start : start + len(items)]

@@ -23,9 +23,9 @@ import torch
 from testbed.cpu_numerics import configure_torch
 from testbed.models import lora
 from testbed.runtimes import learner_strategy, sharded_checkpoint
-from testbed.runtimes.ray.shard import shard_weight
 from testbed.runtimes.sharded_state import full_state, published_buckets
 from testbed.scenario.sharding import FSDPConfig
+from testbed.shard import shard_weight
 from testbed.types import Trajectory
 
 

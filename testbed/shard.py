@@ -1,8 +1,9 @@
 """The data-parallel context: "this update is one shard of a bigger batch, with weight w".
 
-It lives in the core so that the learner (testbed/runtimes/ray/learner_worker.py) can set it
-without importing `trainers/` (DESIGN.md: the core never imports its siblings); the maths that
-reads it is in trainers/data_parallel.py. No torch, no Ray here: the trainers import this module.
+It lives on testbed's ground floor so that whichever runtime trains shards (the Ray learner,
+testbed/runtimes/ray/learner_worker.py) can set it and the trainers can read it
+(trainers/data_parallel.py) without either knowing the other: testbed never imports `trainers/`
+(docs/architecture.md, "Boundaries"), and no trainer imports a runtime. No torch, no Ray here.
 """
 
 from __future__ import annotations
