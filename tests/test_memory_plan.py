@@ -6,11 +6,13 @@ the largest item and the settings that would make it fit."""
 import json
 import shutil
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
 from testbed.cli import run as cli
 from testbed.cli.memory_plan import config_rows
+from trainers.sao import SAOConfig, SAOTrainer
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "scenarios" / "model_configs"
@@ -120,3 +122,31 @@ def test_the_8_gpu_recipe_with_a_kl_reference_is_refused_for_its_build(capsys, m
     code, _, err = dry_run(capsys, "gpu_moe_8x", checkpoint, "arms.0.args.kl_coef=0.1")
     assert code == 2
     assert "learner rank, building" in err and "whole (building)" in err and "kl_coef: 0" in err
+
+
+class WholeCritic(SAOTrainer):
+    """A plugin trainer whose own Config trains the whole critic, on larger pretraining batches, by default."""
+
+    class Config(SAOConfig):
+        critic_trainable: Literal["moe", "all", "lora"] = "all"
+        value_pretrain_batch: int = 96
+
+
+def test_the_plan_takes_each_trainers_settings_from_the_trainer(monkeypatch, tmp_path):
+    """No default is restated by the plan: a trainer whose Config has other defaults is planned by them."""
+    from testbed.cli.memory_plan import settings_for
+    from testbed.cli.plan import build_policy_shape, build_trainer
+    from testbed.scenario.schema import load_scenario
+
+    monkeypatch.setenv("TESTBED_CACHE", str(tmp_path / "cache"))
+    arms = (
+        "[{name: a, type: 'tests.test_memory_plan:WholeCritic'}, {name: b, type: running_mean, args: {kl_coef: 0.1}}]"
+    )
+    scenario = load_scenario(ROOT / "tests" / "data" / "golden.yaml", [f"arms={arms}"])
+    _, model, pad_id = build_policy_shape(scenario)
+    whole, window = (
+        settings_for(scenario, arm, model, build_trainer(scenario, i, model, pad_id))
+        for i, arm in enumerate(scenario.arms)
+    )
+    assert (whole.critic, whole.episodes_per_update, whole.round_episodes, whole.reference) == ("all", 96, 32, False)
+    assert (window.critic, window.episodes_per_update, window.reference) == (None, 32, True)

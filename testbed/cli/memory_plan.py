@@ -13,6 +13,7 @@ import argparse
 import os
 from typing import Any
 
+from testbed import registry
 from testbed.models.memory import GB, ModelShape, Settings, plan, size
 from testbed.scenario.lora import DEFAULT_TARGETS
 from testbed.scenario.schema import Scenario
@@ -36,12 +37,14 @@ def dtype_of(model: Any) -> str:
     return name.removeprefix("torch.") if name.removeprefix("torch.") in ("bfloat16", "float16") else "float32"
 
 
-def settings_for(scenario: Scenario, arm: Any, model: Any) -> Settings:
+def settings_for(scenario: Scenario, arm: Any, model: Any, trainer: Any) -> Settings:
+    """The plan's settings for one arm: the runtime's, and the trainer's as the trainer has them
+    (`trainer`, built on the meta device, and its Config with its defaults filled in), never
+    restated here."""
     rt = scenario.runtime_for(arm)
-    args = dict(arm.args)
-    per_update = int(args.get("episodes_per_update", 32))
-    # SAO's value pretraining runs the critic on batches of its own size
-    trained_batch = max(per_update, int(args.get("value_pretrain_batch", 64))) if arm.type == "sao" else per_update
+    cfg = registry.check_args("trainer", arm.trainer_class(), arm.args)  # None for a trainer without a Config
+    per_update = trainer.episodes_per_update
+    critic = getattr(cfg, "critic_trainable", None) if getattr(trainer, "critic", None) is not None else None
     return Settings(
         dtype=dtype_of(model) if scenario.policy.checkpoint else "float32",
         strategy=rt.learner_strategy,
@@ -51,25 +54,30 @@ def settings_for(scenario: Scenario, arm: Any, model: Any) -> Settings:
         offload=rt.fsdp.offload,
         activation_checkpointing=rt.fsdp.activation_checkpointing,
         micro_batch_tokens=rt.micro_batch_tokens,
-        episodes_per_update=trained_batch,
+        # SAO's value pretraining runs the critic on batches of their own size
+        episodes_per_update=max(per_update, getattr(cfg, "value_pretrain_batch", per_update)),
         round_episodes=per_update,
         prompt_tokens=PROMPT_TOKENS if scenario.policy.checkpoint else scenario.policy.max_positions // 2,
         new_tokens=scenario.sampling.max_new_tokens,
-        critic=args.get("critic_trainable", "moe") if arm.type == "sao" else None,
-        critic_lora_r=int(args.get("critic_lora_r", 8)),
+        critic=critic,
+        critic_lora_r=cfg.critic_lora_r if critic == "lora" else 0,
         lora_targets=scenario.policy.lora.target_modules if scenario.policy.lora else None,
         lora_r=scenario.policy.lora.r if scenario.policy.lora else 8,
-        reference=float(args.get("kl_coef", 0.0)) > 0,
+        reference=getattr(trainer, "reference", None) is not None,  # the KL anchor's copy, when kl_coef > 0
         separate_processes=rt.kind == "ray",
         device_share=min(1.0, rt.actor_gpus) if rt.kind == "ray" and rt.actor_gpus else 1.0,
     )
 
 
-def scenario_memory(scenario: Scenario, model: Any) -> dict[str, Any]:
-    """Each arm's plan, the device's memory and its source (what the dry-run prints)."""
+def scenario_memory(scenario: Scenario, model: Any, trainers: list[Any]) -> dict[str, Any]:
+    """Each arm's plan (`trainers`: the arms' trainers, built on the meta device, in arm order),
+    the device's memory and its source (what the dry-run prints)."""
     shape = ModelShape.of(model)
     memory, source = device_bytes(scenario.runtime)
-    arms = {arm.name: plan(shape, settings_for(scenario, arm, model), memory) for arm in scenario.arms}
+    arms = {
+        arm.name: plan(shape, settings_for(scenario, arm, model, trainer), memory)
+        for arm, trainer in zip(scenario.arms, trainers)
+    }
     return {"device_source": source, "arms": arms}
 
 

@@ -27,7 +27,7 @@ from testbed.cli.plan_arithmetic import (
 )
 from testbed.judging.build import check_judge
 from testbed.models.modules import moe_shape
-from testbed.scenario.schema import Scenario, ScenarioError, WorldConfig
+from testbed.scenario.schema import GoldJudgeConfig, Scenario, ScenarioError, WorldConfig
 
 # The modules that load torch or transformers (the models, the runtimes' warm-up keys, the device check)
 # are imported inside the functions that need them: `testbed run --help` and the CLI's argument
@@ -51,7 +51,8 @@ def make_plan(
     with torch.random.fork_rng(devices=[]):  # building the policy seeds torch: leave the caller's RNG alone
         policy, model, pad_id = build_policy_shape(scenario)
         starting, seed_keys = starting_plan(scenario)
-        arms = [arm_plan(scenario, i, model, pad_id, schedule, seed_keys) for i in range(len(scenario.arms))]
+        trainers = [build_trainer(scenario, i, model, pad_id) for i in range(len(scenario.arms))]
+        arms = [arm_plan(scenario, i, trainer, schedule, seed_keys) for i, trainer in enumerate(trainers)]
     claim_warmups(arms)
     judges = judges_plan(scenario)
     shapes = [
@@ -74,7 +75,7 @@ def make_plan(
         **judges,
         "schedule": schedule_plan(scenario, schedule),
         "runtime": runtime_plan(scenario),
-        "memory": scenario_memory(scenario, model),
+        "memory": scenario_memory(scenario, model, trainers),
         "seeds": list(scenario.seeds),
         "episodes": {
             "per_arm_seed": budget,
@@ -152,7 +153,8 @@ def starting_plan(scenario: Scenario) -> tuple[list[dict[str, Any]], dict[int, s
 
     configs = starting_configs(scenario)
     archetypes = scenario.world.archetypes
-    out, keys = [], {}
+    out: list[dict[str, Any]] = []
+    keys: dict[int, str] = {}
     for seed, cfg in configs.items():
         seeds = [seed] if len(configs) > 1 else list(scenario.seeds)
         if cfg.checkpoint:
@@ -184,28 +186,31 @@ def starting_plan(scenario: Scenario) -> tuple[list[dict[str, Any]], dict[int, s
     return out, keys
 
 
-def arm_plan(
-    scenario: Scenario, i: int, model: Any, pad_id: int, schedule: Any, seed_keys: dict[int, str]
-) -> dict[str, Any]:
-    """One arm: its trainer built on the meta policy (the critic and reference it makes, what one
-    update takes) and the warm-ups it would need, by cache file."""
-    from testbed.models.critic import trainable_parameter_counts
-    from testbed.runtimes.learn import warmup_cache_key, warmup_cache_path
-
+def build_trainer(scenario: Scenario, i: int, model: Any, pad_id: int) -> Any:
+    """Arm i's trainer, built on the meta policy: the critic and reference it makes, what one update takes."""
     arm = scenario.arms[i]
     try:
-        trainer = registry.build(
+        return registry.build(
             arm.trainer_class(), arm.args, model, pad_id=pad_id, temperature=scenario.sampling.temperature, seed=0
         )
     except (ValueError, TypeError) as exc:
         raise ScenarioError(f"arms.{i} ({arm.name}): trainer {arm.type} refuses its arguments: {exc}") from None
+
+
+def arm_plan(scenario: Scenario, i: int, trainer: Any, schedule: Any, seed_keys: dict[int, str]) -> dict[str, Any]:
+    """One arm: what its trainer (built on the meta policy) makes and takes per update, and the
+    warm-ups it would need, by cache file."""
+    from testbed.models.critic import trainable_parameter_counts
+    from testbed.runtimes.learn import warmup_cache_key, warmup_cache_path
+
+    arm = scenario.arms[i]
     critic = getattr(trainer, "critic", None)
     counts = trainable_parameter_counts(critic) if critic is not None else None
     ref = getattr(trainer, "reference", None)  # the KL anchor's frozen copy of the starting policy
     reference = getattr(ref, "model", None)
     runtime = scenario.runtime_for(arm)
     samples = int(getattr(trainer, "warmup_samples", 0) or 0)
-    files = {}
+    files: dict[str, bool] = {}
     if samples > 0:
         for seed in scenario.seeds:
             path = warmup_cache_path(warmup_cache_key(scenario, arm, trainer.warmup_key(), schedule, seed_keys[seed]))
@@ -265,7 +270,7 @@ def judges_plan(scenario: Scenario) -> dict[str, Any]:
             "path": config.path,
             "args": args,
             "check": check_judge(config, field),
-            **({"share": config.share} if field == "gold_judge" else {}),
+            **({"share": config.share} if isinstance(config, GoldJudgeConfig) else {}),
         }
         out["warnings"] += unset_env_vars(args, f"{field}.args")
     default = WorldConfig().model_dump()
@@ -282,6 +287,7 @@ def schedule_plan(scenario: Scenario, schedule: Any) -> dict[str, Any]:
     switches at its own episode)."""
     budget, unit = scenario.budget.episodes, "episodes"
     if scenario.schedule.clock == "sim_seconds":
+        assert scenario.schedule.horizon_s is not None  # ScheduleSpec requires it with this clock
         schedule, budget, unit = schedule.inner, scenario.schedule.horizon_s, "simulated seconds"
     phases: list[dict[str, Any]] = []
     for t in range(budget):
