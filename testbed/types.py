@@ -153,5 +153,5 @@ class Trajectory:
             toks += seg.tokens
             is_action = seg.kind == "action"
             mask += [int(is_action)] * len(seg.tokens)
-            lps += list(seg.logprobs) if is_action else [0.0] * len(seg.tokens)
+            lps += seg.logprobs if is_action and seg.logprobs is not None else [0.0] * len(seg.tokens)
         return torch.tensor(toks), torch.tensor(mask, dtype=torch.bool), torch.tensor(lps)

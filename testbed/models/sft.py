@@ -18,7 +18,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -112,8 +112,20 @@ def encode_examples(examples: list[Example], tok: WordTokenizer) -> tuple[torch.
     return ids_t, mask, labels_t
 
 
+class CorpusTokenizer(Protocol):
+    """What `encode_corpus` needs of a tokenizer: the project's WordTokenizer and a Hub one
+    (testbed/models/hub_tokenizer.py) both have it."""
+
+    pad_id: int
+    eos_id: int
+
+    def prompt_ids(self, prompt: str) -> list[int]: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+
 def encode_corpus(
-    corpus: list[tuple[str, str, str]], tok: WordTokenizer
+    corpus: list[tuple[str, str, str]], tok: CorpusTokenizer
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded input ids, attention mask and labels (-100 off the piece and its <eos>)."""
     rows = []

@@ -14,7 +14,7 @@ that keeps failing, or NaN/inf updates that keep coming, stop the run with a che
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -112,7 +112,7 @@ class ArmRunner:
             gold_share=self.scenario.gold_judge.share if self.scenario.gold_judge else 1.0,
         )
         self.judge_start, self.judge_offset = judge_counters(self.judge), dict(self.state.judge_used)
-        self.timer = Timer(Counter(self.state.seconds))
+        self.timer = Timer(defaultdict(float, self.state.seconds))
         self.wall, self.wall_before = time.perf_counter(), self.state.wall_s
         self.cpu, self.cpu_before = time.process_time(), self.state.cpu_s
         if resume is None:
@@ -265,7 +265,8 @@ class ArmRunner:
             if failed:
                 self.store.append("episodes", episode_rows(failed, None))
         errors = [v.error for t in trajs for v in (t.verdict, *t.turn_verdicts) if v is not None]
-        last_error = refusal(errors) or (trajs[-1].verdict.error if trajs and trajs[-1].verdict else None)
+        verdict = trajs[-1].verdict if trajs else None
+        last_error = refusal(errors) or (verdict.error if verdict is not None else None)
         self.stop(self.guard.judge(self.state, self.env.clock, last_error))
 
     def next_batch(self) -> list[Trajectory] | None:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import random
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from testbed.envs.style_shift import EpisodeStart, StyleShiftEnv
-from testbed.protocols import Engine
+from testbed.envs.style_shift import EpisodeStart
+from testbed.protocols import Engine, Env
 from testbed.runtimes.learn import stop_if_refused
 from testbed.types import Trajectory
 from testbed.world import STYLES, PromptSpec
@@ -34,7 +34,7 @@ from testbed.world.rules import unit_hash
 class Timer:
     """Wall time per part of the loop, for the throughput benchmark and the manifest."""
 
-    seconds: Counter = field(default_factory=Counter)
+    seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     def part(self, name: str) -> _Lap:
         return _Lap(self, name)
@@ -70,7 +70,7 @@ class Collector:
 
     def __init__(
         self,
-        env: StyleShiftEnv,
+        env: Env,
         arm: str,
         seed: int,
         group_size: int,
@@ -192,9 +192,7 @@ def gold_columns(gold: Any) -> dict[str, Any]:
     return {"gold_reward": gold.reward, "gold_quality": int(gold.quality), "gold_style": gold.style}
 
 
-def evaluate_heldout(
-    env: StyleShiftEnv, engine: Engine, specs: list[PromptSpec], t: int
-) -> tuple[list[dict], list[str], int]:
+def evaluate_heldout(env: Env, engine: Engine, specs: list[PromptSpec], t: int) -> tuple[list[dict], list[str], int]:
     """Held-out style shares at clock t (one episode per held-out prompt, rendered with the
     candidates offered at t; the clock does not move), the errors of the failed verdicts and the
     judge calls made. An evaluation with no verdict at all is a gap: shares and rewards are
@@ -230,7 +228,7 @@ def heldout_rows(verdicts: list, t: int, target_style: str) -> list[dict]:
 
 
 def judged_samples(
-    env: StyleShiftEnv,
+    env: Env,
     engine: Engine,
     specs: list[PromptSpec],
     n: int,

@@ -105,7 +105,7 @@ class EngineConfig(PluginSpec):
     kind: ClassVar[str] = "engine"
     type: str = "hf"
     mismatch: bool | None = Field(
-        None,
+        default=None,
         description=(
             "mismatch_* columns in updates.parquet (engine vs trainer log-probs, one no-grad forward per update); "
             "default: on for every engine but hf, whose log-probs are the trainer's own code"

@@ -84,40 +84,46 @@ class RuntimeConfig(Strict):
     simulation: SimulationConfig = Field(
         default_factory=SimulationConfig, description="the modelled cluster (runtime.kind: simulated)"
     )
-    rollout_workers: int = Field(1, ge=1, description="rollout actors, each an engine with its own copy of the policy")
-    learner_workers: int = Field(1, ge=1, description="data-parallel learners (torch.distributed, gloo on CPU)")
+    rollout_workers: int = Field(
+        default=1, ge=1, description="rollout actors, each an engine with its own copy of the policy"
+    )
+    learner_workers: int = Field(default=1, ge=1, description="data-parallel learners (torch.distributed, gloo on CPU)")
     learner_strategy: LearnerStrategy = Field(
-        "replicate", description="replicate: DDP, a full copy per learner; fsdp: FSDP2, each learner holds 1/W"
+        default="replicate", description="replicate: DDP, a full copy per learner; fsdp: FSDP2, each learner holds 1/W"
     )
     fsdp: FSDPConfig = Field(default_factory=FSDPConfig, description="learner_strategy fsdp's settings")
     micro_batch_tokens: int | None = Field(
-        None, ge=1, description="backpropagate each learner's batch in micro-batches of at most this many tokens"
+        default=None,
+        ge=1,
+        description="backpropagate each learner's batch in micro-batches of at most this many tokens",
     )
     device_memory_gb: float | None = Field(
-        None, gt=0, description="memory per device the plan assumes where there is no CUDA (else the host's)"
+        default=None, gt=0, description="memory per device the plan assumes where there is no CUDA (else the host's)"
     )
     max_staleness: int | None = Field(
-        None,
+        default=None,
         ge=0,
         description="policy versions an episode may lag when trained; older ones are "
         "dropped at dequeue, on either runtime (unset: 0 on ray, no bound on sync)",
     )
     queue_size: int | None = Field(
-        None,
+        default=None,
         ge=1,
         description="judged episodes waiting for the learner, at most (default: (max_staleness + 2) x batch)",
     )
-    address: str | None = Field(None, description="an existing Ray cluster (else RAY_ADDRESS, else a local one)")
-    torch_threads: int = Field(
-        1, ge=1, description="torch threads per process; 1: the matmuls are tiny, more only synchronise"
+    address: str | None = Field(
+        default=None, description="an existing Ray cluster (else RAY_ADDRESS, else a local one)"
     )
-    actor_cpus: float = Field(0.5, gt=0, description="CPUs Ray reserves per actor")
-    parallel_arms: bool = Field(False, description="run arms x seeds side by side as Ray tasks")
+    torch_threads: int = Field(
+        default=1, ge=1, description="torch threads per process; 1: the matmuls are tiny, more only synchronise"
+    )
+    actor_cpus: float = Field(default=0.5, gt=0, description="CPUs Ray reserves per actor")
+    parallel_arms: bool = Field(default=False, description="run arms x seeds side by side as Ray tasks")
     task_cpus: float = Field(
-        1.0, gt=0, description="CPUs Ray reserves per arm x seed task (parallel_arms); 1: one task per core"
+        default=1.0, gt=0, description="CPUs Ray reserves per arm x seed task (parallel_arms); 1: one task per core"
     )
     device: str = Field(
-        "cpu",
+        default="cpu",
         pattern=r"^(cpu|auto|cuda(:[0-9]+)?)$",
         description=(
             "where each arm's policy, its reference and critic, and the batches live: cpu, cuda, "
@@ -125,13 +131,13 @@ class RuntimeConfig(Strict):
         ),
     )
     actor_gpus: float | None = Field(
-        None,
+        default=None,
         ge=0,
         description="GPUs Ray reserves per rollout actor and learner "
         "(default: 1 on cuda, else 0; a fraction shares one; testbed.device.gpus)",
     )
     task_gpus: float | None = Field(
-        None, ge=0, description="GPUs Ray reserves per arm x seed task (parallel_arms; default as actor_gpus)"
+        default=None, ge=0, description="GPUs Ray reserves per arm x seed task (parallel_arms; default as actor_gpus)"
     )
 
     def staleness_limit(self) -> int | None:
@@ -309,8 +315,8 @@ def _plugin_problems(scenario: Scenario, source: str) -> list[str]:
     specs += [(f"arms.{i}.env.", scenario.env_for(arm)) for i, arm in enumerate(scenario.arms) if arm.env]
     problems: list[str] = []
     for prefix, spec in specs:
-        obj = spec.load() if spec is not None else None
-        if obj is None or (spec.kind == "judge" and not registry.is_factory(obj, spec.args)):
+        obj = None if spec is None else spec.load()  # no gold judge: nothing to check
+        if spec is None or obj is None or (spec.kind == "judge" and not registry.is_factory(obj, spec.args)):
             continue
         problems += _args_problems(prefix, spec.kind, obj, spec.args, source)[0]
     return problems

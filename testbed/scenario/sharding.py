@@ -17,18 +17,18 @@ class FSDPConfig(Strict):
     """FSDP2 (`fully_shard` per decoder layer) for the policy, the critic and the KL reference."""
 
     param_dtype: Literal["bfloat16", "float16", "float32"] | None = Field(
-        "bfloat16",
+        default="bfloat16",
         description="dtype the layers compute in (MixedPrecisionPolicy); null: the model's own",
     )
     reduce_dtype: Literal["bfloat16", "float32"] | None = Field(
-        "float32", description="dtype of the gradient reduce-scatter; null: param_dtype"
+        default="float32", description="dtype of the gradient reduce-scatter; null: param_dtype"
     )
-    offload: bool = Field(False, description="keep parameters, gradients and optimiser state on the CPU")
+    offload: bool = Field(default=False, description="keep parameters, gradients and optimiser state on the CPU")
     activation_checkpointing: bool = Field(
-        False, description="recompute each decoder layer's activations in backward instead of keeping them"
+        default=False, description="recompute each decoder layer's activations in backward instead of keeping them"
     )
     publish_bucket_mb: float | None = Field(
-        512.0,
+        default=512.0,
         gt=0,
         description="gather the published policy in buckets of about this many MB (null: all parameters at once)",
     )

@@ -29,21 +29,30 @@ class TrackingConfig(BaseModel):
         default_factory=list, description="trackers that mirror the run's rows as it runs (none by default)"
     )
     mlflow_uri: str | None = Field(
-        None, description="an MLflow tracking URI; default: a SQLite store in RUN/mlflow/ (artifacts beside it)"
+        default=None, description="an MLflow tracking URI; default: a SQLite store in RUN/mlflow/ (artifacts beside it)"
     )
-    experiment: str | None = Field(None, description="MLflow experiment / W&B project (default: the scenario's name)")
+    experiment: str | None = Field(
+        default=None, description="MLflow experiment / W&B project (default: the scenario's name)"
+    )
     wandb_mode: Literal["offline", "online"] = Field(
-        "offline", description="online needs WANDB_API_KEY in the environment (never a setting, never logged)"
+        default="offline", description="online needs WANDB_API_KEY in the environment (never a setting, never logged)"
     )
     wandb_entity: str | None = None
-    group: str | None = Field(None, description="the W&B group (default: the run directory's name; a sweep: its name)")
-    parent_run: str | None = Field(
-        None, description="an MLflow run to nest this run under (a sweep sets it: one parent, a child per point)"
+    group: str | None = Field(
+        default=None, description="the W&B group (default: the run directory's name; a sweep: its name)"
     )
-    flush_seconds: float = Field(10.0, gt=0, description="the background writer flushes every backend this often")
-    rolling_window: int = Field(128, ge=1, description="episodes in the rolling reward")
-    rolling_every: int = Field(32, ge=1, description="judged episodes between two points of the rolling reward")
-    queue_size: int = Field(100_000, ge=1, description="points waiting for the writer; past it, points are dropped")
+    parent_run: str | None = Field(
+        default=None,
+        description="an MLflow run to nest this run under (a sweep sets it: one parent, a child per point)",
+    )
+    flush_seconds: float = Field(
+        default=10.0, gt=0, description="the background writer flushes every backend this often"
+    )
+    rolling_window: int = Field(default=128, ge=1, description="episodes in the rolling reward")
+    rolling_every: int = Field(default=32, ge=1, description="judged episodes between two points of the rolling reward")
+    queue_size: int = Field(
+        default=100_000, ge=1, description="points waiting for the writer; past it, points are dropped"
+    )
 
     @field_validator("backends")
     @classmethod

@@ -186,11 +186,12 @@ class LearnerGroup:
 
     def update(self, batch: Sequence[Trajectory]) -> ray.ObjectRef:
         """Start one update; the ref raises a Ray error if a worker failed or died."""
+        weights: list[float | None]
         if self.size == 1:
             shards, weights = [list(batch)], [None]
         else:
             shards = split_batch(batch, self.size, keep_groups=self.group_size > 1)
-            weights = shard_weights(shards)
+            weights = list(shard_weights(shards))
         refs = [w.update.remote(shard, weight) for w, shard, weight in zip(self.workers, shards, weights)]
         return _combine.remote(refs)
 
