@@ -30,7 +30,7 @@ from testbed.types import Segment, Trajectory, Verdict
 from testbed.world import STYLES, generate, prompts
 from trainers.advantages import policy_and_critic_advantages
 from trainers.batching import collate
-from trainers.losses import dis_policy_loss
+from trainers.losses import PolicyLoss, policy_gradient_loss
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "tests" / "data" / "tiny_revision.yaml")
@@ -135,7 +135,8 @@ def test_observation_tokens_get_no_advantage_and_no_loss(mode):
     observation[:, 5:7] = True
     assert (advantages[observation] == 0).all() and (advantages[data.action_mask] != 0).any()
     logprobs = torch.full(data.tokens.shape, -0.7, requires_grad=True)
-    loss, _ = dis_policy_loss(logprobs, data.behaviour_logprobs, advantages.float(), data.action_mask, 0.3, 5.0)
+    dis = PolicyLoss("dis", 0.3, 5.0)
+    loss, _ = policy_gradient_loss(logprobs, data.behaviour_logprobs, advantages.float(), data.action_mask, dis)
     loss.backward()
     assert (logprobs.grad[observation] == 0).all() and (logprobs.grad[data.action_mask] != 0).any()
 
