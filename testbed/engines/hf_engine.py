@@ -178,7 +178,7 @@ class HFEngine:
         active = torch.arange(batch, device=device)  # the original row of each row still in the batch
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
         # Episode streams: every row's uniforms for the whole response, from its own stream.
-        table = None if keys is None else episode_uniforms(*zip(*keys), steps).to(device)
+        table = None if keys is None else episode_uniforms([k[0] for k in keys], [k[1] for k in keys], steps).to(device)
         for step in range(steps):
             logp = F.log_softmax(self.perturb(logits).float() / temperature, dim=-1)  # perturb: off by default
             # One uniform per row of the whole batch at every step: each row's draws are the same

@@ -19,7 +19,7 @@ import json
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ class JudgeRefused(RuntimeError):
     reference evaluation): the runner stops the run with it."""
 
 
-def refusal(errors: list[str | None]) -> str | None:
+def refusal(errors: Sequence[str | None]) -> str | None:
     """The first refusal among verdict errors, if any."""
     return next((e for e in errors if judge_refused(e)), None)
 
