@@ -17,7 +17,7 @@ export ONEDNN_MAX_CPU_ISA := SSE41
 export TESTBED_NUMERICS_PINNED := ATEN_CPU_CAPABILITY MKL_CBWR ONEDNN_MAX_CPU_ISA
 endif
 
-.PHONY: run demo test fuzz lint bench notebooks clean vllm test-vllm
+.PHONY: run demo study test fuzz lint bench notebooks clean vllm test-vllm
 
 # Byte-compile the dependencies once, on both cores (about a minute), rather than pip's one-at-a-time
 # pass: where PYTHONDONTWRITEBYTECODE is set, as on many CI machines, Python never writes .pyc files
@@ -37,6 +37,15 @@ run: $(VENV)/.installed
 # A first look at the whole path (SFT, three arms, the report) at toy size: scenarios/demo.yaml
 demo: $(VENV)/.installed
 	$(PY) -m testbed.run scenarios/demo.yaml
+
+# A staged study of the protocol's claims on a scenario (analysis/protocol.yaml: a pilot of 5 seeds,
+# then 10, 20, 40, stopping when the claims are decided or the budget is spent); resumable with
+# `python -m testbed.study --resume runs/study-...`. STUDY_SET: extra --set arguments (a cluster:
+# STUDY_SET='--set runtime.address=HEAD:6379').
+STUDY_SCENARIO ?= scenarios/style_shift.yaml
+STUDY_SET ?=
+study: $(VENV)/.installed
+	$(PY) -m testbed.study $(STUDY_SCENARIO) $(STUDY_SET)
 
 # Two pytest workers (one per core here): the suite's tests are single-threaded. worksteal
 # balances the few long tests (Ray runtime, SFT) across workers.

@@ -2,6 +2,7 @@
 
     python -m analysis.power RUN_DIR [RUN_DIR ...] [--claim ID ...] [--difference 10%] [--cores K]
                              [--protocol FILE] [--json]
+    python -m analysis.power RUN_DIR [RUN_DIR ...] --efficiency X Y    (each endpoint's resolvable share)
 
 The runs are pilots of one scenario (a run, or the stages of a study: the same scenario with other
 seeds; their per-seed values are pooled, which is exact, since every per-seed value depends on its own
@@ -44,7 +45,7 @@ from analysis.paired import POOLED, paired_table
 from analysis.paired_stats import seeds_needed
 from analysis.protocol import DEFAULT_PROTOCOL, Claim, Protocol, ProtocolError, load_protocol
 
-__all__ = ["core_seconds", "plan", "pooled_tables", "sd_interval"]
+__all__ = ["core_seconds", "efficiency", "plan", "pooled_tables", "sd_interval"]
 
 
 def sd_interval(sd: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -187,6 +188,46 @@ def plan(
     )
 
 
+# The endpoints a realignment claim can be judged on, each as a per-seed value (the mean over its
+# tasks), to compare their efficiency on the same runs (`efficiency`).
+EFFICIENCY_ENDPOINTS = (
+    ("episodes_to_bar", "switch"),  # first passage to the common bar, censored at the phase's end
+    ("auc_after", "switch"),  # reward area over a fixed window after the switch
+    ("dynamic_regret", "segment"),  # the reference's reward minus the arm's, per segment after a switch
+    ("old_half_life", "switch"),  # episodes until the old style's held-out share halves
+)
+
+
+def efficiency(run_dirs: Sequence[str | Path], x: str, y: str) -> pd.DataFrame:
+    """Per endpoint and task (each switch or segment, and "all"): the paired difference X - Y, the
+    per-seed sd of the differences, the smallest difference the runs resolve at 80% power (mde), and
+    that as a share of the arms' mean: the endpoint that resolves the smallest share is the most
+    efficient among those that mean the same thing."""
+    switches, segments, _ = pooled_tables(run_dirs)
+    tables = {"switch": switches, "segment": segments}
+    rows = []
+    for endpoint, unit in EFFICIENCY_ENDPOINTS:
+        table = tables[unit]
+        if table.empty or endpoint not in table:
+            continue
+        for r in paired_table(table, [endpoint], unit, arms=[x, y]).to_dict("records"):
+            scale = (abs(r["mean_x"]) + abs(r["mean_y"])) / 2
+            rows.append(
+                {
+                    "endpoint": endpoint,
+                    "task": r["task"],
+                    "n": r["n"],
+                    "mean_x": r["mean_x"],
+                    "mean_y": r["mean_y"],
+                    "diff": r["diff"],
+                    "sd_diff": r["sd_diff"],
+                    "mde": r["mde"],
+                    "mde_share": r["mde"] / scale if scale else float("nan"),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
 def _num(value: float, digits: int = 0) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -224,7 +265,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, help="cores for the wall-time estimate (default: this machine's)")
     parser.add_argument("--protocol", default=str(DEFAULT_PROTOCOL))
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument(
+        "--efficiency",
+        nargs=2,
+        metavar=("X", "Y"),
+        help="instead of the plan: each endpoint's resolvable difference for X - Y on these runs",
+    )
     args = parser.parse_args(argv)
+    if args.efficiency:
+        try:
+            table = efficiency(args.runs, *args.efficiency)
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(table.to_json(orient="records", indent=1) if args.json else table.round(4).to_string(index=False))
+        return 0
     difference: str | float | None = args.difference
     if difference is not None and not str(difference).endswith("%"):
         try:
