@@ -106,6 +106,9 @@ class Trajectory:
     turn_rewards: bool = False  # put each earlier draft's reward on its last token too
     gold_verdict: Verdict | None = None  # the gold judge's verdict (scenario.gold_judge), where it scored this episode
     sim_times: dict[str, float] = field(default_factory=dict)  # the simulated runtime: sim_start_s, sim_done_s, ...
+    # The prompt's expected reward under the policy that generated it, estimated from other samples
+    # that are judged but never trained on (a trainer's `baseline_samples`: the upper-bound baseline).
+    baseline_reward: float | None = None
 
     @property
     def reward(self) -> float:

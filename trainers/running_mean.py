@@ -5,6 +5,13 @@ most recent rewards as the baseline,
 
 broadcast to every action token. The loss is DIS against the engine's log-probs by default, or
 plain REINFORCE; the step is every trainer's (trainers/policy_step.py).
+
+`baseline: oracle` is the upper bound a state-dependent baseline could reach: A = r - b(prompt),
+where b is the mean reward of `baseline_samples` more samples of the same prompt from the same
+policy, judged at the episode's target and never trained on (the runtime draws them, and counts
+their judge calls apart: `baseline_judge_calls`). A perfect critic's first-token value is b; the
+arm shows how much such a baseline could gain over the window, so that a null between SAO and the
+running mean can be read. Its judge calls are k + 1 per trained episode.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from testbed.device import of as device_of
 from testbed.types import Trajectory
@@ -33,6 +40,16 @@ class RunningMeanConfig(DISBand, TrainerConfig):
     per_prompt: bool = Field(False, description="one window per prompt (Table 4 variant) instead of global")
     lr: float = Field(2e-3, gt=0)
     loss: Literal["dis", "reinforce"] = "dis"
+    baseline: Literal["window", "oracle"] = Field("window", description="oracle: the upper-bound baseline")
+    baseline_samples: int = Field(0, ge=0, description="with baseline: oracle, samples per prompt (>= 2)")
+
+    @model_validator(mode="after")
+    def _oracle(self) -> RunningMeanConfig:
+        if self.baseline == "oracle" and self.baseline_samples < 2:
+            raise ValueError("baseline: oracle needs baseline_samples >= 2 (the samples its mean is taken over)")
+        if self.baseline == "window" and self.baseline_samples:
+            raise ValueError("baseline_samples goes with baseline: oracle")
+        return self
 
     def loss_settings(self) -> PolicyLoss:
         if self.loss == "reinforce":
@@ -48,6 +65,7 @@ class RunningMeanTrainer(PolicyTrainer):
         super().__init__(policy, config, **kwargs)
         self.policy_opt = adamw(policy.parameters(), self.cfg.lr, self.cfg.adam_eps)
         self.baseline = SlidingWindowBaseline(size=self.cfg.window, per_prompt=self.cfg.per_prompt)
+        self.baseline_samples = self.cfg.baseline_samples  # the runtime draws them (testbed/runtimes/arm_runner.py)
 
     def update(self, batch: list[Trajectory]) -> dict[str, Any]:
         data = collate(batch, self.pad_id, device=device_of(self.policy))
@@ -59,6 +77,12 @@ class RunningMeanTrainer(PolicyTrainer):
         per_episode = torch.tensor(
             full_batch(self.baseline.advantages, [t.reward for t in batch], prompts), dtype=torch.float
         )
+        if self.cfg.baseline == "oracle":  # the prompt's own expected reward; the window where none was judged
+            oracle = [t.baseline_reward for t in batch]
+            per_episode = torch.tensor(
+                [a if b is None else t.reward - b for a, b, t in zip(per_episode.tolist(), oracle, batch)],
+                dtype=torch.float,
+            )
         advantages = broadcast_to_tokens(per_episode.to(data.tokens.device), data.action_mask)
 
         metrics, nonfinite = self.policy_step(self.pieces(data), advantages)

@@ -39,7 +39,7 @@ from testbed.cli.run_end import cluster_failed, report_outages, stopped
 from testbed.extras import MissingExtra
 from testbed.judging.adapter import JudgePluginError
 from testbed.judging.build import build_judge
-from testbed.runtimes.arms import arm_runner, resolved_dict, runtime_session
+from testbed.runtimes.arms import arm_problems, arm_runner, resolved_dict, runtime_session
 from testbed.runtimes.ray.cluster import ClusterError
 from testbed.scenario.schema import Scenario, ScenarioError, load_scenario
 from testbed.tracking.config import check_extras
@@ -215,7 +215,7 @@ def start(args: argparse.Namespace, opened: dict[str, Any], reexec: bool = False
             return code
         from testbed.device import scenario_problems
 
-        if problems := scenario_problems(opened["scenario"]):
+        if problems := scenario_problems(opened["scenario"]) + arm_problems(opened["scenario"]):
             return error("; ".join(problems))
         opened["judge"] = build_judge(opened["scenario"])
         opened["schedule"] = opened["scenario"].schedule_object()

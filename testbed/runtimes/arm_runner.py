@@ -351,6 +351,7 @@ class ArmRunner:
             "judge": self.judge_used(),
             "episodes": self.env.clock,
             "judge_calls": state.judge_calls,
+            **({"baseline_judge_calls": state.baseline_judge_calls} if state.baseline_judge_calls else {}),
             "judge_failures": state.failures,
             "eval_judge_calls": state.eval_judge_calls,
             "eval_judge_failures": state.eval_failures,

@@ -34,6 +34,25 @@ def runtime_session(scenario: Scenario) -> Any:
     return contextlib.nullcontext()
 
 
+def arm_problems(scenario: Scenario) -> list[str]:
+    """What an arm asks of its runtime that the runtime cannot give, each naming its field: a
+    trainer whose Config asks for `baseline_samples` (the upper-bound baseline: extra judged samples
+    per prompt, never trained on) needs the synchronous runtime, the one that draws them."""
+    out = []
+    for i, arm in enumerate(scenario.arms):
+        config = getattr(arm.trainer_class(), "Config", None)
+        try:
+            samples = int(getattr(config.model_validate(arm.args), "baseline_samples", 0) or 0) if config else 0
+        except Exception:  # a bad argument is the scenario loader's to report
+            continue
+        if samples and scenario.runtime_for(arm).kind != "sync":
+            out.append(
+                f"arms.{i}.args.baseline_samples ({arm.name}): the upper-bound baseline draws its samples in the "
+                f"synchronous runtime only; this arm's runtime.kind is {scenario.runtime_for(arm).kind}"
+            )
+    return out
+
+
 def resolved_dict(scenario: Scenario) -> dict[str, Any]:
     """The scenario with every default filled in, as plain data (what a Ray task is sent)."""
     return scenario.model_dump(mode="json", by_alias=True)

@@ -77,6 +77,7 @@ class LoopState:
     seconds: dict[str, float] = field(default_factory=dict)  # Timer totals
     judge_used: dict[str, float] = field(default_factory=dict)  # judge counters used before a resume
     wall_s: float = 0.0
+    baseline_judge_calls: int = 0  # judge calls on samples drawn only to estimate a baseline (never trained on)
     cpu_s: float = 0.0  # this process's CPU time on the arm x seed (a Ray runtime's actors not included)
     pretrain: dict[str, Any] = field(default_factory=dict)
     resumes: int = 0
@@ -152,6 +153,7 @@ def update_row(
         "eval_judge_failures": state.eval_failures,
         # what the trainer's warm-up spent before RL (SAO's value pretraining), so every arm's calls are counted
         "warmup_judge_calls": int(state.pretrain.get("judge_calls", 0)),
+        **({"baseline_judge_calls": state.baseline_judge_calls} if state.baseline_judge_calls else {}),
         **metrics,
         **judge_used,
     }

@@ -16,6 +16,7 @@ parallel arms need to compute each critic's warm-up once.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,7 @@ from rich.progress import Progress
 
 from testbed import device
 from testbed.engines.mismatch import mismatch_probe
+from testbed.envs.episode import stream_id
 from testbed.models import lora
 from testbed.models.sft import cache_root
 from testbed.models.tokenizer import WordTokenizer
@@ -72,6 +74,28 @@ class SyncRunner(ArmRunner):
         with self.timer.part("mismatch"):
             return self.probe(batch, self.trainer.version)
 
+    def estimate_baselines(self, starts: list[Any], trajs: list[Trajectory]) -> None:
+        """A trainer that asks for `baseline_samples` k (the upper-bound baseline) gets, on each judged
+        episode, the mean reward of k more samples of its prompt from the same policy: judged at the
+        episode's own target without moving the clock (counted as `baseline_judge_calls`), never
+        trained on. Their streams are the episode's (common to the arms of a seed)."""
+        k = int(getattr(self.trainer, "baseline_samples", 0) or 0)
+        if not k:
+            return
+        extra = [
+            dataclasses.replace(s, stream=None if s.stream is None else stream_id(s.stream, "baseline", j))
+            for s in starts
+            for j in range(k)
+        ]
+        with self.timer.part("generation"):
+            samples = self.env.rollout(self.engine, extra)
+        with self.timer.part("judging"):
+            verdicts = self.env.evaluate_batch(extra, [t.response_text for t in samples])
+        self.state.baseline_judge_calls += len(verdicts)
+        for i, traj in enumerate(trajs):
+            ok = [v.reward for v in verdicts[i * k : (i + 1) * k] if v.error is None]
+            traj.baseline_reward = sum(ok) / len(ok) if ok else None
+
     def loop(self) -> None:
         trainer, state = self.trainer, self.state
         per_round = max(1, trainer.episodes_per_update // trainer.group_size)
@@ -83,6 +107,7 @@ class SyncRunner(ArmRunner):
                 trajs = self.env.rollout(self.engine, round_.starts)
             with self.timer.part("judging"):
                 trajs = self.collector.judge(round_, trajs)
+            self.estimate_baselines(round_.starts, trajs)  # only for a trainer with baseline_samples
             self.record_round(trajs)
             while (batch := self.next_batch()) is not None:
                 self.record_trained(batch)
