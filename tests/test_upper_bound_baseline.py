@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from pydantic import ValidationError
 
 from testbed.cli.run import main
@@ -57,3 +58,12 @@ def test_the_upper_bound_baseline_outside_the_synchronous_runtime_is_refused(tmp
     args = [SCENARIO, "--out", str(tmp_path), "--set", f"arms=[{ORACLE}]", "--runtime", "ray"]
     assert main(args) == 2
     assert "arms.0.args.baseline_samples (oracle)" in capsys.readouterr().err
+
+
+def test_explained_share_by_hand():
+    from trainers.running_mean import explained_share
+
+    r = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    assert explained_share(r, r - 0.5) == 0.0  # a constant baseline explains nothing
+    assert explained_share(r, torch.zeros(4)) == 1.0  # b = r: everything
+    assert explained_share(r, torch.tensor([0.5, -0.5, 0.0, 0.0])) == pytest.approx(1 - 0.125 / 0.25)

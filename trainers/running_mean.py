@@ -57,6 +57,13 @@ class RunningMeanConfig(DISBand, TrainerConfig):
         return self._loss("dis", self.dis_band)
 
 
+def explained_share(rewards: torch.Tensor, advantages: torch.Tensor) -> float:
+    """1 - Var(A) / Var(r): the share of the rewards' variance the baselines b = r - A explain
+    (NaN when the rewards do not vary; negative when the baselines add variance)."""
+    var = float(rewards.var(unbiased=False))
+    return float("nan") if var == 0 else 1.0 - float(advantages.var(unbiased=False)) / var
+
+
 class RunningMeanTrainer(PolicyTrainer):
     Config = RunningMeanConfig
     cfg: RunningMeanConfig
@@ -97,6 +104,8 @@ class RunningMeanTrainer(PolicyTrainer):
             **self.outcome(data, [] if nonfinite is None else [nonfinite]),
             "baseline": float(data.episode_rewards.mean().cpu() - per_episode.mean()),
             "advantage_abs_mean": float(per_episode.abs().mean()),
+            # how much of the batch's reward variance its per-episode baselines explain (r - A = b)
+            "baseline_ev": explained_share(data.episode_rewards.cpu().float(), per_episode),
         }
 
     def state_dict(self) -> dict[str, Any]:
