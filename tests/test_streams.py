@@ -89,3 +89,18 @@ def test_a_revision_turn_draws_its_streams_next_numbers(policy):
 def test_episode_streams_without_streams_is_an_error_naming_the_setting(policy):
     with pytest.raises(ValueError, match="sampling.streams: episode"):
         engine(policy, "episode").generate(PROMPTS)
+
+
+def test_the_sft_acceptance_check_samples_as_before_whatever_the_streams(policy):
+    """The SFT policy is cached without the sampling settings, so the check that decides its rounds
+    must draw from the run's generator under episode streams too (and must not fail there)."""
+    from testbed.runtimes.sft_check import sft_evaluator
+    from testbed.scenario.schema import load_scenario
+
+    model, tok = policy
+    reports = []
+    for streams in ("batch", "episode"):
+        scenario = load_scenario("tests/data/tiny.yaml", [f"sampling.streams={streams}", "policy.sft.eval_samples=8"])
+        torch.manual_seed(3)
+        reports.append(sft_evaluator(scenario)(model, tok))
+    assert reports[0] == reports[1] and reports[0]["samples"] > 0

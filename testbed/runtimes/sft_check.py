@@ -31,8 +31,12 @@ def sft_evaluator(scenario: Scenario):
         else [tuple(archetypes)]
     )
 
+    # The run's generator, whatever the scenario's sampling.streams: the check decides whether SFT
+    # trains another round, so the policy (cached without the sampling settings) must not depend on them.
+    batch_streams = scenario.model_copy(update={"sampling": scenario.sampling.model_copy(update={"streams": "batch"})})
+
     def evaluate(model: torch.nn.Module, tokenizer: WordTokenizer) -> dict:
-        engine = make_engine(scenario, model, tokenizer)
+        engine = make_engine(batch_streams, model, tokenizer)
         specs = prompts("heldout")
         styles: Counter = Counter()
         quality = n = 0
