@@ -4,8 +4,8 @@
 
 The claims, their primary endpoints, tasks and margins are the protocol's (analysis/protocol.yaml),
 fixed before the runs. Each claim names two arms (X is claimed better than Y) and the scenario whose
-run holds both; the card finds, among the runs given, a run of that scenario (else another that
-holds both arms, and says so) and compares the arms paired, seed by seed (`analysis.paired`; the
+run holds both; the card finds, among the runs given, a run of that scenario (a run of another
+scenario never stands in) and compares the arms paired, seed by seed (`analysis.paired`; the
 arms of a seed share its SFT policy), on the claim's task: by default each seed's mean over the
 switches (or the segments after them).
 
@@ -108,9 +108,11 @@ def scenario_name(a: Any) -> str:
 
 
 def _find(analyses: list, claim: Claim) -> tuple[Any, pd.Series | None] | None:
+    """A run of the claim's own scenario that holds both arms: the protocol fixes where a claim is
+    judged, so a run of another scenario never stands in (nor enters Holm's family twice)."""
     own = Path(claim.scenario).stem
-    for a in sorted(analyses, key=lambda a: scenario_name(a) != own):
-        if {claim.x, claim.y} <= set(a.arm_order):
+    for a in analyses:
+        if scenario_name(a) == own and {claim.x, claim.y} <= set(a.arm_order):
             table = a.per_seed if claim.unit == "switch" else a.segments
             return a, _pooled(table, claim)
     return None

@@ -13,7 +13,8 @@ from analysis import pair_phases, realign
 from analysis.shares import first_crossing, share_series
 
 DEFAULT_OLD_LEVEL = 0.1
-FALL_COLUMNS = ["arm", "seed", "switch", "t", "from_style", "to_style", "old_level", "old_share_at_switch", "old_fall"]
+FALL_COLUMNS = ["arm", "seed", "switch", "t", "from_style", "to_style", "old_level", "old_share_at_switch"]
+FALL_COLUMNS += ["old_fall", "old_fall_censored"]
 
 
 def fall_time(
@@ -25,8 +26,8 @@ def fall_time(
 ) -> float:
     """Episodes after `switch` until `share` (sampled at clocks `t`) first falls to `level` or
     below before `end`, linear between samples; the last sample at or before `switch` stands for
-    the value at `switch` (0 if it is already there). NaN if it never does, or no sample
-    precedes the switch."""
+    the value at `switch` (0 if it is already there). Censored at `end - switch` if it never does
+    (`fall_censored` says which); NaN when no sample precedes the switch or none follows it."""
     t, share = np.asarray(t, dtype=float), np.asarray(share, dtype=float)
     order = np.argsort(t, kind="stable")
     t, share = t[order], share[order]
@@ -37,7 +38,24 @@ def fall_time(
     ts, ys = t[sel].copy(), share[sel]
     ts[0] = switch
     hit = first_crossing(ts, ys, level, above=False)
-    return hit - float(switch) if np.isfinite(hit) else float("nan")
+    if np.isfinite(hit):
+        return hit - float(switch)
+    return float(end) - float(switch) if ts.size > 1 else float("nan")  # no evaluation after T: no follow-up
+
+
+def fall_censored(
+    t: Sequence[float] | np.ndarray,
+    share: Sequence[float] | np.ndarray,
+    switch: float,
+    end: float,
+    level: float = DEFAULT_OLD_LEVEL,
+) -> bool:
+    """Whether `fall_time` is a censoring time: the share never fell to `level` before `end`."""
+    t, share = np.asarray(t, dtype=float), np.asarray(share, dtype=float)
+    if not (t <= switch).any():
+        return False
+    sel = (t >= t[t <= switch].max()) & (t < end)
+    return int(sel.sum()) > 1 and not bool((share[sel] <= level).any())
 
 
 def old_fall(
@@ -72,6 +90,7 @@ def old_fall(
                     "old_level": old_level,
                     "old_share_at_switch": float(at_switch[-1]) if at_switch.size else np.nan,
                     "old_fall": fall_time(et, share, switch, bounds[i + 2], old_level) if et.size else np.nan,
+                    "old_fall_censored": bool(et.size) and fall_censored(et, share, switch, bounds[i + 2], old_level),
                 }
             )
     return pd.DataFrame(rows, columns=FALL_COLUMNS)

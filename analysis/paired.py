@@ -121,6 +121,9 @@ CENSORED_BY: dict[str, tuple[str, object]] = {
     "seconds_to_bar": ("censored", True),
     "episodes_to_own_plateau": ("status", "not recovered"),
     "judge_calls_to_own_plateau": ("status", "not recovered"),
+    "old_half_life": ("old_half_life_censored", True),
+    "crossover": ("crossover_censored", True),
+    "old_fall": ("old_fall_censored", True),
 }
 
 

@@ -56,9 +56,12 @@ Held-out shares:
 
   old_share_at_switch held-out share of O at the last evaluation at or before T.
   old_half_life       episodes after T until O's held-out share first falls to half of
-                      `old_share_at_switch` (linear between evaluations); NaN if it never does.
+                      `old_share_at_switch` (linear between evaluations); censored at the phase's
+                      end (its length, `old_half_life_censored`) if it never does, never dropped;
+                      NaN only with no evaluation at or before T, or O's share 0 there.
   crossover           episodes after T until N's held-out share first exceeds O's (linear between
-                      evaluations; 0 if it already does at T); NaN if it never does.
+                      evaluations; 0 if it already does at T); censored at the phase's end if it
+                      never does (`crossover_censored`).
   new_share_end       N's held-out share at the last evaluation before the next switch.
 
 `realign_summary.aggregate` turns the per-seed table into one row per arm and switch: for each metric the mean
@@ -153,7 +156,9 @@ SWITCH_COLUMNS = [
     "judge_calls_to_own_plateau",
     "old_share_at_switch",
     "old_half_life",
+    "old_half_life_censored",
     "crossover",
+    "crossover_censored",
     "new_share_end",
 ]
 

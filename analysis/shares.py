@@ -33,9 +33,17 @@ def share_series(evals: pd.DataFrame, style: str | None) -> tuple[np.ndarray, np
 
 
 def share_metrics(evals: pd.DataFrame, switch: int, end: int, old: str | None, new: str | None) -> dict:
-    """Held-out shares: from the last evaluation at or before T to the last one before the next switch."""
+    """Held-out shares: from the last evaluation at or before T to the last one before the next switch.
+    A time to an event that does not happen before the segment ends (the old share never halves, the
+    new one never overtakes it) is censored there: the value is end - T and its `_censored` flag is
+    set, so the seed is counted, never dropped (a dropped seed is a survivor bias)."""
     row = dict(
-        old_share_at_switch=float("nan"), old_half_life=float("nan"), crossover=float("nan"), new_share_end=float("nan")
+        old_share_at_switch=float("nan"),
+        old_half_life=float("nan"),
+        old_half_life_censored=False,
+        crossover=float("nan"),
+        crossover_censored=False,
+        new_share_end=float("nan"),
     )
     et, old_share = share_series(evals, old)
     _, new_share = share_series(evals, new)
@@ -52,9 +60,14 @@ def share_metrics(evals: pd.DataFrame, switch: int, end: int, old: str | None, n
         s0 = float(so[0])
         row["old_share_at_switch"] = s0
         if s0 > 0:
-            row["old_half_life"] = first_crossing(ts, so, s0 / 2.0, above=False) - switch
+            half = first_crossing(ts, so, s0 / 2.0, above=False)
+            if np.isfinite(half) or ts.size > 1:  # censored only with an evaluation after T to say so
+                row["old_half_life"] = half - switch if np.isfinite(half) else float(end - switch)
+                row["old_half_life_censored"] = not np.isfinite(half)
     cross = first_crossing(ts, sn - so, 1e-12, above=True)
-    row["crossover"] = max(0.0, cross - switch) if np.isfinite(cross) else float("nan")
+    if np.isfinite(cross) or ts.size > 1:
+        row["crossover"] = max(0.0, cross - switch) if np.isfinite(cross) else float(end - switch)
+        row["crossover_censored"] = not np.isfinite(cross)
     after_sel = ts > switch
     row["new_share_end"] = float(sn[after_sel][-1]) if after_sel.any() else float("nan")
     return row

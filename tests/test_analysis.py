@@ -174,12 +174,37 @@ def test_half_life_and_crossover_from_held_out_shares():
     assert row["new_share_end"] == pytest.approx(0.8)
 
 
-def test_old_style_that_never_fades():
+def test_old_style_that_never_fades_is_censored_at_the_phases_end_not_dropped():
     ev = evals_table(
         [(t, "chuunibyou" if t >= 200 else "cute", {"cute": 0.9, "chuunibyou": 0.1}) for t in (0, 100, 200, 300)]
     )
     row = realign.switch_metrics(episodes(recovering()), [200], 400, evals=ev, window=10).iloc[0]
-    assert math.isnan(row["old_half_life"]) and math.isnan(row["crossover"])
+    assert row["old_half_life"] == 200 and row["old_half_life_censored"]  # the phase's 200 episodes
+    assert row["crossover"] == 200 and row["crossover_censored"]
+
+
+def test_a_seed_that_never_halves_counts_in_the_paired_comparison():
+    """Two seeds: in seed 1 arm b's old style never halves. Dropping it (NaN) would leave one seed
+    and no interval; censored at the phase's end (300 episodes) it counts, against a's 66.7 (its
+    share 0.8 at the switch halves to 0.4 two thirds of the way to 0.2 at the next evaluation)."""
+    from analysis.paired import paired_table
+
+    rows = []
+    for arm, shares in (("a", [1.0, 0.8, 0.2, 0.2]), ("b", [1.0, 1.0, 1.0, 0.9])):
+        for seed in (0, 1):
+            fade = shares if seed == 1 else [1.0, 0.8, 0.2, 0.2]
+            ev = evals_table(
+                [(t, "chuunibyou" if t >= 200 else "cute", {"cute": s, "chuunibyou": 1 - s})
+                 for t, s in zip((100, 200, 300, 400), fade)]
+            )  # fmt: skip
+            row = realign.switch_metrics(
+                episodes(recovering(), switch_points=(200,)), [200], 500, evals=ev, window=10
+            ).iloc[0]
+            rows.append({"arm": arm, "seed": seed, "switch": 1, **row[["old_half_life", "old_half_life_censored"]]})
+    table = pd.DataFrame(rows)
+    assert table["old_half_life"].notna().all() and table["old_half_life_censored"].sum() == 1
+    result = paired_table(table, ["old_half_life"], "switch", arms=["a", "b"]).iloc[0]
+    assert result["n"] == 2 and result["diff"] == pytest.approx((0 + (200 / 3 - 300)) / 2)
 
 
 def test_bootstrap_ci_sanity():

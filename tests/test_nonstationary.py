@@ -174,10 +174,14 @@ def test_fall_time_interpolates_between_evaluations():
     assert ns.fall_time(t[::-1], share[::-1], 40, 100, 0.1) == pytest.approx(36.0)  # any order
 
 
-def test_fall_time_is_zero_when_already_under_and_nan_when_never():
+def test_fall_time_is_zero_when_already_under_and_censored_when_never():
     assert ns.fall_time([0, 40, 60], [0.9, 0.05, 0.3], 40, 100, 0.1) == 0.0
-    # under the level only at t=100, the next switch: too late
-    assert math.isnan(ns.fall_time([0, 40, 60, 100], [0.9, 0.8, 0.5, 0.0], 40, 100, 0.1))
+    # under the level only at t=100, the next switch: too late; censored at the phase's end (60 episodes)
+    from analysis.old_fall import fall_censored
+
+    assert ns.fall_time([0, 40, 60, 100], [0.9, 0.8, 0.5, 0.0], 40, 100, 0.1) == 60.0
+    assert fall_censored([0, 40, 60, 100], [0.9, 0.8, 0.5, 0.0], 40, 100, 0.1)
+    assert not fall_censored([0, 40, 60], [0.9, 0.05, 0.3], 40, 100, 0.1)
     # no evaluation at or before the switch: nothing to measure from
     assert math.isnan(ns.fall_time([50, 60], [0.5, 0.0], 40, 100, 0.1))
 
@@ -204,9 +208,12 @@ def test_old_fall_per_arm_seed_and_switch_from_held_out_shares():
     first = falls[0, 1]
     assert (first["from_style"], first["to_style"], first["old_share_at_switch"]) == ("cute", "chuunibyou", 0.6)
     assert first["old_fall"] == pytest.approx(50 * 0.5 / 0.6)  # 0.6 -> 0.0 over 50 episodes reaches 0.1
-    assert math.isnan(falls[0, 2]["old_fall"])  # chuunibyou stays at 0.5
+    # chuunibyou stays at 0.5: censored at the phase's end, 100 episodes after the switch, and counted
+    assert falls[0, 2]["old_fall"] == 100 and falls[0, 2]["old_fall_censored"]
     assert falls[1, 1]["old_fall"] == 0.0  # seed 1: cute at 0.05 at its last evaluation before the switch
+    # seed 1 has no evaluation after either switch: nothing says whether it fell (NaN, not censored)
     assert falls[1, 2]["old_share_at_switch"] == 0.95 and math.isnan(falls[1, 2]["old_fall"])
+    assert not falls[1, 2]["old_fall_censored"]
     assert ns.old_fall(ev, [], 300, ep).empty and ns.old_fall(pd.DataFrame(), [100], 300, ep).empty
 
 
