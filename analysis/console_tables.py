@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from analysis.console_brief import WIDTH, fold
 from analysis.results import Analysis
 from analysis.table_rows import (
     ARM_HEADER,
@@ -60,7 +61,7 @@ def print_tables(a: Analysis, console=None) -> None:
     else:
         _print_switches(a, console)
     for line in lead_lines(a)[:-2]:  # the verdicts, without the note on the bar
-        console.print(line, highlight=False, markup=False)
+        print_folded(console, line)
     if not a.intervals.empty:
         seg = segment_rows(a.intervals, a.segments)
         if seg:
@@ -76,9 +77,9 @@ def print_tables(a: Analysis, console=None) -> None:
     if not a.improvement.empty:
         print_rows(
             console,
-            "Probability of improvement (rliable, [95% CI])",
+            "Probability of improvement (rliable, [95% CI]; each pair once: P(Y better) = 1 − P(X better))",
             IMPROVEMENT_HEADER,
-            improvement_rows(a.improvement),
+            improvement_rows(a.improvement, a.arm_order),
             keys=3,
         )
 
@@ -92,7 +93,14 @@ def print_rows(console, title: str, header: list[str], rows: list[list[str]], ke
     console.print(f"{title}:", highlight=False)
     for row in rows:
         rest = ", ".join(f"{h} {v}" for h, v in zip(header[keys:], row[keys:]))
-        console.print(f"  {'  '.join(row[:keys])}: {rest}", highlight=False)
+        print_folded(console, f"  {'  '.join(row[:keys])}: {rest}")
+
+
+def print_folded(console, line: str) -> None:
+    """A row of a narrow console in lines no wider than the console (and 120 columns): a console that
+    does not wrap, as the run's, would print it as one line wider than the terminal."""
+    for part in fold(line, min(console.width, WIDTH)):
+        console.print(part, highlight=False, markup=False, soft_wrap=True)
 
 
 def _print_switches(a: Analysis, console) -> None:
@@ -106,12 +114,12 @@ def _print_switches(a: Analysis, console) -> None:
     if console.width < 120:  # a narrow console: one line per arm and switch instead of a squeezed table
         console.print(title + "):", highlight=False)
         for row in switch_rows(a.switches):
-            console.print(
+            print_folded(
+                console,
                 f"  {row[0]}  switch {row[1]}: bar {row[2]}, reached {row[3]}, episodes to bar {row[4]}, "
                 f"KM median {row[5]}, judge calls {row[6]}, auc after {row[7]}, plateau -> dip {row[8]}, "
                 f"own plateau {row[9]}, old half-life {row[10]}, crossover {row[11]}, new share {row[12]}, "
                 f"old share to {a.old_level} {row[13]}",
-                highlight=False,
             )
         return
     table = Table(title=title + "; details in summary.md)", box=box.SIMPLE_HEAD)

@@ -65,6 +65,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import cluster, goodhart, nonstationary, realign, realign_summary, training_data
+from analysis.console_brief import brief_lines
 from analysis.console_tables import print_tables
 from analysis.nonstationary_runs import _nonstationary, _with_old_fall, schedule_groups  # noqa: F401
 
@@ -75,7 +76,7 @@ from analysis.report_figures import _concat, _figure_jobs  # noqa: F401
 from analysis.results import Analysis
 
 # The run directory's tables, read once: in their own module, importable from here as before.
-from analysis.run_data import RunData, load_run
+from analysis.run_data import RunData, RunDataError, load_run
 from analysis.tables import summary_markdown
 
 
@@ -249,10 +250,13 @@ def report(
     horizon: int | None = realign.DEFAULT_HORIZON,
     old_level: float = nonstationary.DEFAULT_OLD_LEVEL,
     figures: bool = True,
+    verbose: bool = True,
 ) -> Path:
     """Analyse the runs, write summary.md, the CSVs and figures/*.png (see the module docstring)
     into out_dir (default: `default_out_dir`), print the tables on `console` (a rich Console;
-    default: a new one), and return out_dir."""
+    default: a new one), and return out_dir. `verbose=False` prints the short ending of a run
+    instead of the tables (analysis/console_brief.py: the files, a verdict line per switch, the
+    final rewards)."""
     from rich.console import Console
 
     console = console or Console()
@@ -285,6 +289,10 @@ def report(
     written = make_figures(a, out / "figures", log=console.print) if figures else []
     simulated = cluster.report_section(runs, out)  # runtime.kind: simulated only
     (out / "summary.md").write_text(summary_markdown(a, written, out) + simulated)
+    if not verbose:
+        for line in brief_lines(a, out, written):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+        return out
     print_tables(a, console)
     console.print(f"report: {out} ({len(written)} figures, {time.time() - started:.1f} s)", highlight=False)
     return out
@@ -340,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
             old_level=args.old_level,
             figures=not args.no_figures,
         )
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, RunDataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(out)

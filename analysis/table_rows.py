@@ -103,7 +103,7 @@ def switch_rows(switches: pd.DataFrame) -> list[list[str]]:
 
 SEGMENT_HEADER = ["arm", "segment", "seeds", "reward area", "dynamic regret", "regret against", "best plateau (arm)"]
 POOLED_HEADER = ["arm", "metric", "better", "over", "seeds", "mean", "IQM"]
-IMPROVEMENT_HEADER = ["metric", "better", "over", "X", "Y", "P(X better than Y)"]
+IMPROVEMENT_HEADER = ["metric", "better", "over", "X", "Y", "P(X better than Y)"]  # P(Y better than X) = 1 - it
 METRIC_LABELS = {**nonstationary.SWITCH_METRICS, **nonstationary.SEGMENT_METRICS}
 
 
@@ -173,9 +173,16 @@ def pooled_rows(intervals: pd.DataFrame) -> list[list[str]]:
     ]
 
 
-def improvement_rows(improvement: pd.DataFrame) -> list[list[str]]:
-    """Per metric and ordered pair of arms, pooled over switches or segments."""
+def improvement_rows(improvement: pd.DataFrame, order: list[str] | None = None) -> list[list[str]]:
+    """Per metric and pair of arms, pooled over switches or segments: each pair once, X the arm that
+    comes first in `order` (the scenario's; else the table's). P(Y better than X) is the complement,
+    1 - P(X better than Y) with the interval mirrored (ties count half), so its row says nothing new;
+    improvement.csv keeps both."""
     view = pooled_view(improvement)
+    if view.empty:
+        return []
+    rank = {arm: i for i, arm in enumerate(dict.fromkeys([*(order or []), *view["arm_x"], *view["arm_y"]]))}
+    view = view[[rank[x] < rank[y] for x, y in zip(view["arm_x"], view["arm_y"])]]
     return [
         [
             METRIC_LABELS.get(r["metric"], r["metric"]),

@@ -103,7 +103,9 @@ def nonstationary_markdown(a: Analysis) -> list[str]:
         parts += [
             "### Probability of improvement (rliable)",
             "",
-            md_table(IMPROVEMENT_HEADER, improvement_rows(a.improvement)),
+            md_table(IMPROVEMENT_HEADER, improvement_rows(a.improvement, a.arm_order)),
+            "",
+            "Each pair once: P(Y better than X) = 1 − P(X better than Y) (ties count half); improvement.csv has both.",
             "",
         ]
     parts += [

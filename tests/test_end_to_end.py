@@ -81,7 +81,13 @@ def test_tiny_scenario_end_to_end(tmp_path, shared_cache):
     # the report written at the end of every run
     assert (run_dir / "summary.md").exists() and (run_dir / "summary.csv").exists()
     assert (run_dir / "figures" / "realignment.png").stat().st_size > 10_000
-    assert "Realignment after each switch" in proc.stderr
+    # the console ends briefly: where the report is, a line per switch, the final reward, the time
+    lines = proc.stderr.splitlines()
+    ending = lines[next(i for i, line in enumerate(lines) if line.startswith(f"report in {run_dir}")) :]
+    assert len(ending) <= 15 and all(len(line) <= 120 for line in ending), ending
+    assert "switch 1 (cute → chuunibyou at t=64): one arm, nothing to compare" in ending
+    assert any(line.startswith("final reward (last ") and "mean over 2 seeds" in line for line in ending)
+    assert ending[-1].startswith("time: ") and "Realignment after each switch" not in proc.stderr
 
 
 def test_second_run_reuses_the_cached_policy(tmp_path):

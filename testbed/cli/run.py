@@ -4,8 +4,10 @@ python -m testbed.run --resume RUN_DIR
 
 Wires a scenario together: loads the judge, schedule and trainers by name through the registry,
 prepares the SFT policy (cached), runs every arm x seed through the loop into one run directory,
-and prints the reward before and after each switch. `--resume` continues a run that was killed
-or stopped, from its last checkpoint, with the scenario saved in the run directory. `--dry-run`
+writes the report and ends in a few lines (analysis/console_brief.py: the report's files, a verdict
+line per switch, the final rewards, the time; `--verbose`: the report's tables). `--resume`
+continues a run that was killed or stopped, from its last checkpoint, with the scenario saved in
+the run directory. `--dry-run`
 validates the scenario and prints its plan (testbed/cli/plan.py), training and writing nothing.
 
 Exit codes: 0 done (also `--resume` of a run that is already finished: it says so and changes
@@ -35,7 +37,7 @@ from testbed.cli.memory_plan import refusal
 from testbed.cli.plan import make_plan
 from testbed.cli.plan_print import print_plan
 from testbed.cli.run_args import argument_problem, parse_arguments
-from testbed.cli.run_end import cluster_failed, report_outages, stopped
+from testbed.cli.run_end import Stopwatch, cluster_failed, report_outages, stopped
 from testbed.extras import MissingExtra
 from testbed.judging.adapter import JudgePluginError
 from testbed.judging.build import build_judge
@@ -307,6 +309,7 @@ def close(opened: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None, reexec: bool = False) -> int:
     """`reexec`: may start this module again in a fresh process when the scenario's `numerics` is
     not the process's (the command line does; an in-process caller gets an error instead)."""
+    started = time.time()
     args = parse_arguments(argv)  # first: --help and argument mistakes need no heavy imports
     args.argv = list(sys.argv[1:] if argv is None else argv)
     problem = argument_problem(args)
@@ -315,9 +318,9 @@ def main(argv: list[str] | None = None, reexec: bool = False) -> int:
     opened: dict[str, Any] = {}
     try:
         code = start(args, opened, reexec=reexec)
-        return (
-            code if code is not None else run_scenario(**opened, write_report=not args.no_report, verbose=args.verbose)
-        )
+        if code is not None:
+            return code
+        return run_scenario(**opened, write_report=not args.no_report, verbose=args.verbose, started=started)
     except KeyboardInterrupt:  # in start-up; run_scenario handles its own
         return interrupted(opened.get("store"), opened.get("manifest"))
     finally:
@@ -333,8 +336,10 @@ def run_scenario(
     resume_state: dict[str, Any] | None,
     write_report: bool = True,
     verbose: bool = False,
+    started: float | None = None,
 ) -> int:
-    """Every arm x seed of a started run into its run directory, then the report."""
+    """Every arm x seed of a started run into its run directory, then the report: its short
+    ending, or with `verbose` its full tables; then the time taken since `started`."""
     from testbed.runtimes.learn import RunStopped
     from testbed.runtimes.starting import starting_policies
     from testbed.tracking.session import start_tracking, switches_of
@@ -349,8 +354,10 @@ def run_scenario(
 
     cpu_numerics.configure_torch(scenario.runtime.torch_threads)
     manifest["numerics"] = cpu_numerics.describe()
+    clock = Stopwatch(started)
     try:
         starts = starting_policies(scenario, log=console.print)
+        clock.lap("SFT")
         reports = {seed: start.report for seed, start in starts.items()}
         # one SFT policy for every seed (the default), or one per seed (policy.sft.per_seed)
         manifest["sft"] = (
@@ -359,7 +366,6 @@ def run_scenario(
             else {"per_seed": {str(seed): r for seed, r in reports.items()}}
         )
         store.write_manifest(manifest)
-        started = time.time()
         run_arms(scenario, store, manifest, resume_state, starts=starts, judge=judge, schedule=schedule)
     except KeyboardInterrupt:
         return interrupted(store, manifest)
@@ -373,25 +379,31 @@ def run_scenario(
         store.write_manifest(manifest)
         raise
     manifest["status"] = "done"
-    manifest["wall_s"] = round(time.time() - started, 1)
+    manifest["wall_s"] = clock.lap("arms")
     store.write_manifest(manifest)
     report_outages(manifest, console)
-
-    if write_report:
-        write_run_report(store, console)
-    else:
-        console.print(f"report skipped (--no-report): python -m analysis.report {store.root}", highlight=False)
-    print(store.root)
+    end_run(store, clock, write_report, verbose)
     return 0
 
 
-def write_run_report(store: RunStore, console: Any) -> None:
+def end_run(store: RunStore, clock: Stopwatch, write_report: bool, verbose: bool) -> None:
+    """The last lines: the report (its short ending, or its tables), the time, the run directory (stdout)."""
+    if write_report:
+        write_run_report(store, console, verbose)
+        clock.lap("report")
+    else:
+        console.print(f"report skipped (--no-report): python -m analysis.report {store.root}", highlight=False)
+    console.print(clock.line(), highlight=False)
+    print(store.root)
+
+
+def write_run_report(store: RunStore, console: Any, verbose: bool = True) -> None:
     """The finished run's report. Its tables are complete: a report bug must not fail the run (nor
     stop a sweep before its next point), so it is printed with the command that writes it again."""
     from analysis.report import report  # the one place the core calls analysis
 
     try:
-        report([store.root], console=console)
+        report([store.root], console=console, verbose=verbose)
     except Exception:
         traceback.print_exc()
         console.print(

@@ -63,7 +63,9 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--verbose",
         action="store_true",
-        help="print the traceback behind an error that names its cause (a Ray cluster's)",
+        help="end with the report's full tables (as python -m analysis.report RUN_DIR prints them) "
+        "instead of the short ending: the files, a verdict line per switch, the final rewards, the time; "
+        "and print the traceback behind an error that names its cause (a Ray cluster's)",
     )
     return parser.parse_args(argv)
 

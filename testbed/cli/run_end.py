@@ -1,10 +1,12 @@
-"""How a stopped run ends on the terminal and in its manifest: a stop on purpose or a judge
-plugin's bug (`stopped`: exit 3 or 2), and the judge outages a run met (`report_outages`). The
-report of a finished run stays in testbed/cli/run.py, the one place the core calls analysis."""
+"""How a run ends on the terminal and in its manifest: a stop on purpose or a judge plugin's bug
+(`stopped`: exit 3 or 2), the judge outages a run met (`report_outages`), and the time a finished
+run took, part by part (`Stopwatch`). The report of a finished run stays in testbed/cli/run.py,
+the one place the core calls analysis."""
 
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +15,38 @@ from rich.markup import escape
 if TYPE_CHECKING:
     from testbed.store import RunStore
 
-__all__ = ["cluster_failed", "report_outages", "stopped"]
+__all__ = ["Stopwatch", "cluster_failed", "report_outages", "stopped"]
+
+
+class Stopwatch:
+    """The seconds of a run's parts (`lap`), and the line that ends its console output."""
+
+    def __init__(self, started: float | None = None) -> None:
+        self.started = time.time() if started is None else started
+        self.last = time.time()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> float:
+        """The seconds since the last lap (or the start), kept as part `name`."""
+        now = time.time()
+        self.laps[name] = round(now - self.last, 1)
+        self.last = now
+        return self.laps[name]
+
+    def line(self) -> str:
+        """'time: 1 min 52 s (SFT 31 s, arms 62 s, report 9 s)': from the command's start."""
+        parts = ", ".join(f"{name} {duration(s)}" for name, s in self.laps.items())
+        return f"time: {duration(time.time() - self.started)}" + (f" ({parts})" if parts else "")
+
+
+def duration(seconds: float) -> str:
+    """'52 s', '1 min 52 s', '1 h 2 min'."""
+    s = round(seconds)
+    if s < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
 
 
 def stopped(store: RunStore, manifest: dict[str, Any], exc: Exception, console: Any) -> int:
