@@ -28,6 +28,7 @@ from transformers import AutoModelForCausalLM
 
 from testbed.cpu_numerics import numerics_tag
 from testbed.models.policy import build_policy, count_parameters, hidden_states
+from testbed.models.sft_bar import bar_warning, sft_passes, shortfall
 from testbed.models.tokenizer import WordTokenizer
 from testbed.paths import cache_dir, source_fingerprint
 from testbed.scenario.schema import PolicyConfig
@@ -236,13 +237,6 @@ def transient_bar(label: str) -> Iterator[OnStep]:
 Evaluate = Callable[[torch.nn.Module, WordTokenizer], dict]
 
 
-def sft_passes(report: dict, cfg: PolicyConfig, archetypes: list[str]) -> bool:
-    shares = report["style_shares"]
-    return report["quality"] >= cfg.sft.min_quality and all(
-        shares.get(s, 0.0) >= cfg.sft.min_style_share for s in archetypes
-    )
-
-
 def tokenizer_and_corpus(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> tuple[WordTokenizer, Callable]:
     """The tokenizer, and a function encoding the SFT corpus with it: the world's single-turn
     pieces, or the corpus of an env that brings its own (`extra_words`, `sft_examples`)."""
@@ -357,9 +351,9 @@ def train_policy(
         report = checked.get("report") or (evaluate(model, tok) if evaluate else {})
         if not evaluate or sft_passes(report, cfg, archetypes):
             break
-        log(f"SFT round {round_ + 1} not yet good enough: {report}")
+        log(f"SFT round {round_ + 1} of {cfg.sft.max_rounds}: {shortfall(report, cfg, archetypes)}; training on")
     else:
-        log(f"warning: after {cfg.sft.max_rounds} rounds the SFT policy misses the acceptance bar: {report}")
+        log(bar_warning(report, cfg, archetypes))
     full_report = sft_report(key, model, losses, time.time() - start, report)
     full_report["passed"] = bool(report) and sft_passes(report, cfg, archetypes)
     save_policy(directory, model, tok, full_report)

@@ -15,6 +15,7 @@ import contextlib
 import importlib.metadata
 import importlib.util
 import ipaddress
+import logging
 import os
 import socket
 import sys
@@ -91,6 +92,10 @@ def connect_hint(exc: BaseException, address: str) -> str:
         return "the driver and the cluster must run the same Python and Ray versions (docs/ray.md)"
     return f"check that a Ray head listens at {address} (`ray status --address {address}` there) and " + TOKEN_HINT
 
+# Where Ray says, as a warning, that it turned token authentication on for a new local instance (its
+# default, kept: docs/ray.md). Nothing for the user to do, and on a first run it read like a fault.
+TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+
 
 def start_local(**kwargs: Any) -> None:
     """`ray.init` for a local instance whose every process listens on the loopback address only.
@@ -107,6 +112,7 @@ def start_local(**kwargs: Any) -> None:
 
     saved_env, saved_mode = os.environ.get(CLUSTER_MODE_ENV), ray_constants.ENABLE_RAY_CLUSTER
     os.environ[CLUSTER_MODE_ENV] = "0"
+    logging.getLogger(TOKEN_NOTICE_LOGGER).setLevel(logging.ERROR)
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
         # "local": a new instance even where RAY_ADDRESS names a cluster
