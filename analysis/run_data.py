@@ -84,13 +84,23 @@ class RunData:
         return tuple(self.switch_points), self.budget, tuple(targets)
 
 
+class RunDataError(ValueError):
+    """A run directory whose files cannot be read as a run's (the message names the file)."""
+
+
 def load_run(run_dir: str | Path) -> RunData:
     """Read a run directory (manifest and the three tables, each possibly empty)."""
     path = Path(run_dir)
     if not path.is_dir():
         raise FileNotFoundError(f"not a run directory: {path}")
     manifest_path = path / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    try:
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    except ValueError as exc:  # cut short or damaged: name the file, never a bare JSON position
+        raise RunDataError(
+            f"{manifest_path} is damaged ({exc}); the report reads the run's switch points and budget from it: "
+            f"put back a good copy, or have it rebuilt: python -m testbed.run --resume {path} says how"
+        ) from None
     tables = {name: read_table(path, name) for name in ("episodes", "updates", "evals")}
     run = RunData(
         path=path,

@@ -238,8 +238,29 @@ class RunStore:
         os.replace(tmp, self.root / "manifest.json")
 
     def read_manifest(self) -> dict[str, Any]:
+        """The run's manifest ({} if there is none yet); CorruptRunError naming the file, and what to
+        do, if it is not a JSON object (cut short by a full disk or a copy that stopped)."""
         path = self.root / "manifest.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        if not path.exists():
+            return {}
+        try:
+            manifest = json.loads(path.read_text())
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+            raise CorruptRunError(damaged_manifest(path, str(exc))) from None
+        if not isinstance(manifest, dict):
+            raise CorruptRunError(damaged_manifest(path, f"a JSON {type(manifest).__name__}, not an object"))
+        return manifest
+
+
+def damaged_manifest(path: Path, problem: str) -> str:
+    """What a damaged manifest means for the run and what the user can do."""
+    return (
+        f"{path} is damaged ({problem}): cut short by a full disk or a copy that stopped, perhaps. The run's "
+        "tables and checkpoints beside it are untouched. Put back a good copy of manifest.json, or move this "
+        f"one aside (mv {path} {path}.damaged) and --resume again: the run then continues from its last "
+        "checkpoint (or its start, without one) with a new manifest; its start time and its list of earlier "
+        "resumes are lost."
+    )
 
 
 def _claim(root: Path) -> bool:

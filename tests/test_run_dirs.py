@@ -53,6 +53,26 @@ def test_resume_refuses_what_would_change_the_saved_scenario(tmp_path, capsys, n
     assert (run / "manifest.json").read_bytes() == before
 
 
+def test_resume_of_a_run_whose_manifest_was_cut_short_names_the_file_and_what_to_do(tmp_path, capsys, no_training):
+    run = make_run(tmp_path, "stopped")
+    manifest = run / "manifest.json"
+    manifest.write_bytes(manifest.read_bytes()[:60])  # a full disk, a copy that stopped
+    cut = manifest.read_bytes()
+    assert cli.main(["--resume", str(run)]) == 2
+    said = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    assert f"error: {manifest} is damaged (" in said and "(char 60)" in said  # where the JSON stops
+    assert f"mv {manifest} {manifest}.damaged" in said and "--resume again" in said
+    assert manifest.read_bytes() == cut and not (run / "discarded").exists()  # nothing touched
+    lock = FileLock(run / LOCK_NAME, timeout=0)
+    lock.acquire()  # and the run directory is let go
+    lock.release()
+    # what the message says to do works: with the damaged file moved aside, the run opens to resume
+    manifest.rename(run / "manifest.json.damaged")
+    scenario, store, fresh, state = cli.open_resume(run)
+    store.unlock()
+    assert scenario.name == "tiny" and fresh["status"] == "running" and fresh["arms"] == {} and state is None
+
+
 def test_a_second_resume_of_a_run_in_use_is_refused(tmp_path, capsys, no_training):
     run = make_run(tmp_path, "stopped")
     before = (run / "manifest.json").read_bytes()
@@ -113,3 +133,13 @@ def test_a_failing_report_leaves_the_finished_run_and_says_how_to_write_it_again
     assert "KeyError: 'a report bug'" in said.err and said.out.strip().endswith(str(tmp_path / "r"))
     assert json.loads((tmp_path / "r" / "manifest.json").read_text())["status"] == "done"
     assert len(read_table(tmp_path / "r", "episodes")) == 32
+
+
+def test_verbose_ends_with_the_reports_tables_and_the_time(tmp_path, capsys):
+    from tests.test_cpu_numerics import ONE_ARM
+    from tests.test_golden import FROM_POLICY, SCENARIO
+
+    assert cli.main([SCENARIO, *FROM_POLICY, *ONE_ARM, "--out", str(tmp_path), "--run-name", "r", "--verbose"]) == 0
+    said = capsys.readouterr().err
+    assert "Arms - r" in said and "Realignment after each switch" in said and f"report: {tmp_path / 'r'}" in said
+    assert said.rstrip().splitlines()[-1].startswith("time: ") and "report in " not in said  # not the short ending

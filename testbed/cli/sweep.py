@@ -102,7 +102,10 @@ def run_point(root: Path, point: Point, arms: list[str], links: dict[str, Any] |
     run_dir = root / "runs" / point.label
     if run_dir.exists():
         manifest = run_dir / "manifest.json"
-        status = json.loads(manifest.read_text()).get("status") if manifest.exists() else None
+        try:
+            status = json.loads(manifest.read_text()).get("status") if manifest.exists() else None
+        except ValueError:  # damaged: the resume says which file and what to do
+            status = None
         if status == "done":
             return 0
         return run.main(["--resume", str(run_dir)])
