@@ -81,9 +81,12 @@ def run_arms(
         if str(seed) not in manifest["arms"].get(arm.name, {})
     ]
 
-    def done(arm_name: str, seed: int, totals: dict[str, Any]) -> None:
+    def done(arm_name: str, seed: int, totals: dict[str, Any]) -> None:  # the bars are gone at the end: say it
         manifest["arms"].setdefault(arm_name, {})[str(seed)] = totals
         store.write_manifest(manifest)
+        progress.console.print(
+            f"{arm_name} seed {seed} finished: {totals['episodes']} episodes in {totals['wall_s']:.0f} s"
+        )
 
     with make_progress() as progress, runtime_session(scenario):
         # Side by side: the synchronous arms. An asynchronous arm has actors of its own, which need the
@@ -101,11 +104,8 @@ def run_arms(
             )
             jobs = [job for job in jobs if job not in side]
         for arm, seed in jobs:
-            resume = (
-                resume_state
-                if resume_state and (resume_state["arm"], resume_state["seed"]) == (arm.name, seed)
-                else None
-            )
+            here = resume_state and (resume_state["arm"], resume_state["seed"]) == (arm.name, seed)
+            resume = resume_state if here else None
             start = starts[seed]
             totals = arm_runner(scenario, arm)(
                 scenario,

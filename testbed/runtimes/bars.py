@@ -33,6 +33,10 @@ class StatusColumn(ProgressColumn):
 
 
 def make_progress() -> Progress:
+    """The display, gone when it stops (`transient`): each bar's end is a log line of its own (SFT
+    done, an arm finished) and the run's ending says the rest, so the finished bars would only
+    repeat them; where the console is not a terminal (a log file, CI), they would print as a block
+    of wrapped columns before the ending."""
     return Progress(
         TextColumn("[bold]{task.fields[arm]}[/] seed {task.fields[seed]}"),
         BarColumn(),
@@ -40,6 +44,7 @@ def make_progress() -> Progress:
         StatusColumn(),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
+        transient=True,
     )
 
 

@@ -328,7 +328,6 @@ def run_arms_in_parallel(
         totals, tables = ray.get(ready[0])
         append_task_rows(store, tables, relayed=relay is not None)
         on_done(arm_name, seed, totals)
-        log(f"{arm_name} seed {seed} finished: {totals['episodes']} episodes in {totals['wall_s']:.0f} s")
 
 
 def share_starting_policies(starts: dict[int, Any]) -> dict[str, Any]:
