@@ -92,6 +92,7 @@ def connect_hint(exc: BaseException, address: str) -> str:
         return "the driver and the cluster must run the same Python and Ray versions (docs/ray.md)"
     return f"check that a Ray head listens at {address} (`ray status --address {address}` there) and " + TOKEN_HINT
 
+
 # Where Ray says, as a warning, that it turned token authentication on for a new local instance (its
 # default, kept: docs/ray.md). Nothing for the user to do, and on a first run it read like a fault.
 TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
