@@ -68,6 +68,25 @@ def aggregate(
     return pd.DataFrame(rows, columns=columns)
 
 
+def frozen_policy_episodes(updates: pd.DataFrame) -> float:
+    """The episodes one arm x seed trained its critic alone before its policy's first update (SAO's
+    critic-only warm-up: `value_warmup_updates`): the clock of the first update with a policy loss.
+    0 for an arm whose every update moves its policy."""
+    if updates.empty or "t" not in updates:
+        return 0.0
+    u = updates.sort_values("update")
+    if "value_warmup" in u:  # SAO marks its critic-only updates
+        warm = u[u["value_warmup"].fillna(0) > 0]
+        return float(warm["t"].max()) if not warm.empty else 0.0
+    if "policy_loss" not in u:
+        return 0.0
+    moved = u[u["policy_loss"].notna()]
+    if moved.empty:
+        return float(u["t"].max())
+    earlier = u[u["update"] < moved["update"].iloc[0]]
+    return float(earlier["t"].max()) if not earlier.empty else 0.0
+
+
 def arm_overview(
     episodes: pd.DataFrame,
     evals: pd.DataFrame | None = None,
@@ -76,6 +95,8 @@ def arm_overview(
 ) -> pd.DataFrame:
     """One row per arm: seeds, episodes, judge calls (all of them: each seed's training calls plus
     its trainer's warm-up calls, `warmup_judge_calls`, also shown on their own) and failures, the
+    episodes its policy stood still while the critic alone trained (`frozen_policy_episodes`, mean
+    over seeds; they count toward the first phase's regret), the
     mean reward over the run and over each seed's last `window` judged episodes (mean over seeds),
     and the held-out share of the final target style at the last evaluation (mean over seeds)."""
     cols = [
@@ -84,6 +105,7 @@ def arm_overview(
         "episodes",
         "judge_calls",
         "warmup_judge_calls",
+        "frozen_policy_episodes",
         "judge_failures",
         "mean_reward",
         "final_reward",
@@ -97,11 +119,12 @@ def arm_overview(
     for arm, g in episodes.groupby("arm", sort=True):
         okg = ok[ok["arm"] == arm]
         finals = [s.sort_values("t")["reward"].tail(window).mean() for _, s in okg.groupby("seed")]
-        calls, warmup = len(g), 0
+        calls, warmup, frozen = len(g), 0, 0.0
         fails = int(g["judge_error"].notna().sum()) if "judge_error" in g else 0
         u = updates[updates["arm"] == arm] if updates is not None and not updates.empty and "arm" in updates else None
         if u is not None and not u.empty:
             warmup = int(sum(warmup_judge_calls(s) for _, s in u.groupby("seed")))
+            frozen = float(np.mean([frozen_policy_episodes(s) for _, s in u.groupby("seed")]))
             if "judge_calls" in u:
                 calls = max(calls, int(u.groupby("seed")["judge_calls"].max().sum()))
             if "judge_failures" in u:
@@ -118,6 +141,7 @@ def arm_overview(
                 "episodes": len(g),
                 "judge_calls": calls + warmup,
                 "warmup_judge_calls": warmup,
+                "frozen_policy_episodes": frozen,
                 "judge_failures": fails,
                 "mean_reward": float(okg["reward"].mean()) if len(okg) else float("nan"),
                 "final_reward": float(np.mean(finals)) if finals else float("nan"),

@@ -587,3 +587,14 @@ def test_critic_ev_curve_ignores_one_exploded_batch_but_the_loss_curve_is_a_mean
     smooth = _smooth(updates, ["value_explained_variance", "critic_loss"], span=5, points=1000).set_index("t")
     assert smooth["value_explained_variance"].min() > 0.4  # the median of every window
     assert smooth.loc[160, "critic_loss"] == pytest.approx(11 / 5)  # the mean of 1, 7, 1, 1, 1
+
+
+def test_the_critic_only_warm_up_is_counted_in_episodes():
+    from analysis.realign_summary import frozen_policy_episodes
+
+    sao = pd.DataFrame({"update": [1, 2, 3, 4], "t": [32, 64, 96, 128], "value_warmup": [1.0, 1.0, None, None]})
+    assert frozen_policy_episodes(sao) == 64  # the policy stood still through episode 64
+    rm = pd.DataFrame({"update": [1, 2], "t": [32, 64], "policy_loss": [0.1, 0.2]})
+    assert frozen_policy_episodes(rm) == 0
+    late = pd.DataFrame({"update": [1, 2, 3], "t": [32, 64, 96], "policy_loss": [None, None, 0.3]})
+    assert frozen_policy_episodes(late) == 64
