@@ -1,4 +1,4 @@
-"""Every row of the README's bad-input table, run through the real CLI entry point: exit code 2,
+"""Every row of docs/errors.md's bad-input table, run through the real CLI entry point: exit code 2,
 the documented error text, and no training started."""
 
 import os
@@ -12,7 +12,7 @@ import testbed.cli.run as cli
 from testbed.models import sft
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLE = re.search(r"<!-- bad-input-table -->(.*?)<!-- /bad-input-table -->", (ROOT / "README.md").read_text(), re.S)
+TABLE = re.search(r"<!-- bad-input-table -->(.*?)<!-- /bad-input-table -->", (ROOT / "docs" / "errors.md").read_text(), re.S)
 ROWS = [
     [cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]
     for line in TABLE.group(1).strip().splitlines()[2:]
