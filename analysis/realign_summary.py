@@ -149,3 +149,20 @@ def arm_overview(
             }
         )
     return pd.DataFrame(rows, columns=cols)
+
+
+def seed_means(per_seed: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:
+    """One row per run, arm and seed: each switch metric's mean over the seed's switches (`events`
+    of them) and each segment metric's over the segments after a switch: the unit a paired verdict
+    compares (analysis/paired.py's "all"), since the events of one seed are not independent."""
+    keys = [k for k in ("run", "arm", "seed") if k in per_seed]
+    if per_seed.empty or not keys:
+        return pd.DataFrame()
+    numeric = [c for c in per_seed.select_dtypes("number").columns if c not in (*keys, "switch", "t")]
+    out = per_seed.groupby(keys, sort=False)[numeric].mean()
+    out.insert(0, "events", per_seed.groupby(keys, sort=False).size())
+    if not segments.empty and "segment" in segments:
+        after = segments[segments["segment"] > 0]
+        seg_numeric = [c for c in after.select_dtypes("number").columns if c not in (*keys, "segment", "start", "end")]
+        out = out.join(after.groupby(keys, sort=False)[seg_numeric].mean().add_prefix("segment_"), how="left")
+    return out.reset_index()

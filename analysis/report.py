@@ -24,6 +24,8 @@ What it writes:
                           restricted mean and Kaplan-Meier median of episodes to the bar, reached k/n;
   switches_by_seed.csv    the per-seed metrics behind it (columns: analysis/realign.py; with `old_fall`,
                           analysis/nonstationary.py);
+  seeds.csv               per run, arm and seed: each metric's mean over the seed's switches (and over the
+                          segments after them): the values a paired verdict over seeds compares;
   segments_by_seed.csv    per run, arm, seed and segment between switches: reward area (auc), plateau,
                           the best arm's plateau, the reference the regret is against and the dynamic
                           regret (analysis/nonstationary.py);
@@ -68,6 +70,7 @@ from analysis import cluster, goodhart, nonstationary, realign, realign_summary,
 from analysis.console_brief import brief_lines
 from analysis.console_tables import print_tables
 from analysis.nonstationary_runs import _nonstationary, _with_old_fall, schedule_groups  # noqa: F401
+from analysis.realign_summary import seed_means
 
 # ----------------------------------------------------------------------------------------------
 # analysis
@@ -277,6 +280,7 @@ def report(
     a.summary.to_csv(out / "summary.csv", index=False)
     a.per_seed.to_csv(out / "switches_by_seed.csv", index=False)
     a.segments.to_csv(out / "segments_by_seed.csv", index=False)
+    seed_means(a.per_seed, a.segments).to_csv(out / "seeds.csv", index=False)
     a.intervals.to_csv(out / "intervals.csv", index=False)
     a.improvement.to_csv(out / "improvement.csv", index=False)
     a.paired.to_csv(out / "paired.csv", index=False)

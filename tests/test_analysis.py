@@ -598,3 +598,23 @@ def test_the_critic_only_warm_up_is_counted_in_episodes():
     assert frozen_policy_episodes(rm) == 0
     late = pd.DataFrame({"update": [1, 2, 3], "t": [32, 64, 96], "policy_loss": [None, None, 0.3]})
     assert frozen_policy_episodes(late) == 64
+
+
+def test_seed_means_average_each_seeds_events():
+    from analysis.realign_summary import seed_means
+
+    per_seed = pd.DataFrame(
+        {
+            "run": "r",
+            "arm": ["a"] * 4,
+            "seed": [0, 0, 1, 1],
+            "switch": [1, 2, 1, 2],
+            "episodes_to_bar": [100, 300, 50, 50],
+        }
+    )
+    segments = pd.DataFrame(
+        {"run": "r", "arm": ["a"] * 4, "seed": [0, 0, 1, 1], "segment": [0, 1, 0, 1], "auc": [0.9, 0.5, 0.9, 0.7]}
+    )
+    out = seed_means(per_seed, segments).set_index("seed")
+    assert out.loc[0, "episodes_to_bar"] == 200 and out.loc[1, "episodes_to_bar"] == 50 and out.loc[0, "events"] == 2
+    assert out.loc[0, "segment_auc"] == 0.5  # segment 0 (before any switch) is not an event
