@@ -147,7 +147,17 @@ def run_study(root: Path, state: dict[str, Any], max_stages: int | None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def numerics_of(state: dict[str, Any]) -> str:
+    """The numerics the study's scenario runs with (its file and the study's overrides)."""
+    from testbed.scenario.schema import load_scenario
+
+    return load_scenario(state["scenario"], state["overrides"]).numerics
+
+
+def main(argv: list[str] | None = None, reexec: bool = False) -> int:
+    """`reexec`: start this module again in a fresh process when the scenario's `numerics` is not
+    this process's (the command line does: a study of many seeds may run native numerics, which its
+    manifests record); an in-process caller gets the stage's error instead."""
     args = parse_arguments(argv)
     if bool(args.resume) == bool(args.scenario):
         return run.error("give a scenario file or --resume STUDY_DIR (not both)")
@@ -161,8 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     if state.get("status") == "done":
         console.print(f"{root} is done ({state.get('stopped_because', '')}); nothing to resume", highlight=False)
         return 0
+    from testbed import cpu_numerics
+
+    mode = numerics_of(state)
+    if reexec and cpu_numerics.mode_problem(mode) is not None and cpu_numerics.requested_mode() != mode:
+        console.print(f"numerics: {mode}: starting again with {cpu_numerics.ENV_VAR}={mode}")
+        max_stages = ["--max-stages", str(args.max_stages)] if args.max_stages is not None else []
+        cpu_numerics.reexec(mode, ["--resume", str(root), *max_stages], "testbed.study")
     return run_study(root, state, args.max_stages)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(reexec=True))
