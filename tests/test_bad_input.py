@@ -12,7 +12,9 @@ import testbed.cli.run as cli
 from testbed.models import sft
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLE = re.search(r"<!-- bad-input-table -->(.*?)<!-- /bad-input-table -->", (ROOT / "docs" / "errors.md").read_text(), re.S)
+TABLE = re.search(
+    r"<!-- bad-input-table -->(.*?)<!-- /bad-input-table -->", (ROOT / "docs" / "errors.md").read_text(), re.S
+)
 ROWS = [
     [cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]
     for line in TABLE.group(1).strip().splitlines()[2:]
