@@ -57,13 +57,34 @@ def sd_interval(sd: float, n: int, confidence: float = 0.95) -> tuple[float, flo
     return float(sd * math.sqrt(df / lo_q)), float(sd * math.sqrt(df / hi_q))
 
 
+class PerSeedFiles:
+    """A directory of a report's per-seed tables (switches_by_seed.csv, segments_by_seed.csv), as
+    docs/results/ keeps them for runs whose run directory is not at hand: no manifest, so no cost."""
+
+    def __init__(self, path: Path):
+        self.path, self.name = path, path.name
+        self.manifest: dict[str, Any] = {"scenario": path.name.split("-")[0]}  # style_shift-1cfe171
+        self.switches = pd.read_csv(path / "switches_by_seed.csv")
+        segments = path / "segments_by_seed.csv"
+        self.segments = pd.read_csv(segments) if segments.exists() else pd.DataFrame()
+        self.seeds = sorted(int(s) for s in self.switches["seed"].unique())
+
+
 def pooled_tables(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame, list[Any]]:
     """(per-seed switch metrics, per-seed segment metrics, the runs) of one scenario's runs, pooled
-    as one run (their seeds must not overlap: a seed twice would be counted twice)."""
+    as one run (their seeds must not overlap: a seed twice would be counted twice). A directory
+    holding only a report's per-seed CSVs (docs/results/<run>/) counts as a run without a manifest."""
     from analysis.report import analyse, load_run
 
-    runs, switches, segments = [], [], []
-    for path in run_dirs:
+    runs: list[Any] = []
+    switches, segments = [], []
+    for path in map(Path, run_dirs):
+        if not (path / "episodes.parquet").exists() and (path / "switches_by_seed.csv").exists():
+            files = PerSeedFiles(path)
+            runs.append(files)
+            switches.append(files.switches)
+            segments.append(files.segments)
+            continue
         a = analyse([load_run(path)])
         runs += a.runs
         switches.append(a.per_seed)
@@ -177,15 +198,18 @@ def plan(
     cores: int | None = None,
     protocol: Protocol | None = None,
 ) -> pd.DataFrame:
-    """One row per claim (the given ones, else every protocol claim whose arms the runs hold)."""
+    """One row per claim: the given ones; else the protocol's claims on the runs' scenario; else every
+    claim whose two arms the runs hold."""
     protocol = protocol or load_protocol()
     switches, segments, runs = pooled_tables(run_dirs)
     arms = set(switches["arm"]) if "arm" in switches else set()
-    claims = [protocol.claim(c) for c in claim_ids] if claim_ids else [c for c in protocol.claims if {c.x, c.y} <= arms]
+    scenario = str(runs[0].manifest.get("scenario") or "") if runs else ""
+    holding = [c for c in protocol.claims if {c.x, c.y} <= arms]
+    own = [c for c in holding if Path(c.scenario).stem == scenario]
+    claims = [protocol.claim(c) for c in claim_ids] if claim_ids else (own or holding)
     tables = {"switch": switches, "segment": segments}
-    return pd.DataFrame(
-        [plan_claim(c, tables, runs, protocol, difference, cores or os.cpu_count() or 1) for c in claims]
-    )
+    cores = cores or os.cpu_count() or 1
+    return pd.DataFrame([plan_claim(c, tables, runs, protocol, difference, cores) for c in claims])
 
 
 # The endpoints a realignment claim can be judged on, each as a per-seed value (the mean over its
@@ -246,13 +270,13 @@ def plan_lines(table: pd.DataFrame) -> list[str]:
             continue
         digits = 3 if abs(r["mean_y"]) < 10 else 0
         lines += [
-            f"{head}: pilot n={r['n']}, difference {_num(r['diff'], digits)} [{_num(r['diff_lo'], digits)}, "
+            f"{head}: pilot n={int(r['n'])}, difference {_num(r['diff'], digits)} [{_num(r['diff_lo'], digits)}, "
             f"{_num(r['diff_hi'], digits)}], sd {_num(r['sd_diff'], digits)} [{_num(r['sd_lo'], digits)}, "
             f"{_num(r['sd_hi'], digits)}]",
             f"  to resolve {_num(r['difference'], digits)} ({r['difference_is']}): {_num(r['seeds'])} seeds "
             f"[{_num(r['seeds_lo'])}, {_num(r['seeds_hi'])}], {_num(r['core_hours'], 1)} core-hours "
             f"[{_num(r['core_hours_lo'], 1)}, {_num(r['core_hours_hi'], 1)}] ({r['numerics']} numerics), "
-            f"{_num(r['wall_hours'], 1)} h on {r['cores']} cores (up to {_num(r['wall_hours_hi'], 1)} h)",
+            f"{_num(r['wall_hours'], 1)} h on {int(r['cores'])} cores (up to {_num(r['wall_hours_hi'], 1)} h)",
         ]
     return lines
 
