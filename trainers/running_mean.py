@@ -81,15 +81,10 @@ class RunningMeanTrainer(PolicyTrainer):
         # is one data-parallel shard of it.
         window_before = self.baseline.state_dict()
         prompts = [t.prompt_id for t in batch] if self.cfg.per_prompt else None
-        per_episode = torch.tensor(
-            full_batch(self.baseline.advantages, [t.reward for t in batch], prompts), dtype=torch.float
-        )
+        window = full_batch(self.baseline.advantages, [t.reward for t in batch], prompts)
         if self.cfg.baseline == "oracle":  # the prompt's own expected reward; the window where none was judged
-            oracle = [t.baseline_reward for t in batch]
-            per_episode = torch.tensor(
-                [a if b is None else t.reward - b for a, b, t in zip(per_episode.tolist(), oracle, batch)],
-                dtype=torch.float,
-            )
+            window = [a if t.baseline_reward is None else t.reward - t.baseline_reward for a, t in zip(window, batch)]
+        per_episode = torch.tensor(window, dtype=torch.float)
         advantages = broadcast_to_tokens(per_episode.to(data.tokens.device), data.action_mask)
 
         metrics, nonfinite = self.policy_step(self.pieces(data), advantages)

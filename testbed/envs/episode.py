@@ -90,7 +90,8 @@ def _takes_streams(method: Any) -> bool:
 
 def takes_streams(engine: Any) -> bool:
     """Whether the engine's `generate` takes the starts' sampling streams (`streams=`)."""
-    return _takes_streams(getattr(type(engine), "generate", None))
+    method = getattr(engine, "generate", None)  # the instance's own where a wrapper replaced it
+    return _takes_streams(getattr(method, "__func__", method))
 
 
 def _streams(starts: Sequence[Any]) -> list[int] | None:
