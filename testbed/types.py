@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 
@@ -106,6 +107,10 @@ class Trajectory:
     turn_rewards: bool = False  # put each earlier draft's reward on its last token too
     gold_verdict: Verdict | None = None  # the gold judge's verdict (scenario.gold_judge), where it scored this episode
     sim_times: dict[str, float] = field(default_factory=dict)  # the simulated runtime: sim_start_s, sim_done_s, ...
+    # The engine's MoE routing: for each token it fed through the model (prompt + segments but the
+    # last), the expert ids of every MoE layer, [positions, layers, top_k] uint8 (int16 past 256
+    # experts); None where the engine records none (testbed/models/routing.py).
+    experts: np.ndarray | None = None
 
     @property
     def reward(self) -> float:
