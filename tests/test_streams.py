@@ -89,3 +89,20 @@ def test_a_revision_turn_draws_its_streams_next_numbers(policy):
 def test_episode_streams_without_streams_is_an_error_naming_the_setting(policy):
     with pytest.raises(ValueError, match="sampling.streams: episode"):
         engine(policy, "episode").generate(PROMPTS)
+
+
+def test_the_sft_check_samples_with_episode_streams(policy):
+    """The SFT acceptance check (testbed/runtimes/sft_check.py) passes the held-out starts' streams,
+    so a scenario with `sampling.streams: episode` can train its SFT policy."""
+    from pathlib import Path
+
+    from testbed.runtimes.sft_check import sft_evaluator
+    from testbed.scenario.schema import load_scenario
+
+    model, tok = policy
+    scenario = load_scenario(
+        str(Path(__file__).resolve().parent / "data" / "tiny.yaml"),
+        ["sampling.streams=episode", "policy.sft.eval_samples=4", "sampling.max_new_tokens=6"],
+    )
+    report = sft_evaluator(scenario)(model, tok)
+    assert report["samples"] == 4 and 0 <= report["quality"] <= 1

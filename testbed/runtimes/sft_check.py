@@ -7,6 +7,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from testbed import registry
+from testbed.envs.episode import sample_responses
 from testbed.envs.schedules import Phase, PiecewiseSchedule
 from testbed.envs.style_shift import StyleShiftEnv
 from testbed.world import prompts
@@ -42,7 +43,7 @@ def sft_evaluator(scenario: Scenario):
             env = StyleShiftEnv(rubric, schedule, specs)
             chosen = [specs[i % len(specs)] for i in range(per_set)]
             starts = env.eval_starts(chosen, 0)
-            trajs = engine.generate([s.prompt_text for s in starts])
+            trajs = sample_responses(engine, starts)  # with the starts' streams under sampling.streams: episode
             verdicts = env.evaluate_batch(starts, [t.response_text for t in trajs])
             for v in verdicts:
                 styles[v.style] += 1
