@@ -303,3 +303,9 @@ def test_routing_travels_through_the_simulated_cluster_and_r3_trains_on_stale_ep
     assert {"mismatch_router_diff_l0", "mismatch_router_diff_l1"} <= set(updates.columns)
     for arm in ("sao", "rm"):
         assert updates.loc[updates["arm"] == arm, "staleness_max"].max() >= 1, arm
+    # the cluster report's per-arm figures: the expert mismatch, and the share each arm's correction acted on
+    figures = cluster.per_seed(load_run(out)).set_index("arm")
+    assert (figures["expert_diff"] > 0).all() and (figures["router_diff"] <= figures["expert_diff"]).all()
+    assert figures["corrected"].tolist() == figures["dis_masked"].tolist()  # both arms correct with DIS
+    tis = pd.DataFrame({"tis_truncated_frac": [0.1, 0.3], "dis_masked_frac": [np.nan, np.nan]})
+    assert cluster.correction_share(tis) == pytest.approx(0.2)
