@@ -17,7 +17,9 @@ Verdict, from the paired Student-t test of X - Y, adjusted across the card's cla
                   the smallest difference the protocol says matters;
   not resolved    neither: the card gives the seeds the margin would need, with the interval the
                   pilot sd's uncertainty gives, so "not resolved" is never read as "no difference";
-  not testable    the protocol says why the arms cannot differ where the claim runs;
+  not testable    the protocol says why the arms cannot differ where the claim runs, or (a claim
+                  marked `ratio_dependent`) the run found never moved the importance ratio, so
+                  its arms were one design run twice;
   not run         no run given holds both arms: the card gives the command that would.
 """
 
@@ -118,6 +120,30 @@ def _find(analyses: list, claim: Claim) -> tuple[Any, pd.Series | None] | None:
     return None
 
 
+# An update's approx_kl (k3, trainers/losses.py) below this is float rounding: the HF engine and the
+# trainer agree to ~1e-13 on the same weights, while one version of staleness or a dense bf16
+# cluster's mismatch gives 1e-5 and more (docs/simulated.md).
+FLAT_KL = 1e-8
+
+
+def ratio_flat(a: Any, claim: Claim) -> str | None:
+    """Why the run cannot tell a `ratio_dependent` claim's arms apart (the importance ratio stayed
+    at 1 through every update of both arms), or None when it moved or the run holds no updates."""
+    tables = [getattr(r, "updates", None) for r in getattr(a, "runs", [])]
+    tables = [t for t in tables if isinstance(t, pd.DataFrame) and {"arm", "approx_kl"} <= set(t.columns)]
+    if not tables:
+        return None
+    updates = pd.concat(tables)
+    kl = pd.to_numeric(updates.loc[updates["arm"].isin([claim.x, claim.y]), "approx_kl"], errors="coerce").dropna()
+    if kl.empty or float(kl.abs().max()) >= FLAT_KL:
+        return None
+    return (
+        f"the importance ratio stayed at 1 in {a.runs[0].name} (largest approx_kl {float(kl.abs().max()):.1e} over "
+        f"{len(kl)} updates of {claim.x} and {claim.y}): on-policy rollouts from an exact engine, so the arms are one "
+        "design run twice; it needs staleness or engine-trainer mismatch (the simulated cluster)"
+    )
+
+
 def _where(a: Any) -> tuple[str, str]:
     run = a.runs[0]
     commit = str(run.manifest.get("git_commit") or run.manifest.get("commit") or "")[:7]
@@ -134,9 +160,13 @@ def card_rows(analyses: list, protocol: Protocol | None = None) -> list[dict]:
     verdict). Holm's adjustment runs over the claims that have a value in the runs given."""
     protocol = protocol or load_protocol()
     found: dict[str, tuple[Any, pd.Series, dict[str, float]]] = {}
+    flat: dict[str, str] = {}  # claim id -> why its run cannot tell its arms apart
     for claim in protocol.claims:
         hit = None if claim.not_testable else _find(analyses, claim)
-        if hit is not None and hit[1] is not None:
+        reason = ratio_flat(hit[0], claim) if hit is not None and claim.ratio_dependent else None
+        if reason:
+            flat[claim.id] = reason
+        elif hit is not None and hit[1] is not None:
             found[claim.id] = (hit[0], hit[1], tests_of(hit[1], claim))
     ids = list(found)
     for key, adjusted in (
@@ -150,6 +180,8 @@ def card_rows(analyses: list, protocol: Protocol | None = None) -> list[dict]:
         if claim.not_testable:
             verdict, estimate, run = "not testable", claim.not_testable, ""
             command = claim.command
+        elif claim.id in flat:
+            verdict, estimate, run, command = "not testable in this runtime", flat[claim.id], "", claim.command
         elif claim.id not in found:
             verdict, estimate, run, command = "not run", "no run given holds both arms", "", claim.command
         else:

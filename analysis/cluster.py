@@ -1,6 +1,8 @@
 """What the simulated cluster did to each arm (runtime.kind: simulated; the episode rows carry
-`sim_start_s`, `sim_done_s`, `sim_trained_s`): staleness, drops, DIS masking, the requeue bias and
-realignment in simulated seconds beside episodes, with intervals over seeds.
+`sim_start_s`, `sim_done_s`, `sim_trained_s`): staleness, drops, DIS masking and the share its own
+correction (DIS, PPO clip, TIS, MIS, the sequence mask) acted on, the expert mismatch of its fresh
+episodes (`engine.mismatch: true`), the requeue bias and realignment in simulated seconds beside
+episodes, with intervals over seeds.
 
 - **Requeue bias**: the share of long responses (at least the run's 75th percentile of judged response tokens)
   among the episodes trained on, against among those generated and judged. Drop-and-requeue
@@ -36,6 +38,9 @@ FIGURES = {
     "stale_share": "trained with staleness > 0 (share)",
     "dropped_share": "judged episodes dropped as too stale (share)",
     "dis_masked": "DIS-masked tokens (share, mean over updates)",
+    "corrected": "tokens the arm's correction masked, truncated or clipped (share, mean over updates)",
+    "expert_diff": "fresh tokens routed otherwise than the trainer in >= 1 layer (share, mean over updates)",
+    "router_diff": "fresh (token, layer) routers disagreeing with the trainer's (share, mean over updates)",
     "long_trained": "long responses among trained (share)",
     "long_generated": "long responses among generated (share)",
     "episodes_to_bar": "episodes to the bar (mean over switches)",
@@ -106,6 +111,21 @@ def paired_markdown(table: pd.DataFrame) -> str:
     return md_table(["X - Y", "metric", "switch", "diff [95%]", "seeds", "verdict"], body)
 
 
+# Each correction's share of the action tokens it acted on (trainers/losses.py): an arm logs one.
+CORRECTION_SHARES = ("dis_masked_frac", "clip_frac", "tis_truncated_frac", "mis_masked_frac", "seq_masked_frac")
+
+
+def mean_of(updates: pd.DataFrame, column: str) -> float:
+    """The column's mean over the updates that have it (nan when none has)."""
+    values = pd.to_numeric(updates[column], errors="coerce").dropna() if column in updates else pd.Series(dtype=float)
+    return float(values.mean()) if len(values) else float("nan")
+
+
+def correction_share(updates: pd.DataFrame) -> float:
+    """The share of tokens the arm's correction masked, truncated or clipped, mean over its updates."""
+    return next((v for v in (mean_of(updates, c) for c in CORRECTION_SHARES) if np.isfinite(v)), float("nan"))
+
+
 def per_seed(run: RunData, switches: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per arm x seed of the figures in `FIGURES` (`switches`: `switch_table(run)`)."""
     ep = run.episodes
@@ -126,6 +146,9 @@ def per_seed(run: RunData, switches: pd.DataFrame | None = None) -> pd.DataFrame
                 "stale_share": (trained["staleness"] > 0).mean(),
                 "dropped_share": float((mine["staleness"].notna() & ~mine["trained"].astype(bool)).mean()),
                 "dis_masked": up["dis_masked_frac"].mean() if "dis_masked_frac" in up else float("nan"),
+                "corrected": correction_share(up),
+                "expert_diff": mean_of(up, "mismatch_expert_diff"),
+                "router_diff": mean_of(up, "mismatch_router_diff"),
                 "long_trained": (trained["response_tokens"] >= long_cut).mean(),
                 "long_generated": (mine["response_tokens"] >= long_cut).mean(),
                 "episodes_to_bar": sw["episodes_to_bar"].mean(),

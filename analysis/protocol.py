@@ -5,7 +5,10 @@ the arms (X claimed better than Y), its primary endpoint, the scenario whose run
 the task it is judged on (by default "all": each seed's mean over the switches, or over the segments
 after them) and the smallest difference that matters (`margin`: "10%" of |Y's mean|, or a number in
 the endpoint's unit). A claim whose arms cannot differ where it runs carries `not_testable` with the
-reason, and the card prints that instead of a seed count.
+reason, and the card prints that instead of a seed count. A claim whose arms differ only in how they
+correct for off-policy rollouts (`ratio_dependent`: DIS against PPO clip, routing replay against
+none) is marked "not testable in this runtime" by the card when the run it finds never moved the
+importance ratio (every update's approx_kl about 0: on-policy rollouts from an exact engine).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class Claim(BaseModel):
     task: str = "all"
     margin: str | float = "10%"
     not_testable: str | None = None
+    ratio_dependent: bool = False  # the arms can differ only where the importance ratio moves
 
     @field_validator("margin")
     @classmethod

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 
@@ -109,6 +110,10 @@ class Trajectory:
     # The prompt's expected reward under the policy that generated it, estimated from other samples
     # that are judged but never trained on (a trainer's `baseline_samples`: the upper-bound baseline).
     baseline_reward: float | None = None
+    # The engine's MoE routing: for each token it fed through the model (prompt + segments but the
+    # last), the expert ids of every MoE layer, [positions, layers, top_k] uint8 (int16 past 256
+    # experts); None where the engine records none (testbed/models/routing.py).
+    experts: np.ndarray | None = None
 
     @property
     def reward(self) -> float:

@@ -101,3 +101,26 @@ def test_a_claim_whose_arms_cannot_differ_says_why_and_gives_no_seed_count():
     vapo = rows["dis_over_ppo_clip"]
     assert vapo["verdict"] == "not testable" and "importance ratio is 1" in vapo["estimate"]
     assert "seeds" not in vapo["estimate"]
+
+
+def test_a_ratio_dependent_claim_on_a_run_whose_ratio_never_moved_is_not_testable_there():
+    """The corrections' claims compare arms that differ only where the importance ratio moves: on a
+    run whose every update has approx_kl ~ 0 (the synchronous runtime, an exact engine) the card says
+    so instead of a verdict or a seed count; where the ratio moved it gives the verdict."""
+    values = {"sao": [100, 300, 500, 700, 900], "vanilla_vapo": [150, 340, 560, 760, 940], "sao_r3": [1, 2, 3, 4, 5]}
+
+    def card(kl: float) -> dict[str, dict]:
+        a = analysis_of(values, metric="episodes_to_bar", name="cluster_corrections")
+        a.runs[0].updates = pd.DataFrame(
+            [{"arm": arm, "update": u, "approx_kl": kl * (u + 1)} for arm in values for u in range(3)]
+        )
+        return {r["claim"].id: r for r in claims.card_rows([a])}
+
+    flat = card(1e-13)["replay_stale_routing"]
+    assert flat["verdict"] == "not testable in this runtime" and "importance ratio stayed at 1" in flat["estimate"]
+    assert "seeds" not in flat["estimate"] and "sao_r3" in flat["estimate"]
+    moved = card(1e-4)["replay_stale_routing"]
+    assert moved["verdict"] == "contradicted"  # sao_r3's made-up values are far smaller: the card reads them
+    # a run with no updates table says nothing about its ratio: the card does not guess
+    no_updates = {r["claim"].id: r for r in claims.card_rows([analysis_of(values, name="cluster_corrections")])}
+    assert no_updates["replay_stale_routing"]["verdict"] == "contradicted"

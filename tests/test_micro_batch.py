@@ -51,6 +51,9 @@ def trainer(kind: str, **args):
         # the other aggregations: a micro-batch takes its token share of the batch's denominator
         ("running_mean", {"loss_aggregation": "sequence_mean"}),
         ("grpo", {"loss_aggregation": "constant", "loss_normaliser": 24}),
+        # routing replay: each micro-batch replays its rows' experts (r3 the engine's, r2 its own at the start)
+        ("sao", {"routing_replay": "r2"}),
+        ("grpo", {"routing_replay": "r3"}),
     ],
 )
 def test_micro_batched_updates_equal_whole_batch_updates(kind, args):

@@ -102,6 +102,31 @@ def test_one_actor_on_policy_writes_the_synchronous_rows(tmp_path, local_ray, mo
     pd.testing.assert_series_equal(evals[0]["share"], evals[1]["share"])
 
 
+def test_expert_ids_travel_through_the_rollout_actors(tmp_path, local_ray, monkeypatch, shared_cache):
+    """Routing noise in the actors' engine, r3 in the learner: every episode's expert ids cross from
+    the actor to the learner (r3 refuses an episode without them) and the learner's probe measures
+    their mismatch. (The noise stream is the engine's own, drawn in another order than in the
+    synchronous runtime, whose reference evaluation shares the engine: the rows are not compared.)"""
+    monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
+    code, run_dir = run(
+        tmp_path,
+        "ray",
+        "--runtime",
+        "ray",
+        "--set",
+        "runtime.max_staleness=1",
+        "--set",
+        "engine={type: hf, mismatch: true, args: {router_noise: 0.05}}",
+        "--set",
+        "arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16, routing_replay: r3}}]",
+    )
+    assert code == 0
+    assert_clock_contiguous(run_dir)
+    updates = read_table(run_dir, "updates")
+    measured = updates[updates["mismatch_tokens"] > 0]
+    assert len(measured) > 0 and (measured["mismatch_expert_diff"] > 0).all()
+
+
 def test_async_run_with_two_actors_trains_on_stale_rollouts(tmp_path, local_ray, monkeypatch, shared_cache):
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     code, run_dir = run(

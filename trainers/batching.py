@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from testbed.models.routing import expert_table
 from testbed.types import Trajectory
 
 
@@ -20,6 +23,9 @@ class Batch:
     #                         turn rewards: each draft's reward on its own last token)
     episode_rewards: torch.Tensor  # [B]
     action_lengths: torch.Tensor  # [B]
+    # [B, T, L, k] long: the expert ids the engine routed each fed token to (-1: none recorded, the
+    # last token and padding); None when no episode carries them (testbed/models/routing.py)
+    experts: torch.Tensor | None = None
 
 
 def collate(trajectories: list[Trajectory], pad_id: int, device: torch.device | str | None = None) -> Batch:
@@ -43,7 +49,17 @@ def collate(trajectories: list[Trajectory], pad_id: int, device: torch.device | 
         for offset, reward in traj.token_rewards():  # the final reward on the last action token
             rewards[row, start + offset] = reward
     episode_rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float)
-    batch = Batch(tokens, attention, action, behaviour, rewards, episode_rewards, action.sum(1))
+    experts = expert_table([t.experts for t in trajectories], width)
+    batch = Batch(tokens, attention, action, behaviour, rewards, episode_rewards, action.sum(1), experts)
     if device is not None and torch.device(device) != tokens.device:
-        batch = Batch(*(getattr(batch, f.name).to(device) for f in dataclasses.fields(batch)))
+        batch = map_tensors(batch, lambda x: x.to(device))
     return batch
+
+
+def map_tensors(batch: Batch, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
+    """The batch with `fn` applied to each of its tensors (a field that is None stays None)."""
+    mapped: dict[str, Any] = {}
+    for f in dataclasses.fields(batch):
+        value = getattr(batch, f.name)
+        mapped[f.name] = None if value is None else fn(value)
+    return Batch(**mapped)

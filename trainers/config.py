@@ -1,11 +1,12 @@
-"""The settings every built-in trainer shares, declared once (`TrainerConfig`), and the two bands
-a policy loss's correction may take (`DISBand`, `PPOClip`). Each trainer's Config adds its own
-fields and says which policy loss it takes (`loss_settings`, trainers/losses.py)."""
+"""The settings every built-in trainer shares, declared once (`TrainerConfig`), and the bands a
+policy loss's correction may take (`DISBand`, `PPOClip`, `Corrections`: TIS, MIS, the sequence
+mask). Each trainer's Config adds its own fields and says which policy loss it takes
+(`loss_settings`, trainers/losses.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -39,6 +40,14 @@ class TrainerConfig(BaseModel):
     )
     loss_normaliser: float | None = Field(
         None, gt=0, description="tokens per sequence of the 'constant' aggregation (Dr. GRPO: sampling.max_new_tokens)"
+    )
+    routing_replay: Literal["off", "r2", "r3"] = Field(
+        "off",
+        description=(
+            "MoE routing replay in the training forward (docs/algorithms.md): 'r3' forces the experts the rollout "
+            "engine chose (the generating version's), 'r2' the trainer's own choice at the start of the update; gate "
+            "weights come from the live router either way"
+        ),
     )
 
     @model_validator(mode="before")
@@ -83,3 +92,32 @@ class PPOClip(BaseModel):
     @property
     def clip_band(self) -> tuple[float, float]:
         return self.clip_low, self.clip_high
+
+
+class Corrections(PPOClip, DISBand):
+    """Every correction's band (trainers/losses.py): DIS's, PPO clip's, and TIS's cap, MIS's band and
+    the sequence mask's band, as ratios. `band_of` gives the one a `Correction` takes, as PolicyLoss
+    offsets from 1 (exact in binary for these values)."""
+
+    tis_cap: float = Field(2.0, gt=1, description="TIS: the cap C on a token's ratio (verl's default threshold)")
+    mis_low: float = Field(0.5, gt=0, lt=1, description="MIS / IcePop: a token whose ratio is below weighs 0 (alpha)")
+    mis_high: float = Field(5.0, gt=1, description="MIS / IcePop: a token whose ratio is above weighs 0 (beta)")
+    seq_mask_low: float = Field(
+        0.999, gt=0, lt=1, description="sequence mask: a sequence whose geometric-mean ratio is below weighs 0 (verl)"
+    )
+    seq_mask_high: float = Field(
+        1.001, gt=1, description="sequence mask: a sequence whose geometric-mean ratio is above weighs 0 (verl)"
+    )
+
+    def band_of(self, correction: Correction) -> tuple[float, float]:
+        if correction == "dis":
+            return self.dis_band
+        if correction == "ppo_clip":
+            return self.clip_band
+        if correction == "tis":
+            return 0.0, self.tis_cap - 1.0
+        if correction == "mis":
+            return 1.0 - self.mis_low, self.mis_high - 1.0
+        if correction == "seq_mask":
+            return 1.0 - self.seq_mask_low, self.seq_mask_high - 1.0
+        return 0.0, 0.0

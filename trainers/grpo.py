@@ -23,7 +23,7 @@ from testbed.device import of as device_of
 from testbed.types import Trajectory
 from trainers.baselines import broadcast_to_tokens, group_advantages
 from trainers.batching import collate
-from trainers.config import DISBand, PPOClip, TrainerConfig
+from trainers.config import Corrections, TrainerConfig
 from trainers.losses import PolicyLoss
 from trainers.policy_step import PolicyTrainer, adamw
 from trainers.renamed import Hint
@@ -42,7 +42,7 @@ def episodes_hint(prompts: Any, group: Any) -> str:
     return "episodes_per_update: prompts_per_update x group_size"
 
 
-class GRPOConfig(PPOClip, DISBand, TrainerConfig):
+class GRPOConfig(Corrections, TrainerConfig):
     renamed: ClassVar[Mapping[str, Hint]] = {
         "prompts_per_update": lambda prompts, given: episodes_hint(
             prompts, given.get("group_size", GRPOConfig.model_fields["group_size"].default)
@@ -52,9 +52,10 @@ class GRPOConfig(PPOClip, DISBand, TrainerConfig):
     group_size: int = Field(8, ge=1, description="G rollouts per prompt, each judged (and counted)")
     lr: float = Field(2e-4, gt=0)
     advantage: Literal["grpo", "rloo"] = "grpo"
-    policy_loss: Literal["ppo_clip", "dis"] = Field(
+    policy_loss: Literal["ppo_clip", "dis", "tis", "mis", "seq_mask"] = Field(
         "ppo_clip",
-        description="'dis': SAO's DIS (tokens whose ratio to the engine's log-probs leaves the band get weight 0)",
+        description="'dis': SAO's DIS (tokens whose ratio to the engine's log-probs leaves the band get weight 0); "
+        "'tis', 'mis', 'seq_mask': trainers/losses.py",
     )
     epochs: int = Field(1, ge=1, description="PPO epochs over each batch")
 
@@ -70,8 +71,8 @@ class GRPOConfig(PPOClip, DISBand, TrainerConfig):
         return self
 
     def loss_settings(self) -> PolicyLoss:
-        """PPO clip (the default) or DIS, both against the log-probs the engine recorded."""
-        return self._loss(self.policy_loss, self.dis_band if self.policy_loss == "dis" else self.clip_band)
+        """PPO clip (the default), DIS, TIS, MIS or the sequence mask, against the log-probs the engine recorded."""
+        return self._loss(self.policy_loss, self.band_of(self.policy_loss))
 
 
 class GRPOTrainer(PolicyTrainer):
@@ -95,10 +96,11 @@ class GRPOTrainer(PolicyTrainer):
         # PPO epochs over the same micro-batches, against the same reference log-probs.
         pieces = self.pieces(data)
         refs = self.reference_logprobs(pieces)
+        replays = self.replays(pieces)  # r2: the routing before the first epoch, held through them all
         metrics: dict[str, float] = {}
         stepped, skipped = False, []
         for _ in range(self.cfg.epochs):
-            metrics, nonfinite = self.policy_step(pieces, advantages, refs)
+            metrics, nonfinite = self.policy_step(pieces, advantages, refs, replays)
             if nonfinite is not None:
                 skipped.append(nonfinite)  # same batch, same parameters: the remaining epochs would fail alike
                 break

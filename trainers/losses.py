@@ -1,6 +1,7 @@
 """Policy and value losses: the policy-gradient loss with its correction (DIS, SAO's; PPO clip;
-none: REINFORCE) and its aggregation as switches, the KL to a reference, the value MSE, and
-explained variance. Pure functions on [B, T] tensors; `action_mask` selects the tokens that count.
+TIS; MIS / IcePop; the sequence mask; none: REINFORCE) and its aggregation as switches, the KL to
+a reference, the value MSE, and explained variance. Pure functions on [B, T] tensors;
+`action_mask` selects the tokens that count.
 
 The default aggregation is the token mean over action tokens (`token_mean`): every action token in
 the batch has the same weight, whatever its sequence's length. Advantages and returns are treated
@@ -52,7 +53,7 @@ def _float_like(x: Tensor) -> torch.dtype:
 # ----------------------------------------------------------------------------------------------
 # The policy loss: one per-token policy gradient, its correction and its aggregation as switches
 # ----------------------------------------------------------------------------------------------
-Correction = Literal["dis", "ppo_clip", "none"]
+Correction = Literal["dis", "ppo_clip", "none", "tis", "mis", "seq_mask"]
 Aggregation = Literal["token_mean", "sequence_mean", "constant"]
 
 
@@ -60,8 +61,10 @@ Aggregation = Literal["token_mean", "sequence_mean", "constant"]
 class PolicyLoss:
     """Which policy loss `policy_gradient_loss` computes (each trainer's Config says, `loss_settings`).
 
-    `low`, `high`: the correction's band around ratio 1 (DIS: eps_low, eps_high; PPO clip:
-    clip_low, clip_high; none: unused). `normaliser`: the constant aggregation's tokens per
+    `low`, `high`: the correction's bounds as offsets from ratio 1 (DIS: eps_low, eps_high, the
+    open band (1 - low, 1 + high); PPO clip: clip_low, clip_high, the clip [1 - low, 1 + high];
+    TIS: the cap 1 + high; MIS and the sequence mask: the closed band [1 - low, 1 + high]; none:
+    unused; trainers/config.py's settings give them). `normaliser`: the constant aggregation's tokens per
     sequence (Dr. GRPO: the generation budget, sampling.max_new_tokens)."""
 
     correction: Correction = "dis"
@@ -94,6 +97,10 @@ def policy_gradient_loss(
                   f(r) = r if 1 - low < r < 1 + high else 0  (strict; out-of-band tokens weigh 0
                   whatever A's sign, and the weight carries no gradient)
         ppo_clip  s_t = min(r_t A_t, clip(r_t, 1 - low, 1 + high) A_t)     (PPO, "clip-higher")
+        tis       s_t = sg(min(r_t, 1 + high)) A_t log pi_theta(a_t)       (truncated IS)
+        mis       s_t = sg(r_t 1[1 - low <= r_t <= 1 + high]) A_t log pi_theta(a_t)   (IcePop)
+        seq_mask  s_t = sg(r_t 1[1 - low <= rho_i <= 1 + high]) A_t log pi_theta(a_t),
+                  rho_i = exp(mean_{t in i} log r_t), the geometric-mean ratio of t's sequence i
 
     averaged over the N action tokens by `loss.aggregation` (B rows, n_i action tokens in row i):
 
@@ -105,8 +112,9 @@ def policy_gradient_loss(
     (`micro_batch_denominator`). Advantages are constants (detached).
 
     stats: the correction's own (dis_masked_frac: share of action tokens out of band; clip_frac:
-    share whose gradient the clip cuts, (A > 0 and r > 1 + high) or (A < 0 and r < 1 - low)),
-    then ratio_mean and approx_kl (k3) over the action tokens.
+    share whose gradient the clip cuts, (A > 0 and r > 1 + high) or (A < 0 and r < 1 - low);
+    tis_truncated_frac, mis_masked_frac, seq_masked_frac: see each function), then ratio_mean and
+    approx_kl (k3) over the action tokens.
     """
     mask = action_mask.bool()
     dtype = _float_like(logprobs)
@@ -140,7 +148,54 @@ def _ppo_clip(logp: Tensor, log_ratio: Tensor, A: Tensor, mask: Tensor, loss: Po
     return surrogate, {"clip_frac": _share(clipped, mask)}
 
 
-CORRECTIONS: dict[str, CorrectionFn] = {"none": _none, "dis": _dis, "ppo_clip": _ppo_clip}
+def _tis(logp: Tensor, log_ratio: Tensor, A: Tensor, mask: Tensor, loss: PolicyLoss) -> tuple[Tensor, dict]:
+    """Truncated importance sampling (verl's token TIS, TRL's token_truncate):
+
+        s_t = sg(min(r_t, C)) A_t log pi_theta(a_t),   C = 1 + high
+
+    tis_truncated_frac: the share of action tokens whose ratio exceeds C (their weight is C)."""
+    ratio = log_ratio.detach().exp()
+    cap = 1.0 + loss.high
+    return ratio.clamp(max=cap) * A * logp, {"tis_truncated_frac": _share(ratio > cap, mask)}
+
+
+def _mis(logp: Tensor, log_ratio: Tensor, A: Tensor, mask: Tensor, loss: PolicyLoss) -> tuple[Tensor, dict]:
+    """Masked importance sampling, IcePop's token mask (verl's rollout_is_threshold "low_high"):
+
+        s_t = sg(r_t 1[1 - low <= r_t <= 1 + high]) A_t log pi_theta(a_t)
+
+    DIS with a closed band: only the band's edges and its default differ (IcePop [0.5, 5]; DIS's
+    (0.7, 6)). mis_masked_frac: the share of action tokens outside the band (weight 0)."""
+    ratio = log_ratio.detach().exp()
+    in_band = (ratio >= 1.0 - loss.low) & (ratio <= 1.0 + loss.high)
+    weight = torch.where(in_band, ratio, torch.zeros_like(ratio))
+    return weight * A * logp, {"mis_masked_frac": _share(~in_band, mask)}
+
+
+def _seq_mask(logp: Tensor, log_ratio: Tensor, A: Tensor, mask: Tensor, loss: PolicyLoss) -> tuple[Tensor, dict]:
+    """The sequence mask: a whole sequence weighs 0 when its geometric-mean ratio over its action
+    tokens leaves the band (verl's Geo-RS, seq_mean_k1), its tokens keep their ratio otherwise:
+
+        rho_i = exp((1 / n_i) sum_{t in i} log r_t),   s_t = sg(r_t 1[1 - low <= rho_i <= 1 + high]) A_t log pi
+
+    seq_masked_frac: the share of action tokens in dropped sequences (token-weighted, so it adds up
+    over micro-batches like every token mean)."""
+    log_r = torch.where(mask, log_ratio.detach(), torch.zeros_like(log_ratio))
+    geometric = (log_r.sum(-1) / mask.sum(-1).clamp(min=1)).exp()  # [B]
+    kept = ((geometric >= 1.0 - loss.low) & (geometric <= 1.0 + loss.high))[:, None].expand_as(mask)
+    ratio = log_ratio.detach().exp()
+    weight = torch.where(kept, ratio, torch.zeros_like(ratio))
+    return weight * A * logp, {"seq_masked_frac": _share(~kept, mask)}
+
+
+CORRECTIONS: dict[str, CorrectionFn] = {
+    "none": _none,
+    "dis": _dis,
+    "ppo_clip": _ppo_clip,
+    "tis": _tis,
+    "mis": _mis,
+    "seq_mask": _seq_mask,
+}
 
 
 def _share(flags: Tensor, mask: Tensor) -> float:

@@ -18,7 +18,6 @@ needs); a rank with fewer rows than that runs the extra ones on one row with wei
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,7 @@ import torch.distributed as dist
 from testbed.models.modules import moe_shape
 from testbed.models.policy import hidden_states
 from trainers import data_parallel
-from trainers.batching import Batch
+from trainers.batching import Batch, map_tensors
 from trainers.router_balance import router_sums
 
 
@@ -79,12 +78,7 @@ def _agreed_count(count: int) -> int:
 
 
 def _cut_batch(data: Batch, start: int, stop: int, width: int) -> Batch:
-    return Batch(
-        *(
-            t[start:stop, :width] if t.dim() > 1 else t[start:stop]
-            for t in (getattr(data, f.name) for f in dataclasses.fields(data))
-        )
-    )
+    return map_tensors(data, lambda t: t[start:stop, :width] if t.dim() > 1 else t[start:stop])
 
 
 def split(data: Batch, budget: int | None, mask: torch.Tensor) -> list[Piece]:

@@ -1,7 +1,8 @@
 """The policy step every trainer takes, and the trainer that holds it (docs/algorithms.md).
 
     for each micro-batch of the batch (trainers/micro_batch.py; the whole batch by default):
-        log pi, entropy, router logits = one forward of the policy over it
+        log pi, entropy, router logits = one forward of the policy over it (under routing replay,
+                                         with the replayed experts: trainers/routing_replay.py)
         L = policy_gradient_loss(log pi, log pi_engine, A; the trainer's PolicyLoss)  trainers/losses.py
             + kl_coef x KL(pi || pi_ref)                                          trainers/reference.py
             + router_aux_loss_coef x L_aux                                        trainers/router_balance.py
@@ -40,6 +41,7 @@ from trainers.micro_batch import Piece, combine, policy_routing, routed, router_
 from trainers.numerics import guarded_steps
 from trainers.reference import reference_for
 from trainers.router_balance import with_router_aux
+from trainers.routing_replay import replay_for
 
 # (metrics, the non-finite quantity if the step was skipped, else None)
 Step = tuple[dict[str, float], str | None]
@@ -136,6 +138,10 @@ class PolicyTrainer:
         self.version = 0  # policy updates so far
         self.skipped_steps_total = 0  # optimiser steps skipped for a non-finite loss or gradient
         self.reference = reference_for(policy, self.cfg.kl_coef, temperature)
+        shape = moe_shape(getattr(policy, "config", None))
+        if self.cfg.routing_replay != "off" and shape is None:
+            raise ValueError(f"routing_replay: {self.cfg.routing_replay} needs an MoE policy; this one has no router")
+        self.router_top_k = shape[1] if shape else None
 
     def pieces(self, data: Batch, mask: Tensor | None = None) -> list[Piece]:
         """The batch's micro-batches, weighted by their share of `mask`'s tokens (the action tokens')."""
@@ -145,16 +151,29 @@ class PolicyTrainer:
         """The KL reference's log-probs of each micro-batch (None without the anchor)."""
         return [None if self.reference is None else self.reference.logprobs(p.batch) for p in pieces]
 
-    def policy_step(self, pieces: list[Piece], advantages: Tensor, refs: list[Tensor | None] | None = None) -> Step:
+    def replays(self, pieces: list[Piece]) -> list[Tensor | None]:
+        """The expert ids each micro-batch's policy forwards replay (`routing_replay`; None: off)."""
+        route = policy_routing(self.policy)
+        return [replay_for(self.cfg.routing_replay, route, self.router_top_k, p.batch) for p in pieces]
+
+    def policy_step(
+        self,
+        pieces: list[Piece],
+        advantages: Tensor,
+        refs: list[Tensor | None] | None = None,
+        replays: list[Tensor | None] | None = None,
+    ) -> Step:
         """One policy step on the batch's micro-batches with per-token `advantages` [B, T]; `refs`:
-        the reference's log-probs of each (computed here when not given)."""
+        the reference's log-probs of each, `replays` the expert ids its forwards replay (both
+        computed here when not given)."""
         refs = self.reference_logprobs(pieces) if refs is None else refs
+        replays = self.replays(pieces) if replays is None else replays
         denominators = self._denominators(pieces)
 
         def loss_of(k: int, piece: Piece) -> tuple[Tensor, dict[str, Any], tuple | None]:
             mb = piece.batch
             logprobs, entropy, router = token_logprobs_and_routing(
-                self.policy, mb.tokens, mb.attention_mask, self.temperature, where=mb.action_mask
+                self.policy, mb.tokens, mb.attention_mask, self.temperature, where=mb.action_mask, forced=replays[k]
             )
             loss, stats = policy_gradient_loss(
                 logprobs, mb.behaviour_logprobs, piece.cut(advantages), mb.action_mask, self.loss, denominators[k]

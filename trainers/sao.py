@@ -47,6 +47,7 @@ from trainers.diagnostics import advantage_shrinkage, first_value_metrics
 from trainers.losses import explained_variance, token_mean, value_loss
 from trainers.micro_batch import Piece, scatter_rows
 from trainers.policy_step import PolicyTrainer, Step, Stepped, adamw, guarded_update
+from trainers.routing_replay import own_routing
 from trainers.sao_config import SAOConfig
 from trainers.value_pretrain import pretrain_values, pretrained_critic_key
 
@@ -93,6 +94,7 @@ class SAOTrainer(PolicyTrainer):
         self.critic.train()
         first_forward = None if self.micro_batch_tokens else self.critic(data.tokens, data.attention_mask, True)
         values_before = self._values(data, critic_pieces) if first_forward is None else first_forward[0].detach()
+        critic_replays = self._critic_replays(critic_pieces, first_forward)
         advantages_pre, returns = self._advantages(data, values_before)
         metrics: dict[str, Any] = {
             "value_explained_variance": explained_variance(
@@ -105,7 +107,12 @@ class SAOTrainer(PolicyTrainer):
         # 1. TTUR: K critic updates, so values are fresh before they shape the advantages.
         for k in range(self.cfg.value_updates_per_policy_update):
             step_metrics, nonfinite = self._critic_step(
-                data, returns, values_before, forward=first_forward if k == 0 else None, pieces=critic_pieces
+                data,
+                returns,
+                values_before,
+                forward=first_forward if k == 0 else None,
+                pieces=critic_pieces,
+                replays=critic_replays,
             )
             metrics.update(step_metrics)
             if nonfinite is not None:
@@ -114,7 +121,9 @@ class SAOTrainer(PolicyTrainer):
 
         # 2. Advantages (observation-skipping GAE, decoupled lambda) from the critic after its K
         # steps ("fitted") or before them ("pre_update").
-        values, advantages = self._scoring_advantages(data, values_before, advantages_pre, metrics, critic_pieces)
+        values, advantages = self._scoring_advantages(
+            data, values_before, advantages_pre, metrics, critic_pieces, critic_replays
+        )
 
         # 3. The policy step, unless still in the value warm-up.
         self.updates += 1
@@ -136,12 +145,26 @@ class SAOTrainer(PolicyTrainer):
         }
 
     @torch.no_grad()
-    def _values(self, data: Batch, pieces: list[Piece]) -> torch.Tensor:
-        """The critic's values [B, T] over the batch, one micro-batch at a time."""
+    def _values(
+        self, data: Batch, pieces: list[Piece], replays: list[torch.Tensor | None] | None = None
+    ) -> torch.Tensor:
+        """The critic's values [B, T] over the batch, one micro-batch at a time (`replays`: the
+        expert ids each micro-batch's forward replays)."""
+        replays = replays or [None] * len(pieces)
         if len(pieces) == 1 and pieces[0].weight is None:
-            return self.critic(data.tokens, data.attention_mask)[0]
-        values = [self.critic(p.batch.tokens, p.batch.attention_mask)[0] for p in pieces]
+            return self.critic(data.tokens, data.attention_mask, forced=replays[0])[0]
+        values = [self.critic(p.batch.tokens, p.batch.attention_mask, forced=r)[0] for p, r in zip(pieces, replays)]
         return scatter_rows(pieces, values, data.rewards)
+
+    def _critic_replays(self, pieces: list[Piece], first: CriticForward | None) -> list[torch.Tensor | None]:
+        """Under routing replay the critic replays its own routing at the start of the update (r2)
+        through its K steps and the advantages' pass, under r3 too: no engine routes the critic, so
+        there is no rollout routing to give it. `first`: its forward on the whole batch, if run."""
+        if self.cfg.routing_replay == "off" or self.router_top_k is None:
+            return [None] * len(pieces)
+        if first is not None:
+            return [own_routing(lambda _: first[1], pieces[0].batch, self.router_top_k)]
+        return [own_routing(self._critic_routing, p.batch, self.router_top_k) for p in pieces]
 
     def _scoring_advantages(
         self,
@@ -150,10 +173,11 @@ class SAOTrainer(PolicyTrainer):
         advantages_pre: torch.Tensor,
         metrics: dict[str, Any],
         pieces: list[Piece],
+        replays: list[torch.Tensor | None] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(values, advantages) the policy step uses, per `advantages_from`. The fitted critic's are
         computed either way, to log how much fitting it to this batch shrank the advantages."""
-        values_fitted = self._values(data, pieces)
+        values_fitted = self._values(data, pieces, replays)
         advantages_fitted, _ = self._advantages(data, values_fitted)
         metrics.update(advantage_shrinkage(advantages_pre, advantages_fitted, data.action_mask, data.episode_rewards))
         if self.cfg.advantages_from == "fitted":
@@ -177,14 +201,17 @@ class SAOTrainer(PolicyTrainer):
         old_values: torch.Tensor,
         forward: CriticForward | None = None,
         pieces: list[Piece] | None = None,
+        replays: list[torch.Tensor | None] | None = None,
     ) -> Step:
         """One critic step, 0.5 x token_mean[(V - G)^2] (optionally clipped), through the policy's
         machinery (trainers/policy_step.py). `forward`: the critic's forward on this batch at its
-        current parameters, if the caller already has it. `pieces`: the batch's micro-batches."""
+        current parameters, if the caller already has it. `pieces`: the batch's micro-batches;
+        `replays`: the expert ids each one's forward replays (routing replay)."""
 
         def loss_of(k: int, piece: Piece) -> tuple[torch.Tensor, dict[str, Any], tuple | None]:
             mb = piece.batch
-            values, router = self._critic_forward(mb) if forward is None else forward
+            forced = replays[k] if replays else None
+            values, router = self._critic_forward(mb, forced) if forward is None else forward
             old = piece.cut(old_values) if self.cfg.value_clip else None
             mask = critic_mask(mb.action_mask, self.cfg.gae)
             return value_loss(values, piece.cut(returns), mask, old, self.cfg.value_clip), {}, router
@@ -193,8 +220,8 @@ class SAOTrainer(PolicyTrainer):
         whole = [Piece(data, 0, data.tokens.shape[0], data.tokens.shape[1])]  # value pretraining's batches
         return guarded_update(critic, pieces or whole, loss_of, self.cfg, self.module_patterns)
 
-    def _critic_forward(self, mb: Batch) -> CriticForward:
-        return self.critic(mb.tokens, mb.attention_mask, output_router_logits=True)
+    def _critic_forward(self, mb: Batch, forced: torch.Tensor | None = None) -> CriticForward:
+        return self.critic(mb.tokens, mb.attention_mask, output_router_logits=True, forced=forced)
 
     def _critic_routing(self, mb: Batch) -> tuple | None:
         return self._critic_forward(mb)[1]

@@ -9,12 +9,12 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from testbed.models.critic import ModulePatterns
-from trainers.config import DISBand, PPOClip, TrainerConfig
+from trainers.config import Corrections, TrainerConfig
 from trainers.losses import PolicyLoss
 from trainers.renamed import Hint, moved_to_runtime, renamed_to
 
 
-class SAOConfig(PPOClip, DISBand, TrainerConfig):
+class SAOConfig(Corrections, TrainerConfig):
     renamed: ClassVar[Mapping[str, Hint]] = {
         "batch_size": renamed_to("episodes_per_update"),
         "staleness_bound": moved_to_runtime,
@@ -45,7 +45,11 @@ class SAOConfig(PPOClip, DISBand, TrainerConfig):
     lambda_policy: float | Literal["adaptive"] = Field("adaptive", description="'adaptive': 1 - 1/(alpha * l)")
     alpha: float = Field(1.5, gt=0)
     lambda_critic: float = Field(1.0, ge=0, le=1)
-    policy_loss: Literal["dis", "ppo_clip"] = Field("dis", description="'ppo_clip' is vanilla VAPO (no DIS)")
+    policy_loss: Literal["dis", "ppo_clip", "tis", "mis", "seq_mask"] = Field(
+        "dis",
+        description="the correction (trainers/losses.py): 'ppo_clip' is vanilla VAPO (no DIS); 'tis', 'mis' (IcePop) "
+        "and 'seq_mask' (geometric-mean sequence mask) take the bands of trainers/config.py's Corrections",
+    )
     value_clip: float | None = Field(None, gt=0, description="PPO-style value clipping (off by default)")
     advantages_from: Literal["fitted", "pre_update"] = Field(
         "fitted",
@@ -61,5 +65,6 @@ class SAOConfig(PPOClip, DISBand, TrainerConfig):
     value_warmup_updates: int = Field(10, ge=0, description="critic-only updates at the start of RL (policy frozen)")
 
     def loss_settings(self) -> PolicyLoss:
-        """DIS (the default) or PPO clip (vanilla VAPO), both against the engine's own log-probs."""
-        return self._loss(self.policy_loss, self.dis_band if self.policy_loss == "dis" else self.clip_band)
+        """DIS (the default), PPO clip (vanilla VAPO), TIS, MIS or the sequence mask, all against the
+        engine's own log-probs."""
+        return self._loss(self.policy_loss, self.band_of(self.policy_loss))

@@ -3,14 +3,21 @@ the behaviour log-prob of every generated token (what DIS and the IS ratios need
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
 from testbed.engines.perturb import LogitPerturbation
+from testbed.engines.recording import ExpertRecorder, extended
 from testbed.engines.streams import episode_uniforms
 from testbed.models.decoder import LeanDecoder
 from testbed.models.lora import has_adapters
+from testbed.models.modules import moe_shape
+from testbed.models.router_hooks import router_hooks
+from testbed.models.routing import RouterPerturbation
 from testbed.models.tokenizer import WordTokenizer
 from testbed.scenario.schema import SamplingConfig
 from testbed.types import Segment, Trajectory
@@ -73,6 +80,8 @@ class HFEngine:
         logit_rounding: str | None = None,
         logit_noise: float = 0.0,
         noise_seed: int = 0,
+        router_rounding: str | None = None,
+        router_noise: float = 0.0,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -84,6 +93,15 @@ class HFEngine:
         # The lean forward (testbed/models/decoder.py) where the model is the shape it knows; not
         # under LoRA adapters (it reads the base weights directly): transformers' forward applies them.
         self.lean = LeanDecoder(model) if lean and LeanDecoder.supports(model) and not has_adapters(model) else None
+        # Routing mismatch on purpose, in every MoE layer's router (testbed/models/routing.py); off by default.
+        router = RouterPerturbation(router_rounding, router_noise, noise_seed)  # type: ignore[arg-type]
+        self.router_perturb = router if router.active else None
+        if self.lean is not None:
+            self.lean.router_perturb = self.router_perturb
+        shape = moe_shape(getattr(model, "config", None))
+        if self.router_perturb is not None and shape is None:
+            raise ValueError("engine.args.router_noise / router_rounding: the policy has no MoE router")
+        self.num_experts = shape[0] if shape else 0
         # A Hub tokenizer may end a response at several ids (its eos and the generation config's).
         self.stop_ids = tuple(getattr(tokenizer, "stop_ids", (tokenizer.eos_id,)))
         self._stops = torch.tensor(self.stop_ids)  # moved to the model's device per batch
@@ -132,11 +150,14 @@ class HFEngine:
             keys = [(stream, t.turns) for (stream, _), t in zip(keys, trajectories)]
         for i in range(0, len(contexts), self.max_batch):
             batch_keys = keys and keys[i : i + self.max_batch]
-            for j, (ids, lps) in enumerate(self._sample(contexts[i : i + self.max_batch], batch_keys), start=i):
+            sampled = self._sample(contexts[i : i + self.max_batch], batch_keys)
+            for j, (ids, lps, experts) in enumerate(sampled, start=i):
                 traj = trajectories[j]
+                fed = len(traj.prompt_tokens) + len(traj.response_tokens) - 1  # positions recorded before
                 traj.segments += [Segment("observation", seen[j]), Segment("action", ids, lps)]
                 traj.response_text = tok.decode(ids)
                 traj.policy_version = self.version
+                traj.experts = extended(traj.experts, fed, experts)
 
     def _generate_batch(self, prompts: list[str], keys: list[tuple[int, int]] | None) -> list[Trajectory]:
         encoded = [self.tokenizer.prompt_ids(p) for p in prompts]
@@ -147,16 +168,18 @@ class HFEngine:
                 prompt_text=prompt,
                 response_text=self.tokenizer.decode(new),
                 policy_version=self.version,
+                experts=experts,
             )
-            for prompt, ids, (new, lps) in zip(prompts, encoded, self._sample(encoded, keys))
+            for prompt, ids, (new, lps, experts) in zip(prompts, encoded, self._sample(encoded, keys))
         ]
 
     def _sample(
         self, encoded: list[list[int]], keys: list[tuple[int, int]] | None = None
-    ) -> list[tuple[list[int], list[float]]]:
+    ) -> list[tuple[list[int], list[float], np.ndarray | None]]:
         """One continuation per context, up to and including its first <eos> (or max_new_tokens),
-        with the behaviour log-prob of every sampled token. `keys`: (stream, turn) per context,
-        whose uniforms pick its tokens (episode streams); None: the run's CPU generator."""
+        with the behaviour log-prob of every sampled token and the expert ids of every fed token
+        (testbed/engines/recording.py; None for a model without routers). `keys`: (stream, turn)
+        per context, whose uniforms pick its tokens (episode streams); None: the run's CPU generator."""
         tok, temperature = self.tokenizer, self.sampling.temperature
         batch = len(encoded)
         device = next(self.model.parameters()).device
@@ -168,9 +191,11 @@ class HFEngine:
         steps = self.sampling.max_new_tokens
         if self.lean is not None:
             logits = self.lean.start(input_ids, attention, steps)
-            advance = self.lean.step
+            advance, routing = self.lean.step, self.lean.routing
         else:
-            logits, advance = self._hf_decoder(input_ids, attention)
+            logits, advance, routing = self._hf_decoder(input_ids, attention)
+        recorder = ExpertRecorder(self.num_experts)
+        recorder.prefill(routing(), steps)
         # Rows run until their <eos>; tokens after it are cut below, so a finished row may keep
         # running until enough have finished to be worth dropping from the batch (lean path only).
         generated = torch.full((batch, steps), tok.eos_id, dtype=torch.long, device=device)
@@ -197,10 +222,15 @@ class HFEngine:
                 active, sampled = active[keep], sampled[keep]
                 self.lean.keep(keep)
             logits = advance(sampled[:, 0])
+            recorder.step(active, step, routing())
         self.model.train(was_training)
-        # Back to the CPU once per batch (not per row): the rows below are Python lists.
-        generated, logprob_table = generated[:, : step + 1].cpu(), logprob_table[:, : step + 1].cpu()
+        return self._rows(generated[:, : step + 1].cpu(), logprob_table[:, : step + 1].cpu(), encoded, recorder)
 
+    def _rows(
+        self, generated: torch.Tensor, logprob_table: torch.Tensor, encoded: list[list[int]], recorder: ExpertRecorder
+    ) -> list[tuple[list[int], list[float], np.ndarray | None]]:
+        """Each row's tokens up to and including its first stop id (the policy learns when to
+        stop), their log-probs and its fed tokens' expert ids."""
         # One check per batch instead of one per step: non-finite logits (weights blown up by an
         # update) make the sampled token's log-prob nan or inf; say so, not "index out of range".
         bad = ~torch.isfinite(logprob_table)
@@ -209,34 +239,42 @@ class HFEngine:
             raise FloatingPointError(
                 f"the policy (version {self.version}) gives NaN/inf logits at decoding step {step}"
             )
-        out = []
-        for row in range(batch):
-            ids = generated[row].tolist()
-            # keep tokens up to and including the first <eos> (stop id); the policy learns when to stop
-            length = next((i + 1 for i, t in enumerate(ids) if t in self.stop_ids), len(ids))
-            out.append((ids[:length], logprob_table[row, :length].tolist()))
-        return out
+        rows = generated.tolist()
+        lengths = [next((i + 1 for i, t in enumerate(ids) if t in self.stop_ids), len(ids)) for ids in rows]
+        records = recorder.records([len(e) for e in encoded], lengths)
+        return [
+            (ids[:length], logprob_table[row, :length].tolist(), records[row])
+            for row, (ids, length) in enumerate(zip(rows, lengths))
+        ]
 
     def _hf_decoder(self, input_ids: torch.Tensor, attention: torch.Tensor):
         """The general path (any causal LM, e.g. a real checkpoint): transformers' forward with a
-        `DynamicCache`; returns the first logits and a function that feeds one token per row."""
+        `DynamicCache` and router hooks (testbed/models/router_hooks.py) that record, and perturb
+        where asked, the routing; returns the first logits, a function that feeds one token per row
+        and one that gives the last forward's expert ids ([B, W, L, k], then [B, L, k]; None without
+        routers)."""
         positions = (attention.cumsum(1) - 1).clamp(min=0)
         cache = DynamicCache()
-        logits = self.model(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions, cache=cache, use_cache=True
-        ).logits[:, -1]
-        state = {"attention": attention, "position": positions[:, -1:] + 1}
+        record: list[torch.Tensor] = []
+        state: dict[str, Any] = {"attention": attention, "position": positions[:, -1:] + 1, "prefill": True}
+
+        def forward(**kwargs):
+            record.clear()
+            with router_hooks(self.model, perturb=self.router_perturb, record=record):
+                return self.model(cache=cache, use_cache=True, **kwargs).logits[:, -1]
 
         def advance(sampled: torch.Tensor) -> torch.Tensor:
             state["attention"] = torch.cat([state["attention"], torch.ones_like(state["attention"][:, :1])], dim=1)
-            out = self.model(
-                input_ids=sampled[:, None],
-                attention_mask=state["attention"],
-                position_ids=state["position"],
-                cache=cache,
-                use_cache=True,
-            ).logits[:, -1]
-            state["position"] = state["position"] + 1
+            out = forward(input_ids=sampled[:, None], attention_mask=state["attention"], position_ids=state["position"])
+            state["position"], state["prefill"] = state["position"] + 1, False
             return out
 
-        return logits, advance
+        def routing() -> torch.Tensor | None:
+            if not record:
+                return None
+            ids = torch.stack(record, dim=1)  # [B * S, L, k]
+            ids = ids.view(input_ids.shape[0], -1, *ids.shape[1:])
+            return ids if state["prefill"] else ids[:, 0]
+
+        logits = forward(input_ids=input_ids, attention_mask=attention, position_ids=positions)
+        return logits, advance, routing

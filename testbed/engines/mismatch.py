@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from testbed.models.routing import expert_table, shifted, top_k_ids
 from testbed.types import Trajectory
 
 # DIS's default band (trainers/sao.py `eps_low`, `eps_high`), used when the trainer has none.
@@ -39,8 +40,12 @@ def mismatch_metrics(
       (r - 1) - log r with r = p_trainer / p_engine (never negative);
     - `mismatch_dis_out_of_band`: share of tokens whose r falls outside DIS's open band
       (1 - eps_low, 1 + eps_high): on the same weights, masked for mismatch alone;
-    - `mismatch_expert_diff`: share of tokens whose top-k expert set differs in any layer, from
-      expert ids [..., layers, k] aligned with the log-probs; nan when either side is missing;
+    - `mismatch_expert_diff`: share of tokens whose top-k expert set differs in at least one
+      layer, from expert ids [..., layers, k] aligned with the log-probs (the routing that decided
+      each token's log-prob); tokens whose engine ids hold UNRECORDED (-1) are left out; nan when
+      either side is missing;
+    - `mismatch_router_diff`: share of (token, layer) pairs whose expert set differs, the "routers
+      disagreeing per forward" figure; `mismatch_router_diff_l<i>`: layer i's own share;
     - `mismatch_tokens`: how many tokens were measured (the others are nan when it is 0).
     """
     mask = mask.bool()
@@ -56,6 +61,7 @@ def mismatch_metrics(
                     "mismatch_kl_k3",
                     "mismatch_dis_out_of_band",
                     "mismatch_expert_diff",
+                    "mismatch_router_diff",
                 ),
                 math.nan,
             ),
@@ -71,13 +77,28 @@ def mismatch_metrics(
             "mismatch_kl_k3": float(((ratio - 1.0) - log_r).mean()),
             "mismatch_dis_out_of_band": float(outside.double().mean()),
             "mismatch_expert_diff": math.nan,
+            "mismatch_router_diff": math.nan,
         }
     )
     if trainer_experts is not None and engine_experts is not None:
-        # the same set in another order is the same routing
-        a, b = trainer_experts[mask].sort(-1).values, engine_experts[mask].sort(-1).values
-        out["mismatch_expert_diff"] = float((a != b).flatten(1).any(1).double().mean())
+        out.update(expert_diff(trainer_experts, engine_experts, mask))
     return out
+
+
+def expert_diff(trainer_experts: torch.Tensor, engine_experts: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """`mismatch_expert_diff`, `mismatch_router_diff` and `mismatch_router_diff_l<i>` (see
+    `mismatch_metrics`) over the tokens of `mask` whose engine ids are all recorded."""
+    known = mask.bool() & (engine_experts >= 0).flatten(-2).all(-1)
+    if not bool(known.any()):
+        return {}
+    # the same set in another order is the same routing
+    a, b = trainer_experts[known].sort(-1).values, engine_experts[known].sort(-1).values
+    differs = (a != b).any(-1).double()  # [tokens, layers]
+    return {
+        "mismatch_expert_diff": float(differs.amax(1).mean()),
+        "mismatch_router_diff": float(differs.mean()),
+        **{f"mismatch_router_diff_l{i}": float(differs[:, i].mean()) for i in range(differs.shape[1])},
+    }
 
 
 def padded_batch(trajs: list[Trajectory], pad_id: int) -> tuple[torch.Tensor, ...]:
@@ -132,13 +153,17 @@ class MismatchProbe:
         tokens, attention, action, behaviour = (x.to(device) for x in padded_batch(fresh, self.pad_id))
         was_training = self.policy.training
         self.policy.eval()
+        engine_ids = expert_table([t.experts for t in fresh], tokens.shape[1])
         try:
-            logp, _, _ = token_logprobs_and_routing(
-                self.policy, tokens, attention, self.temperature, routing=False, where=action
+            logp, _, router = token_logprobs_and_routing(
+                self.policy, tokens, attention, self.temperature, routing=engine_ids is not None, where=action
             )
         finally:
             self.policy.train(was_training)
-        return mismatch_metrics(logp, behaviour, action, self.band)
+        if engine_ids is None or not router:  # an engine that records no routing, or a dense policy
+            return mismatch_metrics(logp, behaviour, action, self.band)
+        own = top_k_ids(router, engine_ids.shape[-1], *tokens.shape)
+        return mismatch_metrics(logp, behaviour, action, self.band, shifted(own), shifted(engine_ids.to(device)))
 
 
 def mismatch_probe(scenario: Any, policy: torch.nn.Module, tokenizer: Any, trainer: Any) -> MismatchProbe | None:

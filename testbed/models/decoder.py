@@ -21,12 +21,14 @@ Only the shape the testbed builds is supported (every layer MoE, no sliding wind
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from testbed.models.modules import HFModule
+from testbed.models.routing import expert_choice
 
 
 class LeanDecoder:
@@ -43,6 +45,9 @@ class LeanDecoder:
         self.inv_freq, self.rope_scale = rotary.inv_freq, rotary.attention_scaling
         self._rope_len = 0
         self._cos = self._sin = self._sin_signed = torch.empty(0, device=self.inv_freq.device)  # built by _rope
+        # The engine's routing mismatch (testbed/models/routing.py, RouterPerturbation): None = off.
+        self.router_perturb: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self.routed: list[torch.Tensor] = []  # the last forward's expert ids, one [rows(, S), k] per layer
 
     @staticmethod
     def supports(model: HFModule) -> bool:
@@ -168,6 +173,7 @@ class LeanDecoder:
         bias = torch.zeros(self.valid.shape[0], 1, 1, col + 1, device=self.valid.device)
         bias.masked_fill_(~self.valid[..., : col + 1], float("-inf"))
         x = F.embedding(tokens, self.model.model.embed_tokens.weight)  # [B, H]
+        self.routed = []
         for li, w in enumerate(sw["layers"]):
             qkv = F.linear(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps), w["qkv"]).view(B, nh + 2 * nkv, d)
             qk = qkv[:, : nh + nkv]
@@ -187,11 +193,15 @@ class LeanDecoder:
         """The routed, activated expert inputs [N, E * I] (the down matmul sums them): softmax over
         the top-k logits equals the top-k probabilities renormalised."""
         logits = F.linear(h, w["router"])
-        if self.cfg.norm_topk_prob:
+        if self.router_perturb is not None:
+            top, index = expert_choice(self.router_perturb(logits), self.top_k, self.cfg.norm_topk_prob)
+            top = top.to(logits.dtype)
+        elif self.cfg.norm_topk_prob:
             top, index = logits.topk(self.top_k, dim=-1)
             top = top.softmax(-1)
         else:
             top, index = logits.softmax(-1).topk(self.top_k, dim=-1)
+        self.routed.append(index)
         routing = torch.zeros_like(logits).scatter_(1, index, top)
         gate_up = (h @ w["gate_up_all"]).view(h.shape[0], self.n_experts, 2, -1)
         return (F.silu(gate_up[:, :, 0]) * gate_up[:, :, 1] * routing[:, :, None]).reshape(h.shape[0], -1)
@@ -211,6 +221,7 @@ class LeanDecoder:
         x = F.embedding(ids, self.model.model.embed_tokens.weight)
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, S, D]: broadcast over heads
         half = d // 2
+        self.routed = []
         for li, w in enumerate(self.weights):
             h = F.rms_norm(x, (x.shape[-1],), w["ln1"], self.eps)
             qkv = F.linear(h, w["qkv"]).view(B, S, nh + 2 * nkv, d)
@@ -233,15 +244,22 @@ class LeanDecoder:
             x = x + F.linear(attn, w["o"])
             h = F.rms_norm(x, (x.shape[-1],), w["ln2"], self.eps).reshape(B * S, -1)
             x = x + self._experts(h, w).view(B, S, -1)
+            self.routed[-1] = self.routed[-1].view(B, S, -1)
         x = F.rms_norm(x, (x.shape[-1],), self.model.model.norm.weight, self.eps)
         return F.linear(x, self.model.lm_head.weight)
 
     def _experts(self, h: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
-        probs = F.linear(h, w["router"]).softmax(dim=-1, dtype=torch.float)
-        top, index = probs.topk(self.top_k, dim=-1)
-        if self.cfg.norm_topk_prob:
-            top = top / top.sum(dim=-1, keepdim=True)
-        routing = torch.zeros_like(probs).scatter_(1, index, top).to(h.dtype)  # [N, E], zero off the top-k
+        logits = F.linear(h, w["router"])
+        if self.router_perturb is not None:
+            logits = self.router_perturb(logits)
+        top, index = expert_choice(logits, self.top_k, self.cfg.norm_topk_prob)  # float32, as HF's router
+        self.routed.append(index)
+        routing = torch.zeros(h.shape[0], self.n_experts, dtype=top.dtype, device=h.device)
+        routing = routing.scatter_(1, index, top).to(h.dtype)  # [N, E], zero off the top-k
         gate_up = (h @ w["gate_up_all"]).view(h.shape[0], self.n_experts, 2, -1)
         act = F.silu(gate_up[:, :, 0]) * gate_up[:, :, 1] * routing[:, :, None]
         return act.reshape(h.shape[0], -1) @ w["down_all"]
+
+    def routing(self) -> torch.Tensor:
+        """The last `start` or `step`'s expert ids: [B, S, L, k] after `start`, [rows, L, k] after `step`."""
+        return torch.stack(self.routed, dim=-2)

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from testbed.models.decoder import LeanDecoder
 from testbed.models.modules import HFModule
+from testbed.models.routing import expert_choice
 
 
 def supports(backbone: HFModule) -> bool:
@@ -65,22 +66,25 @@ def _attention(
     return F.linear(out.transpose(1, 2).reshape(B, T, -1), attn.o_proj.weight)
 
 
-def _moe(moe: HFModule, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sparse MoE block on real tokens [N, H]: (output [N, H], router logits [N, E])."""
+def _moe(moe: HFModule, h: torch.Tensor, forced: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sparse MoE block on real tokens [N, H]: (output [N, H], router logits [N, E]). `forced`
+    [N, k]: routing replay's expert ids (testbed/models/routing.py), gate weights from the live router."""
     router = moe.gate
     logits = F.linear(h, router.weight)
-    probs = F.softmax(logits, dtype=torch.float, dim=-1)
-    top, index = torch.topk(probs, router.top_k, dim=-1)
-    if router.norm_topk_prob:
-        top = top / top.sum(dim=-1, keepdim=True)
+    top, index = expert_choice(logits, router.top_k, router.norm_topk_prob, forced)
     return moe.experts(h, index, top.to(logits.dtype)), logits
 
 
 def backbone_forward(
-    backbone: HFModule, tokens: torch.Tensor, attention_mask: torch.Tensor, routing: bool = False
+    backbone: HFModule,
+    tokens: torch.Tensor,
+    attention_mask: torch.Tensor,
+    routing: bool = False,
+    forced: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
     """(last hidden state [B, T, H], per-layer router logits [B*T, E] or None) of right-padded
-    `tokens` [B, T]; positions where `attention_mask` is 0 hold unspecified values."""
+    `tokens` [B, T]; positions where `attention_mask` is 0 hold unspecified values. `forced`
+    [B, T, L, k]: the expert ids to replay (UNRECORDED where the router chooses itself)."""
     cfg = backbone.config
     B, T = tokens.shape
     eps = cfg.rms_norm_eps
@@ -92,11 +96,12 @@ def backbone_forward(
     causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()
     mask = ((causal[None] & real[:, None, :]) | torch.eye(T, dtype=torch.bool, device=tokens.device)[None])[:, None]
     routers = []
-    for layer in backbone.layers:
+    for li, layer in enumerate(backbone.layers):
         x = x + _attention(layer, _rms(x, layer.input_layernorm.weight, eps), cos, sin, mask, eps)
         flat = x.reshape(B * T, -1)
         residual = flat[rows]
-        out, logits = _moe(layer.mlp, _rms(residual, layer.post_attention_layernorm.weight, eps))
+        replay = None if forced is None else forced[:, :, li].reshape(B * T, -1)[rows]
+        out, logits = _moe(layer.mlp, _rms(residual, layer.post_attention_layernorm.weight, eps), replay)
         x = flat.index_put(rows, residual + out).view(B, T, -1)
         if routing:
             routers.append(logits.new_zeros(B * T, logits.shape[-1]).index_put(rows, logits))

@@ -3,6 +3,8 @@ function every trainer and test uses to score tokens under it."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 import torch.nn.functional as F
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
@@ -10,6 +12,7 @@ from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 from testbed.models import lean_forward
 from testbed.models.lora import has_adapters
 from testbed.models.modules import HFModule
+from testbed.models.router_hooks import router_hooks
 from testbed.models.tokenizer import WordTokenizer
 from testbed.models.units import engine_managed
 from testbed.scenario.schema import PolicyConfig
@@ -72,10 +75,11 @@ def token_logprobs_and_routing(
     temperature: float = 1.0,
     routing: bool = True,
     where: torch.Tensor | None = None,
+    forced: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
     """`token_logprobs` plus the router logits of every MoE layer (for expert-load diagnostics),
-    all from one forward pass."""
-    hidden, router = hidden_states(model.get_decoder(), tokens, attention_mask, routing)
+    all from one forward pass. `forced` [B, T, L, k]: routing replay's expert ids (`hidden_states`)."""
+    hidden, router = hidden_states(model.get_decoder(), tokens, attention_mask, routing, forced)
     hidden = hidden[:, :-1]  # the state at t-1 predicts token t
     need = torch.ones_like(tokens[:, 1:], dtype=torch.bool) if where is None else where[:, 1:].bool()
     logits = model.get_output_embeddings()(hidden[need])
@@ -90,15 +94,22 @@ def token_logprobs_and_routing(
 
 
 def hidden_states(
-    backbone: HFModule, tokens: torch.Tensor, attention_mask: torch.Tensor, routing: bool = False
+    backbone: HFModule,
+    tokens: torch.Tensor,
+    attention_mask: torch.Tensor,
+    routing: bool = False,
+    forced: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, tuple | None]:
     """(last hidden state [B, T, H], router logits per layer or None) of right-padded tokens: the
     lean forward (testbed/models/lean_forward.py) for the testbed's own Qwen3-MoE shape, the
     backbone's own forward for any other model, for a backbone that DDP or FSDP2 wraps (their
     hooks run on module calls; testbed/models/units.py) and for one with LoRA adapters (the lean
-    forward would read the base weights alone). Padding positions hold unspecified values."""
+    forward would read the base weights alone). Padding positions hold unspecified values.
+    `forced` [B, T, L, k]: expert ids to replay (routing replay; testbed/models/routing.py), through
+    router hooks on the backbone's own forward (testbed/models/router_hooks.py)."""
     if lean_forward.supports(backbone) and not engine_managed(backbone) and not has_adapters(backbone):
-        return lean_forward.backbone_forward(backbone, tokens, attention_mask, routing)
+        return lean_forward.backbone_forward(backbone, tokens, attention_mask, routing, forced)
     kwargs = {"output_router_logits": True} if routing else {}
-    out = backbone(input_ids=tokens, attention_mask=attention_mask, use_cache=False, **kwargs)
+    with router_hooks(backbone, forced=forced) if forced is not None else nullcontext():
+        out = backbone(input_ids=tokens, attention_mask=attention_mask, use_cache=False, **kwargs)
     return out.last_hidden_state, (getattr(out, "router_logits", None) if routing else None)

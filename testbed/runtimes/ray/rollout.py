@@ -163,10 +163,11 @@ class ActorEngine:
     def extend(self, trajs: list[Trajectory], observations: list[str], streams: list[int] | None = None) -> None:
         done_trajs = self.runner.call_now(self.index, "extend", trajs, observations, streams=streams)
         for traj, done in zip(trajs, done_trajs):
-            traj.segments, traj.response_text, traj.policy_version = (
+            traj.segments, traj.response_text, traj.policy_version, traj.experts = (
                 done.segments,
                 done.response_text,
                 done.policy_version,
+                done.experts,
             )
 
     def load_weights(self, state_dict: dict | None, version: int) -> None:  # the runner publishes weights
