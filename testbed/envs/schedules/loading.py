@@ -137,8 +137,8 @@ def _checked_judge(pick: Any, t: int, names: Sequence[str]) -> str:
     judge = pick(t)
     if judge not in names:
         raise ValueError(
-            f"schedule: judge_at({t}) is {judge!r}, not one of the scenario's judges ({', '.join(names)}: "
-            f"'{DEFAULT_JUDGE}' is the scenario's `judge`, the others the keys of `judges:`)"
+            f"schedule: judge_at({t}) is {judge!r}, not one of the scenario's judges ({', '.join(names)}); "
+            f"'{DEFAULT_JUDGE}' is the scenario's `judge`, the others are the keys of its `judges:`"
         )
     return judge
 
