@@ -34,6 +34,7 @@ import importlib
 import json
 import math
 import os
+import signal
 import socket
 import sys
 import threading
@@ -328,11 +329,23 @@ def main(argv: list[str] | None = None) -> None:
         _watch_parent()
     reward = f" remote_rm=http://{host}:{port}/get_reward run_dir={a.run_dir}" if remote else ""
     print(f"judges.server listening on http://{host}:{port}/v1 model={model_name} judge={a.judge}{reward}", flush=True)
-    try:
+    if remote is None:
         server.run(sockets=[sock])  # uvicorn handles SIGINT/SIGTERM: a graceful stop
+        return
+    # uvicorn stops gracefully, then raises the signal again with the handlers it found: these make
+    # it an exception, so the run directory is closed (rows flushed, manifest written) on either signal
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stopped)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
     finally:
-        if remote is not None:
-            remote.close()  # the rows flushed, the manifest's totals and status written
+        remote.close()
+
+
+def _stopped(sig: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def open_remote_reward(ap: argparse.ArgumentParser, a: argparse.Namespace) -> Any:

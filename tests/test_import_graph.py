@@ -17,6 +17,7 @@ PACKAGES = ("testbed", "trainers", "judges", "analysis")
 # and the core (the root's modules: types, protocols, registry, store, ...) are the ground floor.
 LAYERS = [
     {"testbed.cli", "testbed.run", "testbed.sweep", "testbed.study", "testbed.__main__"},
+    {"testbed.integrations"},  # the world, judge and schedule inside other trainers' loops
     {"testbed.runtimes"},
     {"testbed.engines"},
     {"testbed.models", "testbed.judging"},
