@@ -19,7 +19,8 @@ clock value of the session, against the target and by the judge in force there, 
 testbed's episode rows. The clock counts judged completions (`clock="judged"`, the testbed's own),
 or follows TRL's `trainer_state.global_step` (`clock="trainer_state"`: episode t of a step is
 global_step x episodes_per_step + its index, so a run resumed from a TRL checkpoint meets its
-switches where it met them).
+switches where it met them). Every call judges on the clock: give it to the training only, not to
+TRL's own evaluation (`eval_dataset`).
 
 `DriftCallback` (a `TrainerCallback`) writes what needs the policy: the reference table before the
 first step (the starting policy told each phase's target), the held-out `evals` every `eval.every`
