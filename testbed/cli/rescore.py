@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         closer = getattr(judge, "close", None)
         if callable(closer):
             closer()
-    from testbed.cli.plan import public_args
+    from testbed.cli.plan_arithmetic import public_args
 
     meta = {
         "judge": config.type,
