@@ -88,9 +88,14 @@ def old_fall(
                     "from_style": old,
                     "to_style": new,
                     "old_level": old_level,
-                    "old_share_at_switch": float(at_switch[-1]) if at_switch.size else np.nan,
-                    "old_fall": fall_time(et, share, switch, bounds[i + 2], old_level) if et.size else np.nan,
-                    "old_fall_censored": bool(et.size) and fall_censored(et, share, switch, bounds[i + 2], old_level),
+                    "old_share_at_switch": float(at_switch[-1]) if at_switch.size and old != new else np.nan,
+                    # a judge change that kept the target has no old style to fall
+                    "old_fall": fall_time(et, share, switch, bounds[i + 2], old_level)
+                    if et.size and old != new
+                    else np.nan,
+                    "old_fall_censored": bool(et.size)
+                    and old != new
+                    and fall_censored(et, share, switch, bounds[i + 2], old_level),
                 }
             )
     return pd.DataFrame(rows, columns=FALL_COLUMNS)

@@ -227,10 +227,10 @@ REWARD_PANELS = ("dip", "auc_after")
 def switch_labels(per_seed: pd.DataFrame) -> dict:
     """'run | 1: cute -> chuunibyou (t=2400)' per (run, switch) key."""
     out = {}
-    cols = [c for c in ("run", "switch", "t", "from_style", "to_style") if c in per_seed]
+    cols = [c for c in ("run", "switch", "t", "from_style", "to_style", "from_judge", "to_judge") if c in per_seed]
     for _, r in per_seed[cols].drop_duplicates().iterrows():
         key = (r.get("run"), r["switch"]) if "run" in per_seed else (None, r["switch"])
-        label = f"switch {r['switch']}: {r['from_style']} -> {r['to_style']}\n(t = {r['t']})"
+        label = f"switch {r['switch']}: {realign.switch_label(r)}\n(t = {r['t']})"
         if "run" in per_seed and per_seed["run"].nunique() > 1:
             label = f"{r['run']}\n" + label
         out[key] = label

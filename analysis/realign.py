@@ -93,6 +93,7 @@ from analysis.curves import (  # noqa: F401
     target_share_curve,
     warmup_judge_calls,
 )
+from analysis.phases import phase_bounds, phase_judges, phase_targets, phase_values, switch_label  # noqa: F401
 from analysis.recovery import (
     MIN_PLATEAU,
     Switches,
@@ -132,6 +133,8 @@ SWITCH_COLUMNS = [
     "t",
     "from_style",
     "to_style",
+    "from_judge",
+    "to_judge",
     "window",
     "fraction",
     "horizon",
@@ -167,11 +170,6 @@ SWITCH_COLUMNS = [
 # small helpers
 
 
-def phase_bounds(switch_points: Sequence[int], budget: int) -> list[int]:
-    """[0, T1, T2, ..., budget]: the clock values where the phases start and the run ends."""
-    return [0, *[int(s) for s in switch_points], int(budget)]
-
-
 def auto_window(switch_points: Switches, budget: int, window: int | None = None) -> int:
     """`window` (default 128), shrunk to a quarter of the shortest phase so that short runs keep
     several windows per phase; at least 1. Per-pair switch points: the shortest phase of any pair
@@ -188,24 +186,6 @@ def auto_window(switch_points: Switches, budget: int, window: int | None = None)
     if lengths:
         window = min(window, min(lengths) // 4)
     return max(1, window)
-
-
-def phase_targets(
-    episodes: pd.DataFrame, evals: pd.DataFrame | None, switch_points: Sequence[int], budget: int
-) -> list[str | None]:
-    """The target style of each phase (the most frequent `target_style` in it), None if unknown."""
-    bounds = phase_bounds(switch_points, budget)
-    sources = [df for df in (episodes, evals) if df is not None and not df.empty and "target_style" in df]
-    out: list[str | None] = []
-    for a, b in zip(bounds, bounds[1:]):
-        style = None
-        for df in sources:
-            phase = df[(df["t"] >= a) & (df["t"] < b)]["target_style"].dropna()
-            if not phase.empty:
-                style = str(phase.mode().iloc[0])
-                break
-        out.append(style)
-    return out
 
 
 def bootstrap_ci(
@@ -309,7 +289,10 @@ def _one_switch(
     in_h = (t >= switch) & (t < min(end, switch + horizon))
     auc = float(r[in_h].mean()) if in_h.any() else float("nan")
     row.update(auc_after=auc, horizon_reward=auc, horizon_episodes=int(in_h.sum()))
-    row.update(share_metrics(evals, switch, end, old, new))
+    shares = share_metrics(evals, switch, end, old, new)
+    if old is not None and old == new:  # a judge change that kept the target: no old style to fade
+        shares.update(old_share_at_switch=float("nan"), old_half_life=float("nan"), crossover=float("nan"))
+    row.update(shares)
     return row
 
 
@@ -353,6 +336,7 @@ def switch_metrics(
     horizon = int(budget) if horizon is None else int(horizon)
     evals = evals if evals is not None else pd.DataFrame()
     targets = [] if isinstance(switch_points, Mapping) else phase_targets(episodes, evals, switch_points, budget)
+    judges = [] if isinstance(switch_points, Mapping) else phase_judges(episodes, evals, switch_points, budget)
     ok = judged(episodes)
     bars = common_bars(ok, switch_points, window, fraction, reference)
     rows = []
@@ -365,6 +349,7 @@ def switch_metrics(
         bounds = phase_bounds(points, budget)
         if isinstance(switch_points, Mapping):
             targets = phase_targets(all_rows, ev, points, budget)
+            judges = phase_judges(all_rows, ev, points, budget)
         for i, switch in enumerate(points):
             metrics = _one_switch(
                 mine,
@@ -388,6 +373,8 @@ def switch_metrics(
                     "t": int(switch),
                     "from_style": targets[i],
                     "to_style": targets[i + 1],
+                    "from_judge": judges[i] if judges else None,
+                    "to_judge": judges[i + 1] if judges else None,
                     "window": window,
                     "fraction": fraction,
                     "horizon": horizon,

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.curves import judged, target_share_curve, warmup_judge_calls
+from analysis.phases import SWITCH_KINDS
 from analysis.realign import ALIASES, DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, DEFAULT_WINDOW, METRICS, bootstrap_ci
 from analysis.recovery import bar_summary
 
@@ -42,7 +43,7 @@ def aggregate(
     Kaplan-Meier median of `AGGREGATE_COUNTS` (see the module docstring), and each alias of
     `ALIASES` repeating its metric's columns."""
     metrics = list(METRICS) if metrics is None else list(metrics)
-    keys = [k for k in ("run", "arm", "switch", "t", "from_style", "to_style") if k in per_seed.columns]
+    keys = [k for k in ("run", "arm", "switch", "t", *SWITCH_KINDS) if k in per_seed.columns]
     columns = [*keys, *AGGREGATE_COUNTS]
     for m in [*metrics, *(a for a, m in ALIASES.items() if m in metrics)]:
         columns += [m, f"{m}_lo", f"{m}_hi", f"{m}_n"]

@@ -20,6 +20,7 @@ SEGMENT_COLUMNS = [
     "start",
     "end",
     "target_style",
+    "judge",
     "window",
     "episodes",
     "auc",
@@ -43,6 +44,7 @@ def _segment_rows(
     for (arm, seed), g in ok.sort_values("t").groupby(["arm", "seed"], sort=True):
         _, bounds, targets = pair_phases.pair_schedule(switch_points, budget, episodes, None, arm, seed, shared)
         t, r = g["t"].to_numpy(), g["reward"].to_numpy(float)
+        judges = realign.phase_judges(g, None, bounds[1:-1], bounds[-1])  # a schedule that changes the judge
         run = {"run": g["run"].iloc[0]} if "run" in g else {}
         for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
             seg = r[(t >= a) & (t < b)]
@@ -55,6 +57,7 @@ def _segment_rows(
                     "start": a,
                     "end": b,
                     "target_style": targets[k],
+                    "judge": judges[k],
                     "window": window,
                     "episodes": int(seg.size),
                     "reward_sum": float(seg.sum()),

@@ -29,6 +29,7 @@ import pandas as pd
 
 from analysis.console_tables import rich_table
 from analysis.markdown import md_table
+from analysis.phases import switch_label
 from analysis.report import RunData, analyse, load_run
 from analysis.table_rows import fmt_ci
 from analysis.training_data import BASELINE_STATS, baseline_overview
@@ -114,7 +115,7 @@ def grid_markdown(grid: pd.DataFrame, axes: list[str]) -> str:
     for switch, g in grid.groupby("switch", sort=True):
         first, ts = g.iloc[0], sorted({int(t) for t in g["t"].dropna()})
         at = f"t={ts[0]}" if len(ts) == 1 else f"t={ts[0]}..{ts[-1]} (each arm x seed at its own)" if ts else "t=?"
-        out.append(f"### Switch {int(switch)} at {at} ({first['from_style']} -> {first['to_style']})\n")
+        out.append(f"### Switch {int(switch)} at {at} ({switch_label(first)})\n")
         header = ["point", *axes, "arm", REACHED, *SHOWN.values(), "final reward"]
         body = [
             [
@@ -207,7 +208,7 @@ def sweep_report(root: str | Path, console: Any = None) -> Path:
             ]
             for _, r in g.iterrows()
         ]
-        title = f"switch {int(switch)}: {g.iloc[0]['from_style']} -> {g.iloc[0]['to_style']} (mean [95% CI] over seeds)"
+        title = f"switch {int(switch)}: {switch_label(g.iloc[0])} (mean [95% CI] over seeds)"
         console.print(rich_table(title, ["point", *short_names(axes), "arm", REACHED, *SHOWN.values()], rows))
     return out
 

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import nonstationary
+from analysis.phases import switch_label
 
 
 def _num(x: float, digits: int) -> str:
@@ -81,7 +82,7 @@ def switch_rows(switches: pd.DataFrame) -> list[list[str]]:
         rows.append(
             [
                 str(r["arm"]),
-                f"{r['switch']}: {r['from_style']} -> {r['to_style']} @ {r['t']}",
+                f"{r['switch']}: {switch_label(r)} @ {r['t']}",
                 bar_text(r),
                 f"{r['reached_bar']}/{r['bar_seeds']}" if r["bar_seeds"] else "n/a",
                 fmt_ci(r, "episodes_to_bar", 0),
@@ -123,6 +124,12 @@ def _over(r: pd.Series) -> str:
     return nonstationary.over_label(r["unit"], r["task"], r["tasks"])
 
 
+def _judge_of(segment: pd.Series) -> str:
+    """', judge v2' for a segment of a run whose schedule changes the judge, else ''."""
+    judge = segment.get("judge")
+    return f", judge {judge}" if isinstance(judge, str) else ""
+
+
 def segment_rows(intervals: pd.DataFrame, segments: pd.DataFrame) -> list[list[str]]:
     """Per segment and arm: reward area and dynamic regret (mean [95% CI]) and the best plateau."""
     if intervals.empty or segments.empty:
@@ -143,7 +150,7 @@ def segment_rows(intervals: pd.DataFrame, segments: pd.DataFrame) -> list[list[s
         rows.append(
             [
                 str(arm),
-                f"{task}: {s['target_style']} (t {s['start']}-{s['end']})",
+                f"{task}: {s['target_style']}{_judge_of(s)} (t {s['start']}-{s['end']})",
                 str(m.loc["auc", "n"]),
                 fmt_ci(m.loc["auc"], "mean", 3),
                 fmt_ci(m.loc["dynamic_regret"], "mean", 3),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from analysis import realign
 from analysis.console_tables import print_rows, print_tables, rich_table  # noqa: F401  (importable here)
+from analysis.judge_calls import judge_calls, judge_calls_markdown
 from analysis.markdown import md_table
 from analysis.results import Analysis
 from analysis.table_rows import (
@@ -130,6 +131,7 @@ def summary_markdown(a: Analysis, figures: list[Path], out_dir: Path) -> str:
             f"budget {run.budget} episodes, seeds {run.seeds}, switches at {sw}{note}"
         )
     parts += ["", "## Arms", "", md_table(ARM_HEADER, arm_rows(a.arms)) if not a.arms.empty else "_no episodes_", ""]
+    parts += judge_calls_markdown(judge_calls(a.runs))  # a schedule that changes the judge
     if not a.turns.empty:
         parts += [
             "## Multi-turn episodes",

@@ -19,6 +19,7 @@ import pandas as pd
 
 from analysis import paired
 from analysis.markdown import md_table
+from analysis.phases import switch_label
 from analysis.results import Analysis
 
 LEAD_METRIC = "episodes_to_bar"
@@ -97,11 +98,14 @@ def verdict_text(r: pd.Series) -> str:
     return str(r["verdict"]).replace(" better", " " + _faster(r["metric"]))
 
 
-def verdict_line(r: pd.Series, styles: tuple | None = None) -> str:
-    """One row of paired.csv as the sentence summary.md leads with (see the module docstring)."""
+def verdict_line(r: pd.Series, styles: tuple | str | None = None) -> str:
+    """One row of paired.csv as the sentence summary.md leads with (see the module docstring).
+    `styles`: the switch's (from, to) styles, or its label (`realign.switch_label`)."""
     m, d = r["metric"], _digits(r["metric"])
     head = f"{'Switch' if r['unit'] == 'switch' else 'Segment'} {r['task']}"
-    if styles and all(styles):
+    if isinstance(styles, str):
+        head += f" ({styles.replace(' -> ', ' → ')})"
+    elif styles and all(styles):
         head += f" ({styles[0]} → {styles[1]})"
     if not np.isfinite(r["diff"]):
         return f"{head}: {r['arm_x']} − {r['arm_y']}: no seeds to compare."
@@ -128,7 +132,9 @@ def _styles(per_seed: pd.DataFrame) -> dict:
     if per_seed.empty or "switch" not in per_seed:
         return {}
     first = per_seed.drop_duplicates("switch").set_index("switch")
-    return {k: (first.loc[k, "from_style"], first.loc[k, "to_style"]) for k in first.index}
+    if not first[["from_style", "to_style"]].notna().all(axis=None):
+        return {k: (first.loc[k, "from_style"], first.loc[k, "to_style"]) for k in first.index}
+    return {k: switch_label(first.loc[k]) for k in first.index}
 
 
 def lead_lines(a: Analysis, metric: str = LEAD_METRIC) -> list[str]:

@@ -30,9 +30,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import importlib
 import json
 import math
 import os
+import signal
 import socket
 import sys
 import threading
@@ -58,6 +60,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from judges.drills import DRILLS, QUOTA_ERROR, Drill
+from judges.http_replies import Reject as _Reject
+from judges.http_replies import error as _error
+from judges.http_replies import json_reply as _json
+from judges.http_replies import read_body as _read_body
 from judges.service import MALFORMED_REPLIES, BadRequest, JudgeService, count_tokens  # noqa: F401
 from testbed import registry
 
@@ -67,81 +73,18 @@ MAX_BODY_BYTES = 4 * 1024 * 1024  # a judge prompt is a few kB; a repair turn ab
 READ_TIMEOUT_S = 30.0
 
 
-class _Reject(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        kind: str,
-        counter: str,
-        headers: dict[str, str] | None = None,
-        code: str | None = None,  # the error body's code (default: the status)
-    ):
-        super().__init__(message)
-        self.status, self.message, self.kind, self.counter, self.headers = status, message, kind, counter, headers
-        self.code = code
-
-
-def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
-    return Response(json.dumps(body), status, headers, media_type="application/json")
-
-
-def _error(
-    status: int, message: str, kind: str, headers: dict[str, str] | None = None, code: str | None = None
-) -> Response:
-    body = {"message": message, "type": kind, "param": None, "code": code or str(status)}
-    return _json(status, {"error": body}, headers)
-
-
-async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    """The body, at most `limit` bytes, within `timeout_s`; _Reject otherwise. An early reply
-    closes the connection (the rest of the body is never read)."""
-    close = {"Connection": "close"}
-    length = request.headers.get("content-length")
-    if length is not None:  # the HTTP parser has refused most bad values already; belt and braces
-        if not length.strip().isdigit():
-            raise _Reject(
-                400,
-                f"Content-Length must be an integer, got {length[:40]!r}",
-                "invalid_request_error",
-                "bad_request",
-                close,
-            )
-        if int(length) > limit:
-            raise _Reject(
-                413,
-                f"body of {int(length)} bytes is over the limit of {limit}",
-                "invalid_request_error",
-                "too_large",
-                close,
-            )
-    chunks: list[bytes] = []
-    size = 0
-
-    async def read() -> None:
-        nonlocal size
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise _Reject(
-                    413, f"body is over the limit of {limit} bytes", "invalid_request_error", "too_large", close
-                )
-            chunks.append(chunk)
-
-    try:
-        await asyncio.wait_for(read(), timeout_s)
-    except TimeoutError:
-        raise _Reject(
-            408, f"request body not received within {timeout_s:g} s", "invalid_request_error", "read_timeouts", close
-        ) from None
-    return b"".join(chunks)
-
-
 def make_app(
-    service: JudgeService, max_body_bytes: int = MAX_BODY_BYTES, read_timeout_s: float = READ_TIMEOUT_S
+    service: JudgeService,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    read_timeout_s: float = READ_TIMEOUT_S,
+    remote_reward: Any = None,
 ) -> FastAPI:
+    """The OpenAI-compatible routes; with `remote_reward` (testbed/integrations/remote_reward.py)
+    also OpenRLHF's remote reward route, `POST /get_reward`, and `GET /drift`."""
     svc = service
     app = FastAPI(title="testbed judge server", openapi_url=None, docs_url=None, redoc_url=None)
+    if remote_reward is not None:
+        add_reward_routes(app, svc, remote_reward, max_body_bytes, read_timeout_s)
 
     @app.exception_handler(HTTPException)  # an unknown route or method: the OpenAI error shape
     async def no_route(request: Request, exc: HTTPException) -> Response:
@@ -228,6 +171,36 @@ def make_app(
     return app
 
 
+def add_reward_routes(app: FastAPI, svc: JudgeService, reward: Any, max_body_bytes: int, timeout_s: float) -> None:
+    """`POST /get_reward` (the body and reply of OpenRLHF's `--remote_rm_url`; `reward(body)` judges
+    it on the scenario's clock) and `GET /drift` (the clock, target and judge now)."""
+
+    @app.get("/drift")
+    async def drift() -> Response:
+        return _json(200, reward.status())
+
+    @app.post("/get_reward")
+    async def get_reward(request: Request) -> Response:
+        svc.count("requests")
+        svc.count("rewards")
+        try:
+            if not svc.authorized(request.headers.get("authorization")):
+                raise _Reject(401, "invalid or missing bearer token", "authentication_error", "unauthorized")
+            raw = await _read_body(request, max_body_bytes, timeout_s)
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                raise _Reject(400, "the body is not JSON", "invalid_request_error", "bad_request") from None
+            return _json(200, await reward(body))
+        except _Reject as r:
+            svc.count(r.counter)
+            return _error(r.status, r.message, r.kind, r.headers, r.code)
+        except ValueError as exc:  # RemoteRewardError: its status, its message
+            status = getattr(exc, "status", 400)
+            svc.count("bad_request" if status == 400 else "judge_errors")
+            return _error(status, str(exc), "invalid_request_error" if status == 400 else "server_error")
+
+
 def make_server(
     service: JudgeService,
     host: str = "127.0.0.1",
@@ -235,6 +208,7 @@ def make_server(
     verbose: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
     read_timeout_s: float = READ_TIMEOUT_S,
+    remote_reward: Any = None,
 ) -> tuple[Any, socket.socket]:
     """A uvicorn Server for the service and its bound, listening socket (`port=0`: a free one):
     connections queue in the backlog from now on, so the address may be announced at once."""
@@ -247,7 +221,7 @@ def make_server(
     logs["handlers"]["access"]["stream"] = "ext://sys.stderr"
     # Idle keep-alive connections cost a coroutine, not a thread: keep them as long as a client pool does.
     config = uvicorn.Config(
-        make_app(service, max_body_bytes, read_timeout_s),
+        make_app(service, max_body_bytes, read_timeout_s, remote_reward),
         http="auto",
         loop="asyncio",
         log_config=logs,
@@ -268,7 +242,9 @@ def build_judge(name: str, args: dict[str, Any] | None = None) -> Any:
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m judges.server", description=__doc__.splitlines()[0])
-    ap.add_argument("--judge", default="rubric", help="registry name or import path 'pkg.mod:Name' (default: rubric)")
+    ap.add_argument(
+        "--judge", default=None, help="registry name or import path 'pkg.mod:Name' (default: rubric, or the scenario's)"
+    )
     ap.add_argument("--judge-args", default="{}", help="JSON object of constructor arguments for the judge")
     ap.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed at startup)")
@@ -285,6 +261,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES, help="larger bodies get 413")
     ap.add_argument("--read-timeout-s", type=float, default=READ_TIMEOUT_S, help="a body slower than this gets 408")
     ap.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    # OpenRLHF's remote reward (POST /get_reward) on a scenario's drifting reward: docs/integrations.md
+    ap.add_argument("--scenario", default=None, help="serve this scenario's reward at /get_reward (its clock, rows)")
+    ap.add_argument("--run-dir", default=None, help="with --scenario: the run directory to write (must not exist)")
+    ap.add_argument("--arm", default="openrlhf", help="with --scenario: the arm its rows are written under")
+    ap.add_argument("--scenario-seed", type=int, default=None, help="with --scenario: the seed (default its first)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="scenario field")
     ap.add_argument(
         "--exit-with-parent",
         action="store_true",
@@ -320,10 +302,12 @@ def main(argv: list[str] | None = None) -> None:
         token = os.environ.get(a.token_env)
         if not token:
             ap.error(f"--token-env {a.token_env}: the environment variable is not set or empty")
+    remote = open_remote_reward(ap, a)
     try:
-        judge = build_judge(a.judge, judge_args)
+        judge = remote.session.judge if remote and a.judge is None else build_judge(a.judge or "rubric", judge_args)
     except (registry.RegistryError, TypeError, ValueError) as exc:
         ap.error(f"--judge {a.judge}: {exc}")
+    a.judge = a.judge or ("scenario" if remote else "rubric")
     model_name = a.model_name or f"testbed-{a.judge.rsplit(':', 1)[-1].lower()}"
     try:
         service = JudgeService(
@@ -339,12 +323,45 @@ def main(argv: list[str] | None = None) -> None:
         )
     except ValueError as exc:
         ap.error(str(exc))
-    server, sock = make_server(service, a.host, a.port, a.verbose, a.max_body_bytes, a.read_timeout_s)
+    server, sock = make_server(service, a.host, a.port, a.verbose, a.max_body_bytes, a.read_timeout_s, remote)
     host, port = sock.getsockname()[:2]
     if a.exit_with_parent:
         _watch_parent()
-    print(f"judges.server listening on http://{host}:{port}/v1 model={model_name} judge={a.judge}", flush=True)
-    server.run(sockets=[sock])  # uvicorn handles SIGINT/SIGTERM: a graceful stop
+    reward = f" remote_rm=http://{host}:{port}/get_reward run_dir={a.run_dir}" if remote else ""
+    print(f"judges.server listening on http://{host}:{port}/v1 model={model_name} judge={a.judge}{reward}", flush=True)
+    if remote is None:
+        server.run(sockets=[sock])  # uvicorn handles SIGINT/SIGTERM: a graceful stop
+        return
+    # uvicorn stops gracefully, then raises the signal again with the handlers it found: these make
+    # it an exception, so the run directory is closed (rows flushed, manifest written) on either signal
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stopped)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        remote.close()
+
+
+def _stopped(sig: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def open_remote_reward(ap: argparse.ArgumentParser, a: argparse.Namespace) -> Any:
+    """With --scenario: the scenario's drifting reward on OpenRLHF's remote reward route
+    (testbed/integrations/remote_reward.py, named by module path as the core names judges/)."""
+    if a.scenario is None:
+        if a.run_dir is not None:
+            ap.error("--run-dir goes with --scenario")
+        return None
+    if a.run_dir is None:
+        ap.error("--scenario needs --run-dir (the run directory the rewards' rows are written to)")
+    module = importlib.import_module("testbed.integrations.remote_reward")
+    try:
+        return module.RemoteReward.open(a.scenario, a.run_dir, arm=a.arm, seed=a.scenario_seed, overrides=a.overrides)
+    except (FileExistsError, OSError, ValueError) as exc:  # ScenarioError is a ValueError
+        ap.error(f"--scenario {a.scenario}: {exc}")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ COUNTERS = (
     "requests",
     "chat_completions",
     "models",
+    "rewards",  # POST /get_reward: OpenRLHF's remote reward on a scenario (--scenario)
     "ok",
     "injected_errors",
     "malformed",

@@ -18,10 +18,21 @@ class Judge(Protocol):
     async def judge(self, requests: list[JudgeRequest]) -> list[Verdict]: ...
 
 
+# The name a drift schedule gives the scenario's own `judge` (its other judges are the keys of `judges:`).
+DEFAULT_JUDGE = "default"
+
+
 @runtime_checkable
 class DriftSchedule(Protocol):
     """Built as `factory(*, budget, archetypes, **args)` (the run's episode budget, to turn
-    fractions of it into clocks, and the world's default candidate styles), or named ready-made."""
+    fractions of it into clocks, and the world's default candidate styles), or named ready-made.
+
+    Optional, for a schedule that changes the judge as well as the target (a template upgrade, a
+    rising bar, a blend of two judges; testbed/envs/schedules/judge_drift.py):
+    `judge_at(t) -> str`, the name of the judge whose verdict counts at clock t: DEFAULT_JUDGE
+    (the scenario's `judge`) or a key of the scenario's `judges:`. Pure in t, as `target(t)` is;
+    `switch_points()` then lists the clocks where the judge changes too (for a blend, the middle of
+    its `windows()`). A schedule without it keeps the scenario's judge throughout."""
 
     def target(self, t: int) -> Target: ...
 

@@ -30,6 +30,8 @@ BUILTINS: dict[str, dict[str, str]] = {
         "gradual": "testbed.envs.schedules.piecewise:gradual",
         "periodic": "testbed.envs.schedules.periodic:periodic",
         "random": "testbed.envs.schedules.random_switches:random_switches",
+        # any of these for the target, and the judge changing too (a template upgrade, a rising bar, a blend)
+        "judge_drift": "testbed.envs.schedules.judge_drift:judge_drift",
     },
     "engine": {
         "hf": "testbed.engines.hf_engine:HFEngine",

@@ -14,13 +14,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class JudgeRequest:
-    """One response to score. `topic` lets a judge check topicality without parsing the prompt."""
+    """One response to score. `topic` lets a judge check topicality without parsing the prompt.
+    `judge` names which of a scenario's judges scores it where the drift schedule changes the
+    judge (`judge_at`; testbed/judging/panel.py routes on it); None: the scenario's `judge`.
+    A judge itself never needs to read it."""
 
     prompt: str
     response: str
     target_style: str
     candidate_styles: tuple[str, ...]
     topic: str | None = None
+    judge: str | None = None
 
 
 # A judge error that starts with this is a refusal that no retry can change (the provider refuses
@@ -106,6 +110,7 @@ class Trajectory:
     notes: list[str] = field(default_factory=list)
     turn_rewards: bool = False  # put each earlier draft's reward on its last token too
     gold_verdict: Verdict | None = None  # the gold judge's verdict (scenario.gold_judge), where it scored this episode
+    judge: str = ""  # which of the scenario's judges scored it, where the schedule changes the judge (else "")
     sim_times: dict[str, float] = field(default_factory=dict)  # the simulated runtime: sim_start_s, sim_done_s, ...
     # The prompt's expected reward under the policy that generated it, estimated from other samples
     # that are judged but never trained on (a trainer's `baseline_samples`: the upper-bound baseline).

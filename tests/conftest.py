@@ -56,6 +56,8 @@ FIRST = (
     "test_judge_server.py",
     "test_judge_server_attacks.py",
     "test_judge_drills.py",
+    "test_rescore.py",
+    "test_remote_reward.py",
 )
 
 

@@ -17,6 +17,7 @@ PACKAGES = ("testbed", "trainers", "judges", "analysis")
 # and the core (the root's modules: types, protocols, registry, store, ...) are the ground floor.
 LAYERS = [
     {"testbed.cli", "testbed.run", "testbed.sweep", "testbed.study", "testbed.__main__"},
+    {"testbed.integrations"},  # the world, judge and schedule inside other trainers' loops
     {"testbed.runtimes"},
     {"testbed.engines"},
     {"testbed.models", "testbed.judging"},
@@ -89,3 +90,12 @@ def test_nothing_imports_the_cli():
     into_cli = [(a, b) for a, b in graph.edges if layer_of(b) == 0 and layer_of(a) != 0]
     assert into_cli == []
     assert not any(b in ("testbed.run", "testbed.sweep") for _, b in graph.edges)  # the `python -m` launchers
+
+
+def test_analysis_reads_run_directories_only():
+    """analysis/ imports the store (to read a run directory's tables) and the numerics' names (to
+    compare runs'), never the judges, the trainers or the training code: re-judging stored
+    responses (`python -m analysis.rescore`) runs testbed/cli/rescore.py in its own process."""
+    graph = imports()
+    outside = {b for a, b in graph.edges if a.startswith("analysis") and not b.startswith("analysis")}
+    assert outside <= {"testbed.store", "testbed.cpu_numerics"}, outside

@@ -28,7 +28,7 @@ SUBCOMMANDS = ("run", "sweep", "report", "judge-server", "export")
 LLM_PACKAGES = {"litellm", "openai", "fastapi", "starlette", "uvicorn", "httptools", "tenacity"}
 NEVER_LITELLM = (Version("1.82.7"), Version("1.82.8"))
 # The only modules that may import the `llm` extra's packages (each checks for it first).
-LLM_MODULES = {"judges/llm.py", "judges/retry.py", "judges/server.py"}
+LLM_MODULES = {"judges/llm.py", "judges/retry.py", "judges/server.py", "judges/http_replies.py"}
 NOTEBOOK_RUNTIME = {"jupytext", "ipykernel", "nbclient", "nbformat"}  # what the tests need of `notebooks`
 
 
@@ -109,6 +109,8 @@ def test_the_extras_hold_their_parts():
     assert "testbed[llm]" in extras["dev"] and names["dev"] >= NOTEBOOK_RUNTIME and "jupyterlab" not in names["dev"]
     assert {"scipy", "ray", "torch"} <= core
     assert {"smollm", "bench"} <= set(extras)
+    # the TRL reward function (testbed/integrations/trl.py): its own extra, which the tests install
+    assert {"trl", "datasets"} <= names["trl"] and "testbed[trl]" in extras["dev"]
 
 
 def test_only_the_llm_modules_import_the_llm_extra():
@@ -152,6 +154,12 @@ def test_a_missing_extra_is_named(blocked, code):
     said = out.stdout + out.stderr
     assert "pip install 'testbed[llm]'" in said and f"missing: {blocked}" in said, said
     assert "Traceback" not in said
+
+
+def test_the_trl_reward_without_its_extra_says_which_to_install():
+    code = "try:\n    import testbed.integrations.trl\nexcept ImportError as exc:\n    print(exc)"
+    said = run_python(f"import sys\nsys.modules['trl'] = None  # as if not installed\n{code}").stdout
+    assert "pip install 'testbed[trl]'" in said and "missing: trl" in said, said
 
 
 def test_a_run_with_the_llm_judge_and_no_extra_says_which_to_install(tmp_path):

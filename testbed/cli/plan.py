@@ -273,6 +273,17 @@ def judges_plan(scenario: Scenario) -> dict[str, Any]:
             **({"share": config.share} if isinstance(config, GoldJudgeConfig) else {}),
         }
         out["warnings"] += unset_env_vars(args, f"{field}.args")
+    out["judges"] = {}  # more judges the schedule switches to (judge_at)
+    for name, config in scenario.judges.items():
+        args = public_args(config.args)
+        field = f"judges.{name}"
+        out["judges"][name] = {
+            "type": config.type,
+            "path": config.path,
+            "args": args,
+            "check": check_judge(config, field),
+        }
+        out["warnings"] += unset_env_vars(args, f"{field}.args")
     default = WorldConfig().model_dump()
     world = scenario.world.model_dump()
     out["world"] = {k: v for k, v in world.items() if k not in ("styles", "archetypes") and v != default[k]}
@@ -290,12 +301,14 @@ def schedule_plan(scenario: Scenario, schedule: Any) -> dict[str, Any]:
         assert scenario.schedule.horizon_s is not None  # ScheduleSpec requires it with this clock
         schedule, budget, unit = schedule.inner, scenario.schedule.horizon_s, "simulated seconds"
     phases: list[dict[str, Any]] = []
+    judge_of = judge_labels(schedule)
     for t in range(budget):
-        target = schedule.target(t)
-        if phases and (phases[-1]["style"], phases[-1]["candidates"]) == (target.style, list(target.candidates)):
+        target, judge = schedule.target(t), judge_of(t)
+        now = {"style": target.style, "candidates": list(target.candidates), **({"judge": judge} if judge else {})}
+        if phases and {k: phases[-1].get(k) for k in now} == now:
             phases[-1]["end"] = t + 1
         else:
-            phases.append({"start": t, "end": t + 1, "style": target.style, "candidates": list(target.candidates)})
+            phases.append({"start": t, "end": t + 1, **now})
     return {
         "type": scenario.schedule.type,
         "unit": unit,
@@ -303,6 +316,21 @@ def schedule_plan(scenario: Scenario, schedule: Any) -> dict[str, Any]:
         "phases": phases[:MAX_PHASES],
         "phases_left_out": max(0, len(phases) - MAX_PHASES),
     }
+
+
+def judge_labels(schedule: Any) -> Any:
+    """t -> the judge in force ("default", a key of `judges:`; "A -> B (blend)" inside a blend's
+    window), or None for a schedule that does not change the judge."""
+    pick = getattr(schedule, "judge_at", None)
+    if not callable(pick):
+        return lambda t: None
+    blends = [c for c in getattr(schedule, "judge_changes", list)() if c["window"][1] > c["window"][0]]
+
+    def label(t: int) -> str:
+        inside = next((c for c in blends if c["window"][0] <= t < c["window"][1]), None)
+        return f"{inside['from_judge']} -> {inside['to_judge']} (blend)" if inside else str(pick(t))
+
+    return label
 
 
 def runtime_plan(scenario: Scenario) -> dict[str, Any]:

@@ -117,6 +117,9 @@ def judges_table(plan: dict[str, Any]) -> Table:
         how = "args checked by its Config, not built" if j["check"] == "checked" else f"{j['check']}, closed"
         share = f", scores {j['share']:.0%} of episodes" if "share" in j else ""
         rows.append((field.replace("_", " "), f"{j['type']} ({j['path']}), args {_args(j['args'])}; {how}{share}"))
+    for name, j in plan.get("judges", {}).items():  # more judges the schedule switches to
+        how = "args checked by its Config, not built" if j["check"] == "checked" else f"{j['check']}, closed"
+        rows.append((f"judge {name}", f"{j['type']} ({j['path']}), args {_args(j['args'])}; {how}"))
     rows.append(("world", _args(plan["world"])))
     rows.append(("env", f"{plan['env']['type']} {_args(plan['env']['args'])}"))
     return _rows(_table("Judges and world"), rows)
@@ -125,15 +128,28 @@ def judges_table(plan: dict[str, Any]) -> Table:
 def schedule_table(plan: dict[str, Any]) -> Table:
     s = plan["schedule"]
     unit = s.get("unit", "episodes")
+    judged = any("judge" in p for p in s["phases"])  # a schedule that changes the judge: which one, when
     table = _table(
         f"Schedule ({s['type']}; switches at {unit} {', '.join(map(_n, s['switch_points'])) or 'none'})",
         unit,
         "target",
         "candidates",
+        *(["judge"] if judged else []),
     )
-    _rows(table, [(f"{_n(p['start'])} - {_n(p['end'])}", p["style"], ", ".join(p["candidates"])) for p in s["phases"]])
+    _rows(
+        table,
+        [
+            (
+                f"{_n(p['start'])} - {_n(p['end'])}",
+                p["style"],
+                ", ".join(p["candidates"]),
+                *([p["judge"]] if judged else []),
+            )
+            for p in s["phases"]
+        ],
+    )
     if s["phases_left_out"]:
-        table.add_row(f"... {s['phases_left_out']} more", "", "")
+        table.add_row(f"... {s['phases_left_out']} more", "", "", *([""] if judged else []))
     return table
 
 

@@ -45,6 +45,7 @@ class EpisodeStart:
     t: int
     target: Target
     stream: int | None = None  # the episode's sampling stream (stream_id); None: the engine's own
+    judge: str | None = None  # the judge in force at its clock (a schedule's `judge_at`); None: the scenario's
 
     def request(self, response: str) -> JudgeRequest:
         """The judge request for ``response`` to this episode."""
@@ -54,6 +55,7 @@ class EpisodeStart:
             target_style=self.target.style,
             candidate_styles=self.target.candidates,
             topic=self.topic,
+            judge=self.judge,
         )
 
 
@@ -70,6 +72,7 @@ def episode_info(start: EpisodeStart, verdict: Verdict) -> dict[str, Any]:
         "judge_error": verdict.error,
         "prompt_id": start.prompt_id,
         "topic": start.topic,
+        **({"judge": start.judge} if start.judge else {}),  # a schedule that changes the judge
     }
 
 

@@ -49,7 +49,7 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 
 from testbed.envs.episode import EpisodeStart, SingleTurn, episode_info, stream_id
-from testbed.protocols import DriftSchedule, Judge
+from testbed.protocols import DEFAULT_JUDGE, DriftSchedule, Judge
 from testbed.types import Target, Verdict
 
 if TYPE_CHECKING:
@@ -167,6 +167,12 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
             )
         return target
 
+    def _judge_at(self, t: int) -> str | None:
+        """The judge in force at clock t, for a schedule that changes the judge (`judge_at`);
+        None for one that does not (the scenario's judge)."""
+        pick = getattr(self.schedule, "judge_at", None)
+        return pick(t) if callable(pick) else None
+
     def _render(self, spec: PromptSpec, target: Target) -> str:
         text = self._render_prompt(spec, target.candidates)
         if len(text) > self.max_prompt_chars:
@@ -200,6 +206,7 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
             t=t,
             target=target,
             stream=stream_id(self._np_random_seed, "train", t) if stream is None else stream,
+            judge=self._judge_at(t),
         )
 
     def _sample_specs(self, n: int) -> list[PromptSpec]:
@@ -216,6 +223,7 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
                 raise TypeError(f"responses must be str, got {type(r).__name__}")
         if not starts:
             return []
+        self._check_judges(starts)
         verdicts = await self.judge.judge([s.request(r) for s, r in zip(starts, responses)])
         verdicts = list(verdicts)
         if len(verdicts) != len(starts) or not all(isinstance(v, Verdict) for v in verdicts):
@@ -224,6 +232,21 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
                 "requests; a judge must return one Verdict per request, in order"
             )
         return verdicts
+
+    def _check_judges(self, starts: Sequence[EpisodeStart]) -> None:
+        """A start that names a judge (a schedule's `judge_at`) needs a judge that routes by name
+        (testbed/judging/panel.py: `JudgePanel`, which `build_judge` gives a scenario with
+        `judges:`); the scenario's own judge is "default" (or None)."""
+        named = {s.judge for s in starts if s.judge is not None} - {DEFAULT_JUDGE}
+        if not named:
+            return
+        known: frozenset[str] = getattr(self.judge, "judge_names", frozenset())
+        if not named <= set(known):
+            raise ValueError(
+                f"the schedule asks for judge(s) {sorted(named)} (judge_at), but the env's judge "
+                f"{type(self.judge).__name__} has {sorted(known) or 'no named judges'}: list them under the "
+                "scenario's `judges:` (testbed.judging.build.build_judge makes the JudgePanel that routes them)"
+            )
 
     # ---- batched path (the training loop) --------------------------------------------------
     @staticmethod
@@ -258,10 +281,10 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
         """The same prompt text, judged at clock ``t``: its target is the one in force at ``t``
         (which differs from the generation-time target when a switch fell in between; on the
         simulated clock, also at the same `t`, when a switch in seconds fell in between)."""
-        target = self._shown(start.prompt_id, self._target(t))
-        if t == start.t and target == start.target:
+        target, judge = self._shown(start.prompt_id, self._target(t)), self._judge_at(t)
+        if t == start.t and target == start.target and judge == start.judge:
             return start
-        return EpisodeStart(start.prompt_text, start.prompt_id, start.topic, t, target, start.stream)
+        return EpisodeStart(start.prompt_text, start.prompt_id, start.topic, t, target, start.stream, judge)
 
     async def astep_batch(self, starts: Sequence[EpisodeStart], responses: Sequence[str]) -> list[Verdict]:
         """Judge ``responses[i]`` for ``starts[i]`` in ONE judge call; advance the clock by the
@@ -307,6 +330,7 @@ class StyleShiftEnv(gymnasium.Env[str, str]):
                 t=t,
                 target=told,
                 stream=stream_id(self._np_random_seed, "told", t, i),
+                judge=self._judge_at(t),
             )
             for i, spec in enumerate(specs)
         ]

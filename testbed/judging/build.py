@@ -11,6 +11,8 @@ from pydantic import ValidationError
 
 from testbed import registry
 from testbed.judging.adapter import JudgePluginError, as_judge
+from testbed.judging.panel import JudgePanel
+from testbed.protocols import DEFAULT_JUDGE
 from testbed.scenario.schema import Scenario, ScenarioError, format_validation_error
 from testbed.types import JudgeRequest
 from testbed.world import generate, prompts, render_prompt
@@ -22,8 +24,15 @@ if TYPE_CHECKING:
 
 def build_judge(scenario: Scenario) -> Judge:
     """The scenario's judge, in any shape `as_judge` accepts (async or sync, batch or single),
-    with the world's hard and noisy topics applied (testbed/world/rules.py)."""
-    return wrap(judge_from_config(scenario.judge, "judge"), scenario.world.rules())
+    with the world's hard and noisy topics applied (testbed/world/rules.py). With `judges:` (a
+    schedule that changes the judge) a `JudgePanel` of them all, "default" the scenario's `judge`."""
+    judge = wrap(judge_from_config(scenario.judge, "judge"), scenario.world.rules())
+    if not scenario.judges:
+        return judge
+    members = {DEFAULT_JUDGE: judge}
+    for name, config in scenario.judges.items():
+        members[name] = wrap(judge_from_config(config, f"judges.{name}"), scenario.world.rules())
+    return JudgePanel(members)
 
 
 def build_gold_judge(scenario: Scenario) -> Judge | None:

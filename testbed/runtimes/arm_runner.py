@@ -41,7 +41,7 @@ from testbed.runtimes.learn import (
     warm_up,
     warmup_cache_key,
 )
-from testbed.runtimes.reference_policy import reference_rows
+from testbed.runtimes.reference_policy import reference_rows, settled_judges
 from testbed.scenario.schema import ArmConfig, Scenario
 from testbed.store import RunStore
 from testbed.types import Trajectory
@@ -170,14 +170,16 @@ class ArmRunner:
         (`testbed.runtimes.reference_policy`), written to the `reference` table."""
         if self.scenario.eval.reference_samples <= 0:
             return
+        switches = list(self.schedule.switch_points())
         rows = reference_rows(
             self.env,
             starting_engine,
             self.heldout,
-            list(self.schedule.switch_points()),
+            switches,
             self.budget,
             self.scenario.eval.reference_samples,
             self.seed,
+            judges=settled_judges(self.schedule, switches, self.budget),
         )
         self.store.append("reference", [{"arm": self.arm.name, "seed": self.seed, **r} for r in rows])
 

@@ -107,6 +107,7 @@ class Collector:
                 made.t,
             )
             traj.prompt_id, traj.topic, traj.arm, traj.seed = made.prompt_id, made.topic, self.arm, self.seed
+            traj.judge = getattr(judged, "judge", None) or ""  # a schedule that changes the judge: which one
             traj.group_id = round_.first_group + i // round_.group_size
             if (
                 self.gold is not None
@@ -181,6 +182,8 @@ def episode_rows(trajs: list[Trajectory], learner_version: int | None, trained: 
                 **gold_columns(traj.gold_verdict),
                 # simulated seconds (runtime.kind: simulated): started, completed (judged), trained
                 **traj.sim_times,
+                # which of the scenario's judges scored it, where the schedule changes the judge
+                **({"judge": traj.judge} if traj.judge else {}),
             }
         )
     return rows
@@ -203,7 +206,9 @@ def evaluate_heldout(env: Env, engine: Engine, specs: list[PromptSpec], t: int) 
     errors = [v.error for v in verdicts if v.error is not None]
     errors += [v.error for tr in trajs for v in tr.turn_verdicts if v.error is not None]
     calls = sum(tr.judge_calls() for tr in trajs)
-    return heldout_rows(verdicts, t, starts[0].target.style), errors, calls
+    rows = heldout_rows(verdicts, t, starts[0].target.style)
+    judge = getattr(starts[0], "judge", None)  # a schedule that changes the judge: the one at t
+    return [{**r, "judge": judge} for r in rows] if judge else rows, errors, calls
 
 
 def heldout_rows(verdicts: list, t: int, target_style: str) -> list[dict]:

@@ -125,9 +125,14 @@ class LoopState:
 
 def judge_counters(judge: Judge) -> dict[str, float]:
     """The judge's own cumulative accounting, if it keeps any (LLM judges do), under `llm_`
-    names, so they can never overwrite the loop's `judge_*` counts."""
+    names, so they can never overwrite the loop's `judge_*` counts; and a judge panel's verdicts
+    per judge (`judge_calls_<name>`, every kind of call)."""
     stats = getattr(judge, "stats", None)
-    return {f"llm_{k}": float(v) for k, v in stats().items()} if callable(stats) else {}
+    out = {f"llm_{k}": float(v) for k, v in stats().items()} if callable(stats) else {}
+    by_judge = getattr(judge, "calls_by_judge", None)  # a JudgePanel: a schedule that changes the judge
+    if callable(by_judge):
+        out.update({f"judge_calls_{name}": float(n) for name, n in by_judge().items()})
+    return out
 
 
 def counter_delta(
@@ -274,6 +279,9 @@ def warmup_cache_key(
         "target": schedule.target(0),
         "sampling": scenario.sampling.model_dump(),
     }
+    first = getattr(schedule, "judge_at", lambda t: "default")(0)
+    if first in scenario.judges:  # a schedule whose first judge is not the scenario's `judge`: that one's
+        key["judge"] = scenario.judges[first].model_dump(by_alias=True)
     if scenario.env.type != "style_shift":
         key["env"] = scenario.env_for(arm).model_dump()
     world = scenario.world.model_dump(include={"hard_topics", "noisy_topics", "candidate_change_share"})

@@ -1,7 +1,9 @@
 """The reference a realignment is measured against, independent of the arms.
 
 For each phase of the schedule, the reward of the seed's starting (SFT) policy when its prompt
-offers only the target style: a policy *told* the target, with no RL at all. Every arm of a seed
+offers only the target style: a policy *told* the target, with no RL at all. Where the schedule
+changes the judge, each phase's reference is judged by that phase's judge: a judge change is a
+switch like any other, with its own bar. Every arm of a seed
 starts from the same policy, so every arm writes the same rows for it; the analysis grades all
 arms of a seed against one bar (`analysis/realign.py`, `episodes_to_bar`) and measures dynamic
 regret against it (`analysis/nonstationary.py`).
@@ -12,6 +14,7 @@ whether or how often the reference was evaluated.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -30,6 +33,22 @@ def phase_clocks(switch_points: list[int], budget: int) -> list[tuple[int, int]]
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
+def settled_judges(schedule: Any, switch_points: list[int], budget: int) -> list[str | None]:
+    """The judge each phase's reference is judged by, for a schedule that changes the judge
+    (`judge_at`; else None per phase): the one in force at the phase's first clock outside every
+    transition window (`windows()`), so that after a blend of two judges the new phase's bar is the
+    new judge's, not a draw between the two."""
+    pick = getattr(schedule, "judge_at", None)
+    if not callable(pick):
+        return [None] * len(phase_clocks(switch_points, budget))
+    windows = list(getattr(schedule, "windows", list)())
+    out = []
+    for start, end in phase_clocks(switch_points, budget):
+        t = max([start, *(hi for lo, hi in windows if lo <= start < hi)])
+        out.append(pick(min(t, end - 1)))
+    return out
+
+
 def reference_rows(
     env: Env,
     engine: Engine,
@@ -38,15 +57,20 @@ def reference_rows(
     budget: int,
     samples: int,
     seed: int,
+    judges: list[str | None] | None = None,
 ) -> list[dict]:
     """One row per phase: the starting policy, told the target of the phase's first clock, on
-    `samples` episodes per held-out prompt. Failed verdicts are left out (`n` counts the rest); a
-    refused one (`testbed.types.judge_refused`) raises JudgeRefused."""
+    `samples` episodes per held-out prompt, judged by the phase's judge (`judges`, from
+    `settled_judges`; None: the env's choice at that clock). Failed verdicts are left out (`n`
+    counts the rest); a refused one (`testbed.types.judge_refused`) raises JudgeRefused."""
     rows = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + REFERENCE_SEED_OFFSET)
         for phase, (start, end) in enumerate(phase_clocks(switch_points, budget)):
             starts = [s for s in env.told_target_starts(specs, start) for _ in range(samples)]
+            judge = judges[phase] if judges else None
+            if judge is not None:  # the phase's own judge, not a blend's draw at its first clock
+                starts = [dataclasses.replace(s, judge=judge) for s in starts]
             trajs = env.rollout(engine, starts)
             target = starts[0].target.style
             # the held-out evaluation's own summary (failed verdicts left out), read at the target's row
@@ -67,6 +91,7 @@ def reference_rows(
                     "reward": summary["eval_reward"],
                     "quality": summary["eval_quality"],
                     "target_share": summary["share"],
+                    **({"judge": judge} if judge is not None else {}),
                 }
             )
     return rows

@@ -11,9 +11,10 @@ Settings of the section itself (gold_judge.share, engine.mismatch) stay beside `
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+import re
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from testbed import registry
 from testbed.scenario.loading import clip
@@ -60,6 +61,21 @@ class JudgeConfig(PluginSpec):
 
     kind: ClassVar[str] = "judge"
     type: str = "rubric"
+
+
+def _judge_names(judges: dict[str, JudgeConfig]) -> dict[str, JudgeConfig]:
+    for name in judges:
+        if name == "default" or not JUDGE_NAME.fullmatch(name):
+            raise ValueError(
+                f"{name!r}: a judge's name is letters, digits and '_' and not 'default' (the scenario's "
+                "`judge` is 'default' to a schedule)"
+            )
+    return judges
+
+
+JUDGE_NAME = re.compile(r"[A-Za-z0-9_]+")
+# More judges a drift schedule may switch to, by name (`judge_at`, testbed/envs/schedules/judge_drift.py)
+NamedJudges = Annotated[dict[str, JudgeConfig], AfterValidator(_judge_names)]
 
 
 class GoldJudgeConfig(JudgeConfig):

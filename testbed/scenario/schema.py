@@ -22,6 +22,7 @@ from testbed.scenario.plugins import (
     EnvConfig,
     GoldJudgeConfig,
     JudgeConfig,
+    NamedJudges,
     ScheduleSpec,
     Strict,
     old_spellings,
@@ -152,6 +153,7 @@ class Scenario(Strict):
     world: WorldConfig = Field(default_factory=WorldConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     gold_judge: GoldJudgeConfig | None = None
+    judges: NamedJudges = Field(default_factory=dict, description="more judges the schedule may switch to, by name")
     schedule: ScheduleSpec
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
@@ -309,6 +311,7 @@ def _plugin_problems(scenario: Scenario, source: str) -> list[str]:
     specs = [
         ("judge.args.", scenario.judge),
         ("gold_judge.args.", scenario.gold_judge),
+        *((f"judges.{name}.args.", config) for name, config in scenario.judges.items()),
         ("engine.args.", scenario.engine),
         ("env.args.", scenario.env),
     ]
@@ -361,7 +364,7 @@ def _build_schedule(scenario: Scenario, source: str) -> Any:
                         f"{where}: style '{style}' is not in world.styles ({', '.join(scenario.world.styles)})"
                     )
         schedule = build_schedule(spec.type, spec.args, budget=budget, archetypes=scenario.world.archetypes)
-        check_schedule(schedule, budget, scenario.world.styles)
+        check_schedule(schedule, budget, scenario.world.styles, ["default", *scenario.judges])
         if timed:
             from testbed.envs.schedules.sim_time import SimTimeSchedule
 
@@ -389,11 +392,8 @@ def _check_budget(scenario: Scenario, source: str) -> None:
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    path = Path(path)
-    data = read_scenario_file(path)
+    data = read_scenario_file(Path(path))
     data = data if data is not None else {}
-    for assignment in overrides or []:
-        if not isinstance(data, dict):
-            break
+    for assignment in (overrides or []) if isinstance(data, dict) else []:
         apply_override(data, assignment)
     return parse_scenario(data, str(path))

@@ -12,7 +12,10 @@ Each schedule implements the :class:`testbed.protocols.DriftSchedule` protocol:
 - ``switch_points() -> list[int]``: the clocks at which the target style changes (for gradual
   drift, the middle of each transition window);
 
-and, for analysis, ``phases() -> list[(start, end, style)]`` (end exclusive).
+and, for analysis, ``phases() -> list[(start, end, style)]`` (end exclusive). A schedule may
+also change the judge: ``judge_at(t) -> str`` names the judge in force at ``t`` ("default", the
+scenario's ``judge``, or a key of its ``judges:``), and ``switch_points()`` then lists the judge's
+changes too (``judge_drift.py``: any target schedule plus steps and blends of judges).
 
 A scenario names one as ``schedule: {type: NAME, args: {...}}``; the registry maps the name (or an
 import path "package.module:Name") to a class or factory, whose pydantic ``Config`` checks the
@@ -23,6 +26,7 @@ registry for a short name).
 """
 
 from testbed.envs.schedules.base import Phase
+from testbed.envs.schedules.judge_drift import JudgeChange, JudgeDriftSchedule
 from testbed.envs.schedules.loading import build_schedule, check_schedule, is_schedule, style_fields
 from testbed.envs.schedules.periodic import PeriodicSchedule
 from testbed.envs.schedules.piecewise import GradualSchedule, PiecewiseSchedule
@@ -30,6 +34,8 @@ from testbed.envs.schedules.random_switches import RandomSchedule
 
 __all__ = [
     "GradualSchedule",
+    "JudgeChange",
+    "JudgeDriftSchedule",
     "PeriodicSchedule",
     "Phase",
     "PiecewiseSchedule",

@@ -43,7 +43,7 @@ class ScheduleConfig(StrictArgs):
 
 
 def fractions_of(data: dict[str, Any], budget: int, where: str, unit: str = "episodes") -> dict[str, Any]:
-    """`data` with its positions (POSITIONS, also inside `phases`) in clock units (episodes, or
+    """`data` with its positions (POSITIONS, also inside `phases` and `judges`) in clock units (episodes, or
     simulated seconds) turned into fractions of `budget`; a position outside 0..budget is named
     with its field."""
     out = dict(data)
@@ -53,9 +53,9 @@ def fractions_of(data: dict[str, Any], budget: int, where: str, unit: str = "epi
             if not 0 <= value <= budget:
                 raise ValueError(f"{where}{key}: {value} {unit} is outside the budget (0..{bound}={budget})")
             out[key] = value / budget
-        elif key == "phases" and isinstance(value, list):
+        elif key in ("phases", "judges") and isinstance(value, list):  # a judge_drift's changes too
             out[key] = [
-                fractions_of(p, budget, f"{where}phases.{i}.", unit) if isinstance(p, dict) else p
+                fractions_of(p, budget, f"{where}{key}.{i}.", unit) if isinstance(p, dict) else p
                 for i, p in enumerate(value)
             ]
     return out

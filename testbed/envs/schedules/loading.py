@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from testbed import registry
+from testbed.protocols import DEFAULT_JUDGE
 from testbed.types import Target
 
 MAX_CHECKED_CLOCKS = 2_000_000  # target() is checked at every clock up to this many
@@ -82,34 +83,68 @@ def style_fields(data: Any, path: str = "schedule") -> list[tuple[str, str]]:
     return found
 
 
-def check_schedule(schedule: Any, budget: int, world_styles: Sequence[str]) -> None:
-    """Ask `target(t)` at every clock of the run and `switch_points()` once: each target must be a
-    Target whose style is in the world and in its candidates, and the switch points must be where
-    the style changes (inside a gradual schedule's `windows()` the style may flip either way)."""
+def check_schedule(
+    schedule: Any, budget: int, world_styles: Sequence[str], judge_names: Sequence[str] | None = None
+) -> None:
+    """Ask `target(t)` (and `judge_at(t)`, where the schedule changes the judge) at every clock of
+    the run and `switch_points()` once: each target must be a Target whose style is in the world and
+    in its candidates, each judge one of `judge_names` (default: the scenario's judge alone), every
+    judge named there must be in force somewhere, and the switch points must be where the style or
+    the judge changes (inside a gradual schedule's `windows()` either may flip back and forth)."""
     name = type(schedule).__name__
-    changes, previous = [], None
+    pick = getattr(schedule, "judge_at", None)
+    names = list(judge_names or [DEFAULT_JUDGE])
+    changes, previous, seen = [], None, set()
     for t in range(min(budget, MAX_CHECKED_CLOCKS)):
-        target = schedule.target(t)
-        if not isinstance(target, Target):
-            raise ValueError(
-                f"schedule {name}: target({t}) returned a {type(target).__name__} ({target!r}), "
-                "not a testbed.types.Target(style, candidates)"
-            )
-        candidates = tuple(target.candidates)
-        for style in (target.style, *candidates):
-            if style not in world_styles:
-                raise ValueError(
-                    f"schedule {name}: target({t}) has style '{style}', which is not in world.styles "
-                    f"({', '.join(world_styles)})"
-                )
-        if target.style not in candidates:
-            raise ValueError(
-                f"schedule {name}: target({t}) wants '{target.style}', which is not among its "
-                f"candidates {candidates}: the prompt would not offer it"
-            )
-        if previous is not None and target.style != previous:
+        now = (_checked_target(schedule, t, world_styles), _checked_judge(pick, t, names) if callable(pick) else None)
+        seen.add(now[1])
+        if previous is not None and now != previous:
             changes.append(t)
-        previous = target.style
+        previous = now
+    unused = [n for n in names if n != DEFAULT_JUDGE and n not in seen]
+    if unused:
+        raise ValueError(
+            f"judges: {', '.join(unused)} never score(s) an episode: schedule {name} "
+            f"{'never switches to them (judge_at)' if callable(pick) else 'does not change the judge (no judge_at)'}"
+        )
+    _check_switch_points(schedule, changes)
+
+
+def _checked_target(schedule: Any, t: int, world_styles: Sequence[str]) -> str:
+    name = type(schedule).__name__
+    target = schedule.target(t)
+    if not isinstance(target, Target):
+        raise ValueError(
+            f"schedule {name}: target({t}) returned a {type(target).__name__} ({target!r}), "
+            "not a testbed.types.Target(style, candidates)"
+        )
+    candidates = tuple(target.candidates)
+    for style in (target.style, *candidates):
+        if style not in world_styles:
+            raise ValueError(
+                f"schedule {name}: target({t}) has style '{style}', which is not in world.styles "
+                f"({', '.join(world_styles)})"
+            )
+    if target.style not in candidates:
+        raise ValueError(
+            f"schedule {name}: target({t}) wants '{target.style}', which is not among its "
+            f"candidates {candidates}: the prompt would not offer it"
+        )
+    return target.style
+
+
+def _checked_judge(pick: Any, t: int, names: Sequence[str]) -> str:
+    judge = pick(t)
+    if judge not in names:
+        raise ValueError(
+            f"schedule: judge_at({t}) is {judge!r}, not one of the scenario's judges ({', '.join(names)}); "
+            f"'{DEFAULT_JUDGE}' is the scenario's `judge`, the others are the keys of its `judges:`"
+        )
+    return judge
+
+
+def _check_switch_points(schedule: Any, changes: list[int]) -> None:
+    name, judges = type(schedule).__name__, callable(getattr(schedule, "judge_at", None))
     declared = list(schedule.switch_points())
     if any(not isinstance(s, int) or isinstance(s, bool) for s in declared) or declared != sorted(set(declared)):
         raise ValueError(f"schedule {name}: switch_points() must be sorted, distinct ints, got {declared}")
@@ -118,13 +153,13 @@ def check_schedule(schedule: Any, budget: int, world_styles: Sequence[str]) -> N
     checked = [s for s in declared if s < MAX_CHECKED_CLOCKS and not inside(s)]
     for s in checked:
         if s not in changes:
+            what = "neither target() nor judge_at() changes" if judges else "target() does not change style"
             raise ValueError(
-                f"schedule {name}: switch_points() lists t={s}, but target() does not change style there "
-                f"(it changes at {changes[:10]})"
+                f"schedule {name}: switch_points() lists t={s}, but {what} there (it changes at {changes[:10]})"
             )
     for c in changes:
         if not inside(c) and c not in declared:
             raise ValueError(
-                f"schedule {name}: target() changes style at t={c}, but switch_points() does not list it "
-                f"({declared[:10]}); the report would miss that switch"
+                f"schedule {name}: target(){' or judge_at()' if judges else ''} changes at t={c}, but "
+                f"switch_points() does not list it ({declared[:10]}); the report would miss that switch"
             )

@@ -33,6 +33,8 @@ class SimTimeSchedule:
         self.steps_t: list[int] = [0]  # the first episode clock of each stretch judged at one time
         self.steps_s: list[float] = [0.0]  # that stretch's simulated time
         self._pinned: float | None = None
+        if callable(getattr(inner, "judge_at", None)):  # a schedule that changes the judge: by the second too
+            self.judge_at = lambda t: inner.judge_at(int(self.seconds_of(t)))
 
     def fresh(self) -> SimTimeSchedule:
         """A copy at time 0: every arm x seed realises the switches on its own clock."""
