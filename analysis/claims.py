@@ -5,7 +5,7 @@
 The claims, their primary endpoints, tasks and margins are the protocol's (analysis/protocol.yaml),
 fixed before the runs. Each claim names two arms (X is claimed better than Y) and the scenario whose
 run holds both; the card finds, among the runs given, a run of that scenario (a run of another
-scenario never stands in) and compares the arms paired, seed by seed (`analysis.paired`; the
+scenario never stands in) and compares the arms paired, seed by seed (`analysis.stats.paired`; the
 arms of a seed share its SFT policy), on the claim's task: by default each seed's mean over the
 switches (or the segments after them).
 
@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import paired
-from analysis.paired_stats import holm, seeds_needed, t_pvalue, tost_pvalue
 from analysis.power import sd_interval
 from analysis.protocol import DEFAULT_PROTOCOL, ENDPOINTS, Claim, Protocol, ProtocolError, load_protocol
-from analysis.verdicts import num, seeds_text
+from analysis.stats import paired
+from analysis.stats.tests import holm, seeds_needed, t_pvalue, tost_pvalue
+from analysis.tables.verdicts import num, seeds_text
 
 METRIC_NAMES = {name: (label, unit) for name, (_, label, unit, _) in ENDPOINTS.items()}
 

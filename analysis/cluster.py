@@ -7,13 +7,13 @@ episodes, with intervals over seeds.
 - **Requeue bias**: the share of long responses (at least the run's 75th percentile of judged response tokens)
   among the episodes trained on, against among those generated and judged. Drop-and-requeue
   throws away the long, slow rollouts that went stale, so the first can fall below the second.
-- **Realignment in seconds**: `episodes_to_bar` (analysis/realign.py, on the report's bar: the
+- **Realignment in seconds**: `episodes_to_bar` (analysis/metrics/realign.py, on the report's bar: the
   reference table's) measured on the simulated clock: the seconds from the judging of the switch's
   first episode to that of the episode that reached the bar (a censored switch counts to the end of
   its follow-up, as in episodes). With a schedule in simulated seconds each arm x seed switches at
   its own episode (the manifest's per-arm `switch_points`), and its realignment is measured from it.
 - **Paired comparisons**: episodes and seconds to the bar, arm against arm seed by seed, per switch
-  and pooled, with `analysis.paired`'s intervals (the report's for episodes).
+  and pooled, with `analysis.stats.paired`'s intervals (the report's for episodes).
 
     python -m analysis.cluster RUN_DIR [RUN_DIR ...]
 """
@@ -27,10 +27,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import paired, realign
-from analysis.bootstrap import bootstrap_mean
-from analysis.markdown import md_table
+from analysis.metrics import realign
 from analysis.run_data import RunData, load_run
+from analysis.stats import paired
+from analysis.stats.bootstrap import bootstrap_mean
+from analysis.tables.markdown import md_table
 
 SIM_COLUMNS = ("sim_start_s", "sim_done_s")
 FIGURES = {
@@ -86,7 +87,7 @@ def switch_table(run: RunData) -> pd.DataFrame:
 
 
 def paired_switches(switches: pd.DataFrame, arms: list[str] | None = None) -> pd.DataFrame:
-    """Episodes and seconds to the bar, every pair of arms, per switch and pooled (analysis.paired).
+    """Episodes and seconds to the bar, every pair of arms, per switch and pooled (analysis.stats.paired).
 
     A seed where neither arm reached the bar gives no difference: each value is its own follow-up,
     and with switches in simulated seconds each arm meets a switch at its own episode, so the two

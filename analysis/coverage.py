@@ -14,7 +14,7 @@ instead (first-passage times are skewed), to see how far the t interval's covera
 normality at few seeds.
 
 The methods compared, each on the same simulated data:
-  seed_means_t      the project's verdict (analysis/paired.py's "all" row): each seed's mean over its
+  seed_means_t      the project's verdict (analysis/stats/paired.py's "all" row): each seed's mean over its
                     events, then a paired Student-t interval over seeds (n - 1 degrees of freedom);
   cluster_bootstrap the percentile bootstrap of the mean, resampling whole seeds (all their events);
   events_as_iid_t   a t interval over all n x m events as if they were independent: what ignoring the

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.curves import judged
-from analysis.realign import bootstrap_ci, phase_bounds
-from analysis.recovery import Switches, switch_count, switches_for
+from analysis.metrics.curves import judged
+from analysis.metrics.realign import bootstrap_ci, phase_bounds
+from analysis.metrics.recovery import Switches, switch_count, switches_for
 
 COLUMNS = [
     "arm",
@@ -187,8 +187,8 @@ def gap_figure(
     """Two panels against the clock: training (solid) and gold (dashed) reward per arm, and the
     gap; mean over seeds with a 95% bootstrap band. None without gold verdicts. `pair_switches`
     per (arm, seed) (a schedule in simulated seconds): each pair's switch dotted, no phase tint."""
-    from analysis.figure_style import mean_lineplot, new_figure, shade_phases
-    from analysis.pair_phases import mark_pair_switches
+    from analysis.figures.style import mean_lineplot, new_figure, shade_phases
+    from analysis.metrics.phases import mark_pair_switches
 
     curve = gap_curve(episodes, window)
     if curve.empty:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.markdown import md_table
+from analysis.tables.markdown import md_table
 
 COLUMNS = ["run", "arm", "judge", "seeds", "episodes", "judge_calls"]
 PREFIX = "judge_calls_"

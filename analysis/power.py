@@ -41,9 +41,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.paired import POOLED, paired_table
-from analysis.paired_stats import seeds_needed
 from analysis.protocol import DEFAULT_PROTOCOL, Claim, Protocol, ProtocolError, load_protocol
+from analysis.stats.paired import POOLED, paired_table
+from analysis.stats.tests import seeds_needed
 
 __all__ = ["core_seconds", "efficiency", "plan", "pooled_tables", "sd_interval"]
 

@@ -17,18 +17,18 @@ What it writes:
   summary.md              the table a person reads first. It leads with one verdict line per switch
                           and pair of arms (the first arm against each other one, or every pair for
                           three arms or fewer): the paired difference in episodes to the bar with
-                          its t interval, P(first arm faster) and the run's power (analysis/verdicts.py);
+                          its t interval, P(first arm faster) and the run's power (analysis/tables/verdicts.py);
                           then per arm, per arm and switch, the metrics' definitions and the figures;
   summary.csv             one row per run, arm and switch (arm-level columns repeated; a run
                           without switches has one row per arm): means and 95% intervals, the
                           restricted mean and Kaplan-Meier median of episodes to the bar, reached k/n;
-  switches_by_seed.csv    the per-seed metrics behind it (columns: analysis/realign.py; with `old_fall`,
-                          analysis/nonstationary.py);
+  switches_by_seed.csv    the per-seed metrics behind it (columns: analysis/metrics/realign.py; with `old_fall`,
+                          analysis/metrics/nonstationary.py);
   seeds.csv               per run, arm and seed: each metric's mean over the seed's switches (and over the
                           segments after them): the values a paired verdict over seeds compares;
   segments_by_seed.csv    per run, arm, seed and segment between switches: reward area (auc), plateau,
                           the best arm's plateau, the reference the regret is against and the dynamic
-                          regret (analysis/nonstationary.py);
+                          regret (analysis/metrics/nonstationary.py);
   intervals.csv           per arm, metric and switch or segment, and pooled ("all"; segments after
                           switches only): mean and IQM over seeds with rliable's stratified-bootstrap
                           95% intervals;
@@ -41,7 +41,7 @@ What it writes:
                           verdict's) and paired bootstrap interval, P(first better) with its interval,
                           `pairing` (paired / unpaired: Welch, for arms of different runs), the
                           smallest difference the run resolves (`mde`) and the seeds a 10% / 20%
-                          difference would need (analysis/paired.py defines every column);
+                          difference would need (analysis/stats/paired.py defines every column);
   turns.csv               multi-turn runs only: per arm, drafts per episode, early acceptances,
                           first- and last-draft rewards and the gain between them;
   goodhart.csv            runs with a gold judge only: per arm and phase, training and gold reward
@@ -49,7 +49,7 @@ What it writes:
   offpolicy.csv           asynchronous runs only: per arm, the staleness shares, dropped episodes,
                           episodes judged under another target than they were generated for, and
                           the DIS-masked and PPO-clipped token shares;
-  figures/*.png           see analysis/plots.py and analysis/nonstationary_plots.py.
+  figures/*.png           see analysis/figures/plots.py and analysis/figures/nonstationary.py.
 
 From code: `report(run_dirs, out_dir=None, console=None) -> Path` (the output folder). It never
 raises for a thin run (one arm, one seed, no switches, no evaluations, no updates): what cannot be
@@ -66,21 +66,24 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import cluster, goodhart, nonstationary, realign, realign_summary, training_data
-from analysis.console_brief import brief_lines
-from analysis.console_tables import print_tables
-from analysis.nonstationary_runs import _nonstationary, _with_old_fall, schedule_groups  # noqa: F401
-from analysis.realign_summary import seed_means
+from analysis import cluster, goodhart
 
 # ----------------------------------------------------------------------------------------------
 # analysis
 # The non-stationary metrics over runs grouped by schedule live in their own module.
-from analysis.report_figures import _concat, _figure_jobs  # noqa: F401
+from analysis.figures.report import _concat, _figure_jobs  # noqa: F401
+from analysis.metrics import nonstationary, realign
+from analysis.metrics import summary as realign_summary
+from analysis.metrics import training as training_data
+from analysis.metrics.per_run import _nonstationary, _with_old_fall, schedule_groups  # noqa: F401
+from analysis.metrics.summary import seed_means
 from analysis.results import Analysis
 
 # The run directory's tables, read once: in their own module, importable from here as before.
 from analysis.run_data import RunData, RunDataError, load_run
-from analysis.tables import summary_markdown
+from analysis.tables.brief import brief_lines
+from analysis.tables.console import print_tables
+from analysis.tables.summary import summary_markdown
 
 
 def _label(df: pd.DataFrame, run: RunData, labelled: bool) -> pd.DataFrame:
@@ -140,7 +143,7 @@ def analyse(
     reps: int = nonstationary.DEFAULT_REPS,
 ) -> Analysis:
     """Metrics for each run; with several runs the arm column becomes 'run:arm'. `old_level` and
-    `reps` (bootstrap resamples) are the non-stationary metrics' (analysis/nonstationary.py)."""
+    `reps` (bootstrap resamples) are the non-stationary metrics' (analysis/metrics/nonstationary.py)."""
     labelled = len(runs) > 1
     names = [r.name for r in runs]
     for i, run in enumerate(runs):  # two runs with the same directory name get distinct labels
@@ -192,7 +195,7 @@ def analyse(
 
 def make_figures(a: Analysis, fig_dir: Path, log=print) -> list[Path]:
     """Draw every figure that the data allows into fig_dir; returns the files written."""
-    from analysis import plots
+    from analysis.figures import plots
 
     fig_dir.mkdir(parents=True, exist_ok=True)
     runs = a.runs
@@ -258,7 +261,7 @@ def report(
     """Analyse the runs, write summary.md, the CSVs and figures/*.png (see the module docstring)
     into out_dir (default: `default_out_dir`), print the tables on `console` (a rich Console;
     default: a new one), and return out_dir. `verbose=False` prints the short ending of a run
-    instead of the tables (analysis/console_brief.py: the files, a verdict line per switch, the
+    instead of the tables (analysis/tables/brief.py: the files, a verdict line per switch, the
     final rewards)."""
     from rich.console import Console
 

@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.markdown import md_table
+from analysis.metrics.realign import bootstrap_ci
 from analysis.phases import phase_bounds
-from analysis.realign import bootstrap_ci
+from analysis.tables.markdown import md_table
 
 METRICS = ["reward", "rescored", "gap", "agreement", "kappa", "quality_agreement", "style_agreement"]
 WHOLE_RUN = "all"

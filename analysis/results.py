@@ -1,5 +1,5 @@
 """`Analysis`: what `analysis.report.analyse` computes from one or more runs, the tables that
-analysis/tables.py, analysis/console_tables.py and analysis/verdicts.py write out."""
+analysis/tables/summary.py, analysis/tables/console.py and analysis/tables/verdicts.py write out."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis import nonstationary
+from analysis.metrics import nonstationary
 from analysis.run_data import RunData
 
 
@@ -29,7 +29,9 @@ class Analysis:
     improvement: pd.DataFrame = field(default_factory=pd.DataFrame)  # rliable: per ordered pair of arms
     old_level: float = nonstationary.DEFAULT_OLD_LEVEL
     goodhart: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run, arm and phase: training vs gold reward
-    paired: pd.DataFrame = field(default_factory=pd.DataFrame)  # analysis/paired.py: per pair of arms, metric, task
+    paired: pd.DataFrame = field(
+        default_factory=pd.DataFrame
+    )  # analysis/stats/paired.py: per pair of arms, metric, task
     arm_order: list[str] = field(default_factory=list)  # the scenario's order (labelled 'run:arm' for several runs)
 
     @property

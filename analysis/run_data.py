@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import realign
+from analysis.metrics import realign
 from testbed.store import read_table
 
 

@@ -1,4 +1,4 @@
-"""The report of a sweep directory (testbed/cli/sweep.py): the grid points side by side.
+"""The report of a sweep directory (testbed/cli/sweep_command.py): the grid points side by side.
 
     python -m analysis.sweep_report SWEEP_DIR
 
@@ -9,11 +9,11 @@ analysed exactly as one run is (`analysis.report.analyse`). Written into SWEEP_D
                     metrics (means over seeds, 95% intervals, seeds that reached the common bar)
                     and the arm's final and mean reward;
                     and, per phase, the medians over updates of what the arm's baseline knew
-                    (`analysis.training_data.BASELINE_STATS`: the critic's explained variance, its
+                    (`analysis.metrics.training.BASELINE_STATS`: the critic's explained variance, its
                     first-token value's EV and spread, the mean |advantage|), as `<stat>_phase<k>`;
                     and the segment after each switch: `segment_auc_after` (its whole reward
                     area; `auc_after` is the first `horizon` episodes'), `dynamic_regret_after`
-                    (analysis/nonstationary.py, rliable intervals);
+                    (analysis/metrics/nonstationary.py, rliable intervals);
   grid.md           the same as a markdown table per switch;
   figures/grid_recovery.png   episodes to the bar per point and arm, per switch (restricted mean, interval).
 """
@@ -27,12 +27,12 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.console_tables import rich_table
-from analysis.markdown import md_table
+from analysis.metrics.training import BASELINE_STATS, baseline_overview
 from analysis.phases import switch_label
 from analysis.report import RunData, analyse, load_run
-from analysis.table_rows import fmt_ci
-from analysis.training_data import BASELINE_STATS, baseline_overview
+from analysis.tables.console import rich_table
+from analysis.tables.markdown import md_table
+from analysis.tables.rows import fmt_ci
 
 # the per-switch metrics shown side by side (name -> column header)
 SHOWN = {
@@ -135,7 +135,7 @@ def grid_markdown(grid: pd.DataFrame, axes: list[str]) -> str:
 
 def grid_figure(grid: pd.DataFrame, axes: list[str]):
     """Episodes to the bar per point (x) and arm (hue), one panel per switch: restricted mean and 95% interval."""
-    from analysis.figure_style import arm_palette, new_figure
+    from analysis.figures.style import arm_palette, new_figure
 
     switches = sorted(grid["switch"].dropna().unique())
     fig, panels = new_figure(

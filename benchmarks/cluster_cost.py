@@ -48,7 +48,7 @@ def cli_args(kind: str, budget: int, out: Path, name: str, small_batch: int = 0)
 def child(args: list[str], profile: str | None) -> int:
     """One run in this process (under cProfile in CPU-seconds with a profile path)."""
     sys.path.insert(0, str(ROOT))
-    from testbed.cli.run import main
+    from testbed.cli.run_command import main
 
     if not profile:
         return main(args)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from scipy.stats import chi2_contingency  # noqa: E402
 
-from testbed.cli.run import main  # noqa: E402
+from testbed.cli.run_command import main  # noqa: E402
 from testbed.store import read_table  # noqa: E402
 
 SCENARIO = str(ROOT / "tests" / "data" / "tiny.yaml")

@@ -141,7 +141,7 @@ def tiny_recipe(checkpoint: Path, episodes: int, kind: str, device: str) -> list
 
 def run_recipe(checkpoint: Path, episodes: int, kind: str, device: str, out: Path, name: str) -> dict[str, Any]:
     """One tiny run of the recipe; its speed, its own mismatch columns and the driver's peak memory."""
-    from testbed.cli.run import main
+    from testbed.cli.run_command import main
     from testbed.store import read_table
 
     cuda = device == "cuda"

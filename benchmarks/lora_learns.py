@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from testbed.cli.run import main as run_main  # noqa: E402
+from testbed.cli.run_command import main as run_main  # noqa: E402
 from testbed.store import read_table  # noqa: E402
 
 STYLE = "cute"

@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from agreement_stats import figures, print_figures  # noqa: E402  (benchmarks/agreement_stats.py)
 from judge_agreement import corrupted, make_corpus  # noqa: E402  (benchmarks/judge_agreement.py)
 
-from judges.open_world import OpenWorldJudge  # noqa: E402
+from judges.open_world.judge import OpenWorldJudge  # noqa: E402
 from judges.rubric import RubricJudge  # noqa: E402
 from testbed.types import JudgeRequest, Verdict  # noqa: E402
 from testbed.world import CORRUPTIONS, STYLES  # noqa: E402

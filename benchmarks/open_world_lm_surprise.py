@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from open_world_agreement import load_corpus, request  # noqa: E402
 
-from judges.open_world import OpenWorldJudge  # noqa: E402
+from judges.open_world.judge import OpenWorldJudge  # noqa: E402
 from judges.smollm import find_gguf  # noqa: E402
 
 FEATURES = {

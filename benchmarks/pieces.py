@@ -25,7 +25,7 @@ import torch
 import testbed  # noqa: F401  first: it pins the CPU kernels before torch loads (numerics)
 from testbed import registry
 from testbed.models.policy import token_logprobs
-from testbed.runtimes.arm_runner import make_engine
+from testbed.runtimes.runner import make_engine
 from testbed.runtimes.starting import starting_policies
 from testbed.scenario.schema import load_scenario
 from testbed.types import Verdict

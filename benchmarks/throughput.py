@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 import testbed  # noqa: F401  first: it pins the CPU kernels before torch loads (numerics)
-from testbed.cli import run
+from testbed.cli import run_command as run
 from testbed.runtimes import loop
 from testbed.scenario.schema import load_scenario
 
@@ -77,7 +77,7 @@ def main() -> int:
             arm_cpu.append(cpu_seconds() - before)
             return totals
 
-        loop.run_arm = timed_run_arm  # testbed.cli.run looks it up in testbed.runtimes.loop when an arm starts
+        loop.run_arm = timed_run_arm  # testbed.cli.run_command looks it up in testbed.runtimes.loop when an arm starts
         start = time.perf_counter()
         code = run.main(
             [args.scenario, "--out", out, *functools.reduce(operator.iadd, (["--set", o] for o in overrides), [])]

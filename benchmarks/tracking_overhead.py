@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import testbed  # noqa: F401  first: it pins the CPU kernels before torch loads (numerics)
-from testbed.cli import run
+from testbed.cli import run_command as run
 from testbed.scenario.schema import load_scenario
 from testbed.tracking import session as tracking_session
 

@@ -1,4 +1,4 @@
-"""Choose the open-world judge's closing-line rule (judges/open_text.py: SIGN_OFF_WORDS, CUT_LAST)
+"""Choose the open-world judge's closing-line rule (judges/open_world/text.py: SIGN_OFF_WORDS, CUT_LAST)
 by leave-one-set-out cross-validation over the eight voices sets.
 
     python benchmarks/train_ending.py [--show]
@@ -37,7 +37,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from agreement_stats import Tally, add_tallies, tally_line  # noqa: E402
 from open_world_agreement import SPLITS, load_corpus, request  # noqa: E402
 
-from judges.open_text import (  # noqa: E402
+from judges.open_world.judge import OPEN_CHECKS, OpenWorldJudge  # noqa: E402
+from judges.open_world.text import (  # noqa: E402
     _BAD_LAST,
     _WORD_START,
     FUNCTION_WORDS,
@@ -48,8 +49,7 @@ from judges.open_text import (  # noqa: E402
     signs_off,
     tokens,
 )
-from judges.open_topics import WORLD_WORDS  # noqa: E402
-from judges.open_world import OPEN_CHECKS, OpenWorldJudge  # noqa: E402
+from judges.open_world.topics import WORLD_WORDS  # noqa: E402
 
 Setting = tuple[int, str]  # (SIGN_OFF_WORDS, CUT_LAST's name)
 CUTS: dict[str, frozenset[str]] = {"none": frozenset(), "bad_last": _BAD_LAST, "function": FUNCTION_WORDS}
@@ -99,7 +99,7 @@ def closing_line(toks: list[str], max_words: int, cut_last: frozenset[str]) -> b
 
 
 def ends(toks: list[str], in_world: bool, s: Setting) -> bool:
-    """The ending check under a setting (as judges/open_world.py applies it)."""
+    """The ending check under a setting (as judges/open_world/judge.py applies it)."""
     return proper_ending(toks) or (not in_world and (signs_off(toks) or closing_line(toks, s[0], CUTS[s[1]])))
 
 

@@ -1,4 +1,4 @@
-"""Choose the open-world judge's fluency constants (judges/open_world.py: FLOW_MIN, and whether a
+"""Choose the open-world judge's fluency constants (judges/open_world/judge.py: FLOW_MIN, and whether a
 closed-class disorder pair the bigram list attests still counts: DISORDER_PMI) by leave-one-set-out
 cross-validation over the seven voices sets.
 
@@ -31,11 +31,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from open_world_agreement import SPLITS, load_corpus, request  # noqa: E402
 
-from judges.open_flow import counts  # noqa: E402
-from judges.open_styles import LEXICON_WORDS  # noqa: E402
-from judges.open_text import disorder_pairs, normalise, shape, tokens, words_of  # noqa: E402
-from judges.open_topics import WORLD_WORDS  # noqa: E402
-from judges.open_world import FUNCTION_MIN, KNOWN_MIN, OPEN_CHECKS, OpenWorldJudge  # noqa: E402
+from judges.open_world.flow import counts  # noqa: E402
+from judges.open_world.judge import FUNCTION_MIN, KNOWN_MIN, OPEN_CHECKS, OpenWorldJudge  # noqa: E402
+from judges.open_world.styles import LEXICON_WORDS  # noqa: E402
+from judges.open_world.text import disorder_pairs, normalise, shape, tokens, words_of  # noqa: E402
+from judges.open_world.topics import WORLD_WORDS  # noqa: E402
 
 GRID = tuple(round(0.1 * i, 1) for i in range(21))  # FLOW_MIN candidates, nats (0: flow unused)
 

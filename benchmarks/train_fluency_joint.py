@@ -1,14 +1,14 @@
 """Choose the open-world judge's fluency decision for pieces with words outside the world's
-vocabulary (judges/open_world.py: FLOW_MIN, DISORDER_COST, GRAMMAR_COST, GRAMMAR_RATE) jointly, by
+vocabulary (judges/open_world/judge.py: FLOW_MIN, DISORDER_COST, GRAMMAR_COST, GRAMMAR_RATE) jointly, by
 leave-one-set-out cross-validation over the nine voices sets.
 
     python benchmarks/train_fluency_joint.py [--tried] [--show]
 
-The decision (judges/open_world.py `fluent`): a piece fails when its word flow is below
+The decision (judges/open_world/judge.py `fluent`): a piece fails when its word flow is below
 FLOW_MIN + DISORDER_COST x its disorder pairs + GRAMMAR_COST x its grammar violations, or when its
 violations reach GRAMMAR_RATE per word, or, with no flow (too few pairs), on any disorder pair.
 Disorder pairs are the hand list's closed-class pairs the bigram counts do not attest (PMI <
-DISORDER_PMI, kept from benchmarks/train_fluency.py); violations are judges/open_grammar.py's.
+DISORDER_PMI, kept from benchmarks/train_fluency.py); violations are judges/open_world/grammar.py's.
 
 Each voices set (dev, heldout, heldout2 ... heldout8) in turn is held out; on the other eight and the
 original corpus the setting with the most pieces judged right on quality (good passing, bad failing)
@@ -39,10 +39,10 @@ from agreement_stats import Tally, add_tallies, tally_line  # noqa: E402
 from open_world_agreement import SPLITS, load_corpus  # noqa: E402
 from train_fluency import Piece, pieces  # noqa: E402
 
-from judges.open_flow import counts  # noqa: E402
-from judges.open_grammar import violations  # noqa: E402
-from judges.open_text import normalise, tokens, words_of  # noqa: E402
-from judges.open_world import DISORDER_PMI  # noqa: E402
+from judges.open_world.flow import counts  # noqa: E402
+from judges.open_world.grammar import violations  # noqa: E402
+from judges.open_world.judge import DISORDER_PMI  # noqa: E402
+from judges.open_world.text import normalise, tokens, words_of  # noqa: E402
 
 Setting = tuple[float, ...]
 
@@ -60,7 +60,7 @@ class Signals(NamedTuple):
     words: int
     disorder: int  # disorder pairs the bigram counts do not attest
     grammar: int  # violations
-    pairs: tuple[float, ...]  # each scorable adjacent pair's flow score, in order (judges/open_flow.py)
+    pairs: tuple[float, ...]  # each scorable adjacent pair's flow score, in order (judges/open_world/flow.py)
 
 
 def signals() -> list[Signals]:
@@ -84,7 +84,7 @@ def signals() -> list[Signals]:
 
 
 def joint(s: Signals, setting: Setting) -> bool:
-    """Fails, as judges/open_world.py `fluent` decides (with the judge's other checks)."""
+    """Fails, as judges/open_world/judge.py `fluent` decides (with the judge's other checks)."""
     if s.decided is not None:
         return s.decided
     flow_min, d_cost, g_cost, rate = setting

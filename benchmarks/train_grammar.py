@@ -1,5 +1,5 @@
-"""Choose the open-world judge's grammar threshold (judges/open_world.py: GRAMMAR_RATE, violations of
-judges/open_grammar.py per word) by leave-one-set-out cross-validation over the eight voices sets.
+"""Choose the open-world judge's grammar threshold (judges/open_world/judge.py: GRAMMAR_RATE, violations of
+judges/open_world/grammar.py per word) by leave-one-set-out cross-validation over the eight voices sets.
 
     python benchmarks/train_grammar.py [--show]
 
@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from open_world_agreement import SPLITS, load_corpus  # noqa: E402
 from train_fluency import Piece, add, fails, line, pieces  # noqa: E402
 
-from judges.open_grammar import classes, violations  # noqa: E402
-from judges.open_text import normalise, tokens, words_of  # noqa: E402
-from judges.open_world import DISORDER_PMI, GRAMMAR_RATE  # noqa: E402
+from judges.open_world.grammar import classes, violations  # noqa: E402
+from judges.open_world.judge import DISORDER_PMI, GRAMMAR_RATE  # noqa: E402
+from judges.open_world.text import normalise, tokens, words_of  # noqa: E402
 
 FLOW_MIN = 0.8  # the earlier independent flow threshold this script's rule is scored beside
 

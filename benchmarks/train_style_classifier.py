@@ -1,4 +1,4 @@
-"""Train the open-world judge's style classifier (judges/open_classifier.py) on the project's own
+"""Train the open-world judge's style classifier (judges/open_world/classifier.py) on the project's own
 hand-written pieces, choose how the judge combines it with the markers by leave-one-set-out
 cross-validation, and write the weights.
 
@@ -12,7 +12,7 @@ per style (benchmarks/judge_agreement.py's corpus).
 --cv: each of the nine voices sets in turn is held out, the model trained on the other eight and
 the original corpus; prints, per held-out set, pooled, and pooled per true style, style agreement
 and Cohen's kappa of the markers alone (the judge's `judged_style`) and of two ways to combine the
-two signals (judges/open_world.py): a weighted sum, argmax over styles of log p(style) + bonus x
+two signals (judges/open_world/judge.py): a weighted sum, argmax over styles of log p(style) + bonus x
 [style is the markers' decision] (bonus 0: the classifier alone), and a gate, the markers when they
 name a marked style with at least gate x the plain threshold of mass, else the classifier.
 --write: trains on the original corpus and all nine voices sets and writes
@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from agreement_stats import cohen_kappa  # noqa: E402
 from softmax_regression import fit_softmax  # noqa: E402  (benchmarks/softmax_regression.py)
 
-from judges.open_classifier import CLASSES, DENSE, MODEL_PATH, StyleModel, dense_features, sparse_features  # noqa: E402
-from judges.open_world import combined_style, gated_style, read  # noqa: E402
+from judges.open_world.classifier import CLASSES, DENSE, MODEL_PATH, StyleModel, dense_features, sparse_features  # noqa: E402
+from judges.open_world.judge import combined_style, gated_style, read  # noqa: E402
 
 DATA = ROOT / "judges" / "data"
 VOICES = ("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8")
@@ -53,7 +53,7 @@ GATES = (1.0, 1.5, 2.0, 3.0)
 
 def piece(text: str) -> tuple[set[str], list[float], str, float]:
     """(sparse features, dense features, the markers' decision, their mass over the plain
-    threshold) of a piece, read as the judge reads it (judges/open_world.py's `read`)."""
+    threshold) of a piece, read as the judge reads it (judges/open_world/judge.py's `read`)."""
     r = read(text)
     dense = dense_features(r.toks, r.words, r.scores, r.plain_mass)
     return sparse_features(r.toks, r.words), dense, r.marker_style, sum(r.scores) / r.plain_mass

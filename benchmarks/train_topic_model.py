@@ -1,5 +1,5 @@
-"""Train the open-world judge's topic model (judges/open_topic_model.py) on the project's own
-hand-written pieces, choose how judges/open_topics.py uses it by leave-one-set-out cross-validation,
+"""Train the open-world judge's topic model (judges/open_world/topic_model.py) on the project's own
+hand-written pieces, choose how judges/open_world/topics.py uses it by leave-one-set-out cross-validation,
 and write the weights.
 
     python benchmarks/train_topic_model.py [--baseline] [--cv] [--nested] [--judge] [--write]
@@ -52,9 +52,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from softmax_regression import fit_softmax  # noqa: E402  (benchmarks/softmax_regression.py)
 
-from judges.open_text import FUNCTION_WORDS  # noqa: E402
-from judges.open_topic_model import MODEL_PATH, TopicModel, piece_vector  # noqa: E402
-from judges.open_topics import (  # noqa: E402
+from judges.open_world.judge import read  # noqa: E402
+from judges.open_world.text import FUNCTION_WORDS  # noqa: E402
+from judges.open_world.topic_model import MODEL_PATH, TopicModel, piece_vector  # noqa: E402
+from judges.open_world.topics import (  # noqa: E402
     MODEL_BETA,
     MODEL_NEAR,
     MODEL_RATIO,
@@ -63,8 +64,7 @@ from judges.open_topics import (  # noqa: E402
     field_on_topic,
     world_topicality,
 )
-from judges.open_vectors import COMMON, table  # noqa: E402
-from judges.open_world import read  # noqa: E402
+from judges.open_world.vectors import COMMON, table  # noqa: E402
 from testbed.world.topics import TOPICS  # noqa: E402
 
 DATA = ROOT / "judges" / "data"
@@ -305,8 +305,8 @@ def judge_figures(data: dict[str, list[Piece]]) -> None:
     trained without that set, and with none (the judge before)."""
     from unittest import mock
 
-    import judges.open_topics as open_topics
-    from judges.open_world import OpenWorldJudge
+    import judges.open_world.topics as open_topics
+    from judges.open_world.judge import OpenWorldJudge
     from testbed.types import JudgeRequest
 
     judge = OpenWorldJudge()

@@ -12,7 +12,7 @@ Deterministic for a seed; optional label noise flips quality and style_match ind
 decided by a hash of (seed, prompt, response).
 
 Two modes: `world` (this module, the default: the simulated world's grammar, fast) and `open`
-(`mode: open`: natural English, judges/open_world.py, the same contract; its own arguments
+(`mode: open`: natural English, judges/open_world/judge.py, the same contract; its own arguments
 `min_words`, `max_words` pass through).
 
 A lenient judge (the training judge of the Goodhart-gap scenario) is this one with fewer checks
@@ -110,7 +110,7 @@ class RubricJudge:
         self.mode = mode
         self._open = None
         if mode == "open":  # imported here: the world mode never loads wordfreq's word list
-            from judges.open_world import OpenWorldJudge
+            from judges.open_world.judge import OpenWorldJudge
 
             extra: dict[str, Any] = {} if checks is None else {"checks": checks}
             self._open = OpenWorldJudge(seed=seed, label_noise=label_noise, dominance=dominance, **extra, **open_args)

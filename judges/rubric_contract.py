@@ -1,4 +1,4 @@
-"""What the rubric's two modes share (judges/rubric.py's `world`, judges/open_world.py's `open`):
+"""What the rubric's two modes share (judges/rubric.py's `world`, judges/open_world/judge.py's `open`):
 the default dominance of the top style, and the label noise that flips a verdict."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 BUILTINS: dict[str, dict[str, str]] = {
     "judge": {
         "rubric": "judges.rubric:RubricJudge",  # args.mode: world (default) | open
-        "open_world": "judges.open_world:OpenWorldJudge",  # the rubric's open mode under its own name
+        "open_world": "judges.open_world.judge:OpenWorldJudge",  # the rubric's open mode under its own name
         "llm": "judges.llm:LLMJudge",
         "smollm": "judges.smollm:SmolLMJudge",  # optional extra: pip install -e '.[smollm]'
     },

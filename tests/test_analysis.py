@@ -10,8 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import curves, realign, realign_summary, training_data
-from analysis.plots import arm_palette, style_palette
+from analysis.figures.plots import arm_palette, style_palette
+from analysis.metrics import curves, realign
+from analysis.metrics import summary as realign_summary
+from analysis.metrics import training as training_data
 from analysis.report import load_run, print_switch_table, report
 from testbed.store import RunStore
 
@@ -187,7 +189,7 @@ def test_a_seed_that_never_halves_counts_in_the_paired_comparison():
     """Two seeds: in seed 1 arm b's old style never halves. Dropping it (NaN) would leave one seed
     and no interval; censored at the phase's end (300 episodes) it counts, against a's 66.7 (its
     share 0.8 at the switch halves to 0.4 two thirds of the way to 0.2 at the next evaluation)."""
-    from analysis.paired import paired_table
+    from analysis.stats.paired import paired_table
 
     rows = []
     for arm, shares in (("a", [1.0, 0.8, 0.2, 0.2]), ("b", [1.0, 1.0, 1.0, 0.9])):
@@ -236,7 +238,7 @@ def test_bootstrap_ci_is_the_bootstraps_percentiles_and_can_miss_the_mean():
 
 
 def test_bootstrap_ci_does_not_stretch_an_interval_to_the_mean(monkeypatch):
-    from analysis import bootstrap
+    from analysis.stats import bootstrap
 
     monkeypatch.setattr(bootstrap, "bootstrap_mean", lambda x, reps, confidence, seed: (5.0, 6.0))
     assert realign.bootstrap_ci([1.0, 2.0, 3.0]) == (2.0, 5.0, 6.0)
@@ -329,7 +331,7 @@ def test_censored_seeds_count_in_the_restricted_mean_and_the_kaplan_meier_median
 
 
 def test_kaplan_meier_median_by_hand():
-    from analysis.recovery import km_median
+    from analysis.metrics.recovery import km_median
 
     assert km_median([1, 2, 3, 4], [False] * 4)[0] == 2  # S(2) = 0.5
     # S: 0.8 after 1, 0.6 after 2, 3 censored (3 at risk -> 2), 0.3 after 4: the median is 4
@@ -572,7 +574,7 @@ def test_turns_overview_measures_what_revising_added():
 def test_critic_ev_curve_ignores_one_exploded_batch_but_the_loss_curve_is_a_mean():
     """One batch with (almost) constant rewards has EV ~ -1000; a rolling mean would sink the
     whole window, the rolling median keeps the curve where the other updates are."""
-    from analysis.diagnostic_plots import _smooth
+    from analysis.figures.diagnostics import _smooth
 
     ev = [0.5, 0.6, -1000.0, 0.55, 0.5, 0.6]
     updates = pd.DataFrame(
@@ -590,7 +592,7 @@ def test_critic_ev_curve_ignores_one_exploded_batch_but_the_loss_curve_is_a_mean
 
 
 def test_the_critic_only_warm_up_is_counted_in_episodes():
-    from analysis.realign_summary import frozen_policy_episodes
+    from analysis.metrics.summary import frozen_policy_episodes
 
     sao = pd.DataFrame({"update": [1, 2, 3, 4], "t": [32, 64, 96, 128], "value_warmup": [1.0, 1.0, None, None]})
     assert frozen_policy_episodes(sao) == 64  # the policy stood still through episode 64
@@ -601,7 +603,7 @@ def test_the_critic_only_warm_up_is_counted_in_episodes():
 
 
 def test_seed_means_average_each_seeds_events():
-    from analysis.realign_summary import seed_means
+    from analysis.metrics.summary import seed_means
 
     per_seed = pd.DataFrame(
         {

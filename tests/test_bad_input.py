@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import testbed.cli.run as cli
+import testbed.cli.run_command as cli
 from testbed.models import sft
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -71,7 +71,7 @@ def test_a_claim_is_judged_on_its_own_scenario_only():
 def test_verdicts_are_holm_adjusted_across_the_claims_with_values():
     """Two claims with values: the smaller p is doubled, so a p just under 0.05 alone no longer
     supports once a second claim, not resolved, is tested beside it."""
-    from analysis.paired_stats import holm
+    from analysis.stats.tests import holm
 
     # SAO faster than the running mean by 40 +- a little in every seed: p ~ 0.03 alone
     sao = [100, 300, 500, 700, 900]

@@ -1,4 +1,4 @@
-"""The short ending of a run on the console (analysis/console_brief.py), the probability-of-improvement
+"""The short ending of a run on the console (analysis/tables/brief.py), the probability-of-improvement
 rows once per pair, the time line (testbed/cli/run_end.py) and the SFT acceptance warning
 (testbed/models/sft_bar.py): hand-built tables, hand-written expected lines."""
 
@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pandas as pd
 
-from analysis import console_brief
 from analysis.results import Analysis
-from analysis.table_rows import improvement_rows
+from analysis.tables import brief as console_brief
+from analysis.tables.rows import improvement_rows
 from testbed.cli.run_end import Stopwatch, duration
 from testbed.models.sft_bar import bar_warning, shortfall
 from testbed.scenario.schema import PolicyConfig

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-import testbed.cli.run as cli
+import testbed.cli.run_command as cli
 from judges.scrub import REDACTED, Scrubber
 from testbed.types import Verdict
 from tests.test_golden import POLICY

@@ -16,7 +16,7 @@ import torch
 from analysis.report import RunData
 from analysis.run_numerics import numerics_warnings
 from testbed import cpu_numerics
-from testbed.cli.run import main
+from testbed.cli.run_command import main
 from testbed.models.sft import loss_curve
 from testbed.scenario.schema import ScenarioError, load_scenario
 from tests.test_golden import FROM_POLICY, ROOT, SCENARIO

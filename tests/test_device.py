@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.serialization
 
-from testbed.cli.run import main
+from testbed.cli.run_command import main
 from testbed.device import gpus, resolve, scenario_problems
 from testbed.runtimes import checkpoint
 from testbed.runtimes.learn import warm_up, warmup_cache_path

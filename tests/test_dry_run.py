@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import testbed.cli.run as cli
+import testbed.cli.run_command as cli
 from testbed.cli.plan_arithmetic import ArmShape, active_parameters, evaluations, judge_calls, public_args
 from testbed.models import sft
 from testbed.runtimes.starting import starting_policies
@@ -303,7 +303,7 @@ def test_the_estimate_equals_the_judge_calls_a_real_tiny_run_counts(tmp_path, mo
 
 
 def test_the_sweep_dry_run_counts_the_judge_calls_of_each_points_own_arms(isolated, capsys):
-    from testbed.cli import sweep
+    from testbed.cli import sweep_command as sweep
 
     assert cli.main([DEFAULT, "--dry-run", "--json", "--set", "seeds=[0]"]) == 0
     by_arm = json.loads(capsys.readouterr().out)["judge_calls"]["by_arm"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from testbed.cli.run import main
+from testbed.cli.run_command import main
 from testbed.runtimes.collect import heldout_rows
 from testbed.runtimes.learn import LoopState
 from testbed.store import read_table

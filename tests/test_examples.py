@@ -191,7 +191,7 @@ def test_a_scenario_loads_both_examples_and_names_their_bad_keys(plugins, tmp_pa
 def test_a_custom_engine_runs_a_scenario_and_its_bad_arguments_are_named(
     plugins, tmp_path, monkeypatch, shared_cache, capsys
 ):
-    from testbed.cli.run import main
+    from testbed.cli.run_command import main
 
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     base = [

@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed.cli.run import main
+from testbed.cli.run_command import main
 from testbed.store import read_table
 
 ROOT = Path(__file__).resolve().parent.parent

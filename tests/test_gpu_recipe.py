@@ -5,7 +5,7 @@ unset (a warning, never a value) and then set (never printed)."""
 import json
 from pathlib import Path
 
-from testbed.cli import run as cli
+from testbed.cli import run_command as cli
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = str(ROOT / "scenarios" / "gpu_moe.yaml")

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from testbed.cli.export import main as export_main
-from testbed.cli.run import main as run_main
+from testbed.cli.run_command import main as run_main
 from testbed.models.hub import load_checkpoint
 from testbed.models.policy import token_logprobs
 from testbed.runtimes.starting import scenario_policy

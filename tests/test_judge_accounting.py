@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.cli.run import main
+from testbed.cli.run_command import main
 from testbed.store import read_table
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -188,7 +188,7 @@ def tiny_version(name: str, tmp_path: Path, arms: list[dict] | None = None) -> P
 
 def run_tiny(name: str, tmp_path: Path, shared_cache: Path, monkeypatch, arms: list[dict] | None = None) -> Path:
     from analysis.report import report
-    from testbed.cli.run import main
+    from testbed.cli.run_command import main
 
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     out = tmp_path / "runs"

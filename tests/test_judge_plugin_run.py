@@ -3,7 +3,7 @@ against the failure budget (exit 3 with a checkpoint), as before."""
 
 from pathlib import Path
 
-from testbed.cli.run import main
+from testbed.cli.run_command import main
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = str(ROOT / "tests/data/golden.yaml")

@@ -78,7 +78,7 @@ def test_a_1113_drill_stops_a_tiny_run_with_exit_3_within_one_judge_call(tmp_pat
 def test_a_refusal_before_training_stops_the_run_too(arm, stage, tmp_path, monkeypatch, capsys):
     """Before the loop (the reference evaluation, SAO's warm-up) failed verdicts are dropped, not
     counted: a refusal there must stop the run as well, not train a warm-up on nothing."""
-    from testbed.cli.run import main
+    from testbed.cli.run_command import main
 
     monkeypatch.setenv(KEY_ENV, "sk-drill-" + secrets.token_hex(8))
     monkeypatch.setenv("TESTBED_CACHE", str(tmp_path / "cache"))

@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import testbed.cli.run as cli
+import testbed.cli.run_command as cli
 from testbed.models import sft
 from testbed.scenario.schema import Scenario, ScenarioError, load_scenario, parse_scenario
 from testbed.world import STYLES

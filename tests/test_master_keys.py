@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from judges.open_world import OpenWorldJudge
+from judges.open_world.judge import OpenWorldJudge
 from judges.rubric import RubricJudge
 from judges.service import JudgeService
 from judges.template import load_template, parse_verdict

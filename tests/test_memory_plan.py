@@ -10,7 +10,7 @@ from typing import Literal
 
 import pytest
 
-from testbed.cli import run as cli
+from testbed.cli import run_command as cli
 from testbed.cli.memory_plan import config_rows
 from trainers.sao import SAOConfig, SAOTrainer
 

@@ -1,4 +1,4 @@
-"""The non-stationary metrics (analysis/nonstationary.py) on hand-built tables whose answers are
+"""The non-stationary metrics (analysis/metrics/nonstationary.py) on hand-built tables whose answers are
 worked out by hand: reward area, best plateau and dynamic regret per segment, the old style's fall
 per switch, and rliable's intervals and probability of improvement."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import nonstationary as ns
+from analysis.metrics import nonstationary as ns
 from analysis.report import report
 from tests.test_analysis import episodes, evals_table, reference_table, write_run
 
@@ -177,7 +177,7 @@ def test_fall_time_interpolates_between_evaluations():
 def test_fall_time_is_zero_when_already_under_and_censored_when_never():
     assert ns.fall_time([0, 40, 60], [0.9, 0.05, 0.3], 40, 100, 0.1) == 0.0
     # under the level only at t=100, the next switch: too late; censored at the phase's end (60 episodes)
-    from analysis.old_fall import fall_censored
+    from analysis.metrics.old_fall import fall_censored
 
     assert ns.fall_time([0, 40, 60, 100], [0.9, 0.8, 0.5, 0.0], 40, 100, 0.1) == 60.0
     assert fall_censored([0, 40, 60, 100], [0.9, 0.8, 0.5, 0.0], 40, 100, 0.1)
@@ -471,7 +471,7 @@ def test_segment_rows_skip_an_arm_that_never_reached_a_segment():
     """With switches in simulated seconds a slower arm can end its budget before a switch: rliable's
     intervals still list its later segment (n 0), the segments table has no row for it. The report
     showed the other arm's rows and used to stop with a KeyError (a sweep lost its later points)."""
-    from analysis.table_rows import segment_rows
+    from analysis.tables.rows import segment_rows
 
     def interval(arm, task, n, mean):
         return [

@@ -1,5 +1,5 @@
 """The notebooks and the report run for real against a run of the tiny scenario. The notebooks are
-kept as jupytext percent scripts (analysis/<name>.py) paired with analysis/<name>.ipynb: the
+kept as jupytext percent scripts (analysis/notebooks/<name>.py) paired with <name>.ipynb: the
 script is what the tests execute, the .ipynb must hold the same cells and no outputs."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
-ANALYSIS = ROOT / "analysis"
-NOTEBOOKS = ("notebook_realignment", "notebook_compare_runs")
+ANALYSIS = ROOT / "analysis" / "notebooks"
+NOTEBOOKS = ("realignment", "compare_runs")
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def tiny_run(tmp_path_factory, shared_cache) -> Path:
 
 
 def execute(name: str, env: dict[str, str | None]) -> nbformat.NotebookNode:
-    """Run the percent script `analysis/<name>.py` as a notebook (a None in `env` unsets it)."""
+    """Run the percent script `analysis/notebooks/<name>.py` as a notebook (a None in `env` unsets it)."""
     nb = jupytext.read(ANALYSIS / f"{name}.py")
     old = {k: os.environ.get(k) for k in env}
     for k, v in env.items():  # the kernel inherits the environment
@@ -107,7 +107,7 @@ def test_realignment_notebook_runs(tiny_run):
     report's figures (the run's figures/, written by the run) and the docs' images stay as they were."""
     report_figures, docs = snapshot(tiny_run / "figures"), snapshot(ROOT / "docs")
     assert len(report_figures) >= 5
-    nb = execute("notebook_realignment", {"TESTBED_RUN_DIR": str(tiny_run), "TESTBED_NOTEBOOK_OUT": None})
+    nb = execute("realignment", {"TESTBED_RUN_DIR": str(tiny_run), "TESTBED_NOTEBOOK_OUT": None})
     assert not outputs(nb, lambda o: o.output_type == "error")
     assert len(outputs(nb, lambda o: "image/png" in o.get("data", {}))) >= 5
     out = tiny_run / "notebook_figures" / "realignment"
@@ -120,7 +120,7 @@ def test_realignment_notebook_runs(tiny_run):
 
 
 def test_notebook_figures_never_go_to_the_reports_folder(tmp_path, monkeypatch):
-    from analysis.notebook_io import figure_dir
+    from analysis.notebooks.helpers import figure_dir
 
     run = tmp_path / "run"
     (run / "figures").mkdir(parents=True)
@@ -137,7 +137,7 @@ def test_notebook_figures_never_go_to_the_reports_folder(tmp_path, monkeypatch):
 
 def test_compare_notebook_runs(tiny_run, tmp_path):
     env = {"TESTBED_RUN_DIRS": os.pathsep.join([str(tiny_run), str(tiny_run)]), "TESTBED_NOTEBOOK_OUT": str(tmp_path)}
-    nb = execute("notebook_compare_runs", env)
+    nb = execute("compare_runs", env)
     assert not outputs(nb, lambda o: o.output_type == "error")
     assert len(outputs(nb, lambda o: "image/png" in o.get("data", {}))) >= 5
     assert (tmp_path / "realignment.png").exists() and (tmp_path / "realignment_speed.png").exists()

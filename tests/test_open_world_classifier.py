@@ -1,4 +1,4 @@
-"""The open-world judge's style classifier (judges/open_classifier.py, issue 29): a small model
+"""The open-world judge's style classifier (judges/open_world/classifier.py, issue 29): a small model
 shipped in the repository, read the same way in training and in the judge, consulted only where the
 markers are weak or split, and never on the generator's pieces."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from judges.open_classifier import (
+from judges.open_world.classifier import (
     CLASSES,
     DENSE,
     MODEL_PATH,
@@ -22,9 +22,9 @@ from judges.open_classifier import (
     model,
     sparse_features,
 )
-from judges.open_styles import style_scores
-from judges.open_text import normalise, tokens, words_of
-from judges.open_world import MARKER_GATE, OpenWorldJudge, combined_style, gated_style
+from judges.open_world.judge import MARKER_GATE, OpenWorldJudge, combined_style, gated_style
+from judges.open_world.styles import style_scores
+from judges.open_world.text import normalise, tokens, words_of
 from testbed.types import JudgeRequest
 from testbed.world import STYLES, TOPICS, generate
 

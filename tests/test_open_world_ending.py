@@ -1,4 +1,4 @@
-"""The open-world judge's ending check (judges/open_text.py: proper_ending, signs_off) against a
+"""The open-world judge's ending check (judges/open_world/text.py: proper_ending, signs_off) against a
 sign-off line, and the closing-line rule measured for it in benchmarks/train_ending.py: the rule
 passes a sign-off ("... Love Nana xx") and fails a piece cut mid-sentence on "the", but it also
 passes a piece cut two words into a new sentence, which is why the judge does not use it
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from judges.open_text import normalise, proper_ending, signs_off, tokens
-from judges.open_world import OpenWorldJudge
+from judges.open_world.judge import OpenWorldJudge
+from judges.open_world.text import normalise, proper_ending, signs_off, tokens
 from testbed.types import JudgeRequest
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The open-world judge's word flow (judges/open_flow.py): the counts ship in the symspellpy wheel
+"""The open-world judge's word flow (judges/open_world/flow.py): the counts ship in the symspellpy wheel
 and load; flow on a hand-computed case; word salad fails fluency at short lengths while fluent
 pieces in unusual registers pass; a doubled word is a disorder pair though the bigram list holds
 "the the" (one alone in fluent prose no longer fails it); the joint rule on hand-computed cases;
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from judges.open_flow import BIGRAM_FLOOR, BIGRAMS, FLOW_PAIRS, UNIGRAMS, Flow, counts, data_root
-from judges.open_world import (
+from judges.open_world.flow import BIGRAM_FLOOR, BIGRAMS, FLOW_PAIRS, UNIGRAMS, Flow, counts, data_root
+from judges.open_world.judge import (
     DISORDER_COST,
     DISORDER_PMI,
     FLOW_MIN,
@@ -162,7 +162,7 @@ def test_the_joint_fluency_rule_by_hand(disorder, flow, grammar, words, ok):  # 
 
 
 def test_broken_grammar_in_common_words_fails():
-    # beyond the bigram counts (flow passes it); the grammar rules (judges/open_grammar.py) catch
+    # beyond the bigram counts (flow passes it); the grammar rules (judges/open_world/grammar.py) catch
     # "she go" and "we eating": 2 violations in 20 words, over GRAMMAR_RATE
     v = verdict("Yesterday my sister she go the bakery for buying of bread but bakery it closed was so we eating rice.")
     assert v.reasons == ("fluency",), v.raw

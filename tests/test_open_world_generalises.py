@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from judges.open_styles import MARKERS
-from judges.open_text import normalise, tokens, words_of
-from judges.open_topics import (
+from judges.open_world.judge import OpenWorldJudge
+from judges.open_world.styles import MARKERS
+from judges.open_world.text import normalise, tokens, words_of
+from judges.open_world.topics import (
     NEAR_RANK,
     TOPIC_MIN,
     TOPIC_NEAR,
@@ -25,7 +26,6 @@ from judges.open_topics import (
     topicality,
     world_topicality,
 )
-from judges.open_world import OpenWorldJudge
 from testbed.types import JudgeRequest
 from testbed.world import STYLES, TOPICS, generate
 

@@ -1,4 +1,4 @@
-"""The open-world judge's grammar rules (judges/open_grammar.py): the lemminflect tables ship in the
+"""The open-world judge's grammar rules (judges/open_world/grammar.py): the lemminflect tables ship in the
 wheel and load; each rule finds its violation in a hand-made sentence, and the same words in correct
 English are not flagged (agreement past "of", a number or an -ing subject, singular -s nouns,
 inversion, the subjunctive, imperatives); the judge fails a piece at GRAMMAR_RATE violations per word
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from judges.open_grammar import INFLECTIONS, OVERRIDES, Classes, classes, count, data_root, violations
-from judges.open_text import normalise, tokens, words_of
-from judges.open_world import GRAMMAR_RATE, OpenWorldJudge
+from judges.open_world.grammar import INFLECTIONS, OVERRIDES, Classes, classes, count, data_root, violations
+from judges.open_world.judge import GRAMMAR_RATE, OpenWorldJudge
+from judges.open_world.text import normalise, tokens, words_of
 from testbed.types import JudgeRequest
 from testbed.world import generate
 

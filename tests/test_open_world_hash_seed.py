@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SCORE_ALL = """
 import json, sys
-from judges.open_world import OpenWorldJudge
+from judges.open_world.judge import OpenWorldJudge
 from testbed.types import JudgeRequest
 judge = OpenWorldJudge()
 for line in open("judges/data/open_world_corpus.jsonl"):

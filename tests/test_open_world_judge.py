@@ -1,4 +1,4 @@
-"""The open-world judge (judges/open_world.py): natural English, the rubric's contract, its
+"""The open-world judge (judges/open_world/judge.py): natural English, the rubric's contract, its
 arguments, and the hand-written corpus targets (judges/data/open_world_corpus.jsonl)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from judges.config import JudgeConfigError
-from judges.open_world import OPEN_CHECKS, OpenWorldJudge
+from judges.open_world.judge import OPEN_CHECKS, OpenWorldJudge
 from judges.rubric import RubricJudge
 from testbed import registry
 from testbed.judging.build import judge_from_config

@@ -1,4 +1,4 @@
-"""The open-world judge's topic model (judges/open_topic_model.py, issue 29): a small model shipped in
+"""The open-world judge's topic model (judges/open_world/topic_model.py, issue 29): a small model shipped in
 the repository and written by benchmarks/train_topic_model.py, consulted only below TOPIC_MIN for a
 piece with words outside the world's vocabulary; a scene passes, a neighbouring topic does not, the
 generator's pieces are judged as before."""
@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import judges.open_topics as open_topics
-from judges.open_text import normalise, tokens, words_of
-from judges.open_topic_model import MODEL_PATH, piece_vector, topic_model
-from judges.open_topics import TOPIC_MIN, field_on_topic, topic_decision, topicality
-from judges.open_world import OpenWorldJudge
+import judges.open_world.topics as open_topics
+from judges.open_world.judge import OpenWorldJudge
+from judges.open_world.text import normalise, tokens, words_of
+from judges.open_world.topic_model import MODEL_PATH, piece_vector, topic_model
+from judges.open_world.topics import TOPIC_MIN, field_on_topic, topic_decision, topicality
 from testbed.types import JudgeRequest
 from testbed.world import STYLES, TOPICS, generate
 

@@ -239,12 +239,14 @@ def test_each_subcommand_hands_its_arguments_to_its_module(monkeypatch, tmp_path
     import analysis.sweep_report
     import judges.server
     import testbed.cli.export
-    import testbed.cli.run
-    import testbed.cli.sweep
+    import testbed.cli.run_command
+    import testbed.cli.sweep_command
 
     calls = []
-    monkeypatch.setattr(testbed.cli.run, "main", lambda argv, reexec=False: calls.append(("run", argv, reexec)) or 0)
-    monkeypatch.setattr(testbed.cli.sweep, "main", lambda argv: calls.append(("sweep", argv)) or 0)
+    monkeypatch.setattr(
+        testbed.cli.run_command, "main", lambda argv, reexec=False: calls.append(("run", argv, reexec)) or 0
+    )
+    monkeypatch.setattr(testbed.cli.sweep_command, "main", lambda argv: calls.append(("sweep", argv)) or 0)
     monkeypatch.setattr(analysis.report, "main", lambda argv: calls.append(("report", argv)) or 0)
     monkeypatch.setattr(analysis.sweep_report, "main", lambda argv: calls.append(("sweep_report", argv)) or 0)
     monkeypatch.setattr(judges.server, "main", lambda argv: calls.append(("judge-server", argv)))

@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import goodhart, pair_phases
-from analysis import nonstationary as ns
+from analysis import goodhart
+from analysis.metrics import nonstationary as ns
+from analysis.metrics import phases as pair_phases
 from analysis.report import report
 from tests.test_analysis import episodes, evals_table, write_run
 
@@ -105,7 +106,7 @@ def test_report_of_a_run_on_simulated_time(tmp_path):
 
 
 def test_baseline_overview_per_pair_phase():
-    from analysis.training_data import baseline_overview
+    from analysis.metrics.training import baseline_overview
 
     own = {("a", 0): [30], ("a", 1): [50]}
     up = pd.DataFrame(
@@ -126,7 +127,7 @@ def test_figures_mark_each_pairs_switch():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from analysis.report_figures import PAIR_NOTE, _marked
+    from analysis.figures.report import PAIR_NOTE, _marked
 
     fig, (per_arm, shared) = plt.subplots(2, 1)
     per_arm.set_title("Held-out style shares - a (2 seeds)", loc="left")

@@ -1,4 +1,4 @@
-"""Paired comparisons between arms (analysis/paired.py) on tiny cases worked out by hand: the paired
+"""Paired comparisons between arms (analysis/stats/paired.py) on tiny cases worked out by hand: the paired
 t interval, the paired bootstrap (one resample of seeds for both arms), P(X better), the verdict,
 the unpaired fallback, zero-variance differences, the power figures, and, on many synthetic runs
 with a planted difference, that the reported resolvable difference is what the test resolves."""
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis import paired
+from analysis.stats import paired
 
 
 def series(values, seeds=None) -> pd.Series:
@@ -230,7 +230,7 @@ def test_the_pooled_segment_row_leaves_segment_0_out():
 
 
 def test_a_one_seed_verdict_line_says_there_is_no_interval():
-    from analysis.verdicts import verdict_line
+    from analysis.tables.verdicts import verdict_line
 
     row = pd.Series(
         {

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from testbed import registry
-from testbed.cli.run import main
+from testbed.cli.run_command import main
 from testbed.scenario.schema import ScenarioError, load_scenario, parse_scenario
 from testbed.store import read_table
 
@@ -260,7 +260,7 @@ def test_a_plugin_without_a_config_or_keywords_takes_no_args():
 def test_an_env_without_the_protocol_is_named(package):
     import importlib
 
-    from testbed.runtimes.arm_runner import make_env
+    from testbed.runtimes.runner import make_env
 
     (package / PACKAGE / "broken_env.py").write_text(
         "def make(judge, schedule, prompt_specs, *, seed):\n    return object()\n"

@@ -55,7 +55,7 @@ def test_a_claim_that_cannot_be_tested_gets_its_reason_not_a_seed_count():
 
 
 def test_holm_by_hand():
-    from analysis.paired_stats import holm
+    from analysis.stats.tests import holm
 
     # sorted 0.01, 0.02, 0.04 of m = 3: 0.03, 0.04, max(0.04, 0.04) = 0.04; NaN is not a test
     assert holm([0.04, 0.01, float("nan"), 0.02]) == pytest.approx([0.04, 0.03, float("nan"), 0.04], nan_ok=True)
@@ -63,7 +63,7 @@ def test_holm_by_hand():
 
 
 def test_t_and_tost_pvalues_by_hand():
-    from analysis.paired_stats import t_pvalue, tost_pvalue
+    from analysis.stats.tests import t_pvalue, tost_pvalue
 
     # t = 2.776 at 4 df is the 0.975 quantile: two-sided p 0.05
     assert t_pvalue(2.776, 1.0, 4) == pytest.approx(0.05, abs=1e-3)

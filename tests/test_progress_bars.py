@@ -93,7 +93,7 @@ def test_sft_and_a_warm_up_draw_a_bar_per_seed_in_this_process(tmp_path, monkeyp
 
 def test_side_by_side_tasks_bring_their_bars_to_the_drivers_display(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
-    from testbed.runtimes.arms import resolved_dict
+    from testbed.runtimes.dispatch import resolved_dict
     from testbed.runtimes.ray.parallel import ProgressBoard, gather, warm_up_task, worker_settings
 
     monkeypatch.setenv("TESTBED_CACHE", str(tmp_path))

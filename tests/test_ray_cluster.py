@@ -5,7 +5,7 @@ authentication, in a temporary directory (tests/separate_cluster.py), reached th
 One run covers what a user sends to a cluster: two synchronous arms side by side as Ray tasks
 (parallel arms), and asynchronous arms with one and with two rollout actors, whose learners are two
 data-parallel ranks (`replicate`, then `fsdp`). Every arm's clock is contiguous. The simulated
-runtime runs in the driver and uses no Ray (testbed/runtimes/arms.py), so it has nothing to send.
+runtime runs in the driver and uses no Ray (testbed/runtimes/dispatch.py), so it has nothing to send.
 A cluster that cannot take the job stops the run with exit 2 and a message, not a traceback."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from testbed.cli.run import main  # noqa: E402
+from testbed.cli.run_command import main  # noqa: E402
 from testbed.runtimes.ray.cluster import start_local  # noqa: E402
 from testbed.store import RunStore, read_table  # noqa: E402
 from tests.tracker_readers import check, tensorboard_scalars  # noqa: E402

@@ -49,7 +49,7 @@ def test_agreement_per_seed_and_phase_by_hand():
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory, shared_cache):
-    from testbed.cli.run import main as run_main
+    from testbed.cli.run_command import main as run_main
 
     out = tmp_path_factory.mktemp("rescore")
     with pytest.MonkeyPatch.context() as mp:

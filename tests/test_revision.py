@@ -16,7 +16,7 @@ from gymnasium.utils.env_checker import check_env
 
 import testbed.envs  # noqa: F401  (registers the env ids)
 from judges.rubric import RubricJudge
-from testbed.cli.run import main
+from testbed.cli.run_command import main
 from testbed.engines.hf_engine import HFEngine
 from testbed.envs import REVISION_ENV_ID, default_schedule
 from testbed.envs.revision import BOILERPLATE, RevisionConfig, RevisionEnv, editor_note, editor_words

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-import testbed.cli.run as cli
+import testbed.cli.run_command as cli
 from testbed.models import sft
-from testbed.runtimes.arms import resolved_dict
+from testbed.runtimes.dispatch import resolved_dict
 from testbed.scenario.schema import load_scenario
 from testbed.store import LOCK_NAME, RunStore
 
@@ -107,7 +107,7 @@ def test_ctrl_c_during_sft_prints_the_resume_hint(tmp_path, capsys, monkeypatch)
 
 def test_help_does_not_import_the_training_stack():
     code = (
-        "import sys\nfrom testbed.cli.run import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "import sys\nfrom testbed.cli.run_command import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in ('torch', 'transformers', 'pandas', 'pyarrow') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -305,7 +305,7 @@ def test_check_schedule_accepts_the_builtins_and_a_good_plugin():
 
 
 def test_a_custom_schedule_with_a_foreign_style_stops_the_cli(tmp_path, capsys):
-    from testbed.cli.run import main
+    from testbed.cli.run_command import main
 
     code = main(
         [

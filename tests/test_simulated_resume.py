@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from testbed.cli.run import main
+from testbed.cli.run_command import main
 from testbed.store import read_table
 from tests.watching import newest_mtime
 

@@ -17,7 +17,7 @@ import torch
 
 from analysis import cluster
 from analysis.run_data import load_run
-from testbed.cli.run import main
+from testbed.cli.run_command import main
 from testbed.judging.build import build_judge
 from testbed.models.policy import token_logprobs
 from testbed.runtimes.simulated.runner import SimRunner

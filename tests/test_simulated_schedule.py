@@ -13,7 +13,7 @@ import pytest
 
 from analysis import cluster
 from analysis.run_data import RunData, load_run
-from testbed.cli.run import main
+from testbed.cli.run_command import main
 from testbed.envs.schedules import Phase, PiecewiseSchedule
 from testbed.envs.schedules.sim_time import SimTimeSchedule
 from testbed.scenario.loading import ScenarioError

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from testbed.cli.run import main
+from testbed.cli.run_command import main
 from testbed.runtimes.learn import take_batch
 from testbed.scenario.loading import ScenarioError
 from testbed.scenario.schema import RuntimeConfig, load_scenario

@@ -1,4 +1,4 @@
-"""Sweeps (testbed/cli/sweep.py): grid expansion, which arm runs where, and a tiny sweep through the CLI."""
+"""Sweeps (testbed/cli/sweep_command.py): grid expansion, which arm runs where, and a tiny sweep through the CLI."""
 
 import json
 import subprocess
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from testbed.cli.sweep import plan
+from testbed.cli.sweep_command import plan
 from testbed.cli.sweep_grid import expand, load_sweep, parse_grid_flag
 from testbed.scenario.loading import ScenarioError
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cli import run
+from testbed.cli import run_command as run
 from testbed.store import RunStore, read_table
 from testbed.tracking.config import TrackingConfig
 from testbed.tracking.points import Point, RowMirror

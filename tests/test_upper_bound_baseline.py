@@ -10,7 +10,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from testbed.cli.run import main
+from testbed.cli.run_command import main
 from testbed.store import read_table
 from tests.test_trainers import TOK, policy, rollouts
 from trainers.running_mean import RunningMeanConfig, RunningMeanTrainer

@@ -72,7 +72,7 @@ class RunningMeanTrainer(PolicyTrainer):
         super().__init__(policy, config, **kwargs)
         self.policy_opt = adamw(policy.parameters(), self.cfg.lr, self.cfg.adam_eps)
         self.baseline = SlidingWindowBaseline(size=self.cfg.window, per_prompt=self.cfg.per_prompt)
-        self.baseline_samples = self.cfg.baseline_samples  # the runtime draws them (testbed/runtimes/arm_runner.py)
+        self.baseline_samples = self.cfg.baseline_samples  # the runtime draws them (testbed/runtimes/runner.py)
 
     def update(self, batch: list[Trajectory]) -> dict[str, Any]:
         data = collate(batch, self.pad_id, device=device_of(self.policy))

@@ -22,7 +22,7 @@ from testbed.extras import MissingExtra
 
 
 def _run(argv: list[str]) -> int:
-    from testbed.cli.run import main
+    from testbed.cli.run_command import main
 
     # As `python -m testbed.run`: a scenario whose `numerics` is not this process's restarts the
     # run in a fresh process with the right kernels (testbed/cpu_numerics.py).
@@ -30,7 +30,7 @@ def _run(argv: list[str]) -> int:
 
 
 def _sweep(argv: list[str]) -> int:
-    from testbed.cli.sweep import main
+    from testbed.cli.sweep_command import main
 
     return main(argv)
 

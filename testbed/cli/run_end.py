@@ -1,6 +1,6 @@
 """How a run ends on the terminal and in its manifest: a stop on purpose or a judge plugin's bug
 (`stopped`: exit 3 or 2), the judge outages a run met (`report_outages`), and the time a finished
-run took, part by part (`Stopwatch`). The report of a finished run stays in testbed/cli/run.py,
+run took, part by part (`Stopwatch`). The report of a finished run stays in testbed/cli/run_command.py,
 the one place the core calls analysis."""
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from typing import Any
 from testbed import registry
 from testbed.envs.episode import EpisodeStart, SingleTurn
 from testbed.judging.build import build_judge
-from testbed.runtimes.arms import resolved_dict
 from testbed.runtimes.collect import episode_rows, evaluate_heldout
+from testbed.runtimes.dispatch import resolved_dict
 from testbed.runtimes.learn import counter_delta, judge_counters
 from testbed.runtimes.reference_policy import reference_rows, settled_judges
 from testbed.scenario.schema import Scenario, ScenarioError, load_scenario

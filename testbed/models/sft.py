@@ -47,7 +47,7 @@ def policy_key(cfg: PolicyConfig, archetypes: list[str], env: Any = None) -> str
     for an env that brings its own corpus (multi-turn), so the single-turn keys never move."""
     spec = {
         "format": CACHE_FORMAT,
-        # per_seed only picks sft.seed per run seed (testbed/cli/run.py) and LoRA trains after SFT:
+        # per_seed only picks sft.seed per run seed (testbed/cli/run_command.py) and LoRA trains after SFT:
         # the policy is the same
         "policy": cfg.model_dump(mode="json", exclude={"checkpoint": True, "lora": True, "sft": {"per_seed"}}),
         "archetypes": archetypes,

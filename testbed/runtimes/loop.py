@@ -8,7 +8,7 @@
 
 `SyncRunner` generates and trains in this process, one round after another, deterministically per
 seed. What every runtime shares (`ArmRunner`: the env, the loop state, the rows, evaluation, the
-guard, checkpoints) is `testbed.runtimes.arm_runner`; the Ray runtime and the simulated cluster
+guard, checkpoints) is `testbed.runtimes.runner`; the Ray runtime and the simulated cluster
 subclass it too. `run_arm` trains one arm x seed here; `warm_up_job` and `first_jobs` are what
 parallel arms need to compute each critic's warm-up once.
 """
@@ -32,9 +32,9 @@ from testbed.models import lora
 from testbed.models.sft import cache_root
 from testbed.models.tokenizer import WordTokenizer
 from testbed.protocols import DriftSchedule, Judge
-from testbed.runtimes.arm_runner import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.runtimes.bars import make_progress
 from testbed.runtimes.learn import RunStopped
+from testbed.runtimes.runner import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.scenario.schema import ArmConfig, Scenario
 from testbed.store import RunStore
 from testbed.types import Trajectory

@@ -5,8 +5,8 @@ offers only the target style: a policy *told* the target, with no RL at all. Whe
 changes the judge, each phase's reference is judged by that phase's judge: a judge change is a
 switch like any other, with its own bar. Every arm of a seed
 starts from the same policy, so every arm writes the same rows for it; the analysis grades all
-arms of a seed against one bar (`analysis/realign.py`, `episodes_to_bar`) and measures dynamic
-regret against it (`analysis/nonstationary.py`).
+arms of a seed against one bar (`analysis/metrics/realign.py`, `episodes_to_bar`) and measures dynamic
+regret against it (`analysis/metrics/nonstationary.py`).
 
 Sampled under its own seed inside `torch.random.fork_rng`, so the training rows never depend on
 whether or how often the reference was evaluated.

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def sft_evaluator(scenario: Scenario):
     """The SFT acceptance check: sample on held-out prompts offering every archetype subset of
     size 3, judge with the embedded rubric, report style shares and quality."""
-    from testbed.runtimes.arm_runner import make_engine  # it loads torch
+    from testbed.runtimes.runner import make_engine  # it loads torch
 
     rubric = registry.load("judge", "rubric")()
     archetypes = scenario.world.archetypes

@@ -45,7 +45,7 @@ def starting_policies(scenario: Scenario, log: Any = print, progress: Any = None
     configs = starting_configs(scenario)
     per_seed = scenario.policy.sft.per_seed and not scenario.policy.checkpoint
     if per_seed and scenario.runtime.parallel_arms:
-        from testbed.runtimes.arms import runtime_session  # Ray loads only for parallel arms
+        from testbed.runtimes.dispatch import runtime_session  # Ray loads only for parallel arms
         from testbed.runtimes.ray.parallel import train_policies_in_parallel
 
         with runtime_session(scenario):

@@ -26,8 +26,8 @@ from testbed.device import gpus
 from testbed.judging.build import build_judge
 from testbed.models.sft import cache_root, is_cached, load_or_train_policy
 from testbed.paths import cache_dir
-from testbed.runtimes.arms import arm_runner, resolved_dict
 from testbed.runtimes.bars import StepBar, make_progress
+from testbed.runtimes.dispatch import resolved_dict, runner_for
 from testbed.runtimes.loop import first_jobs, warm_up_job
 from testbed.runtimes.ray.rollout import build_policy
 from testbed.runtimes.ray.row_relay import RelayedRows, RowRelay, forward
@@ -131,7 +131,7 @@ def run_arm_task(
             if relay is not None:  # the driver's trackers see the rows as they come
                 store.sinks.append(RelayedRows(relay))
             progress = RemoteProgress(board)
-            totals = arm_runner(scenario, arm)(
+            totals = runner_for(scenario, arm)(
                 scenario,
                 arm,
                 seed,

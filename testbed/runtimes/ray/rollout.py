@@ -26,7 +26,7 @@ from testbed import registry
 from testbed.cpu_numerics import configure_torch
 from testbed.device import for_this_process
 from testbed.judging.build import build_judge
-from testbed.runtimes.arm_runner import seed_everything
+from testbed.runtimes.runner import seed_everything
 from testbed.scenario.schema import parse_scenario
 from testbed.types import Trajectory
 

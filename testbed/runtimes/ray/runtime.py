@@ -37,12 +37,12 @@ from testbed import device
 from testbed.models import lora
 from testbed.models.tokenizer import WordTokenizer
 from testbed.runtimes import checkpoint
-from testbed.runtimes.arm_runner import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.runtimes.collect import Round
 from testbed.runtimes.learn import RunStopped
 from testbed.runtimes.ray.learner import LearnerGroup
 from testbed.runtimes.ray.rollout import ActorEngine, RolloutActor
 from testbed.runtimes.ray.trainer_factory import LearnerProxy, TrainerFactory
+from testbed.runtimes.runner import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.scenario.schema import ArmConfig, Scenario
 
 ACTOR_DIED = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)

@@ -25,9 +25,9 @@ from testbed.engines.mismatch import mismatch_probe
 from testbed.envs.schedules.sim_time import SimTimeSchedule
 from testbed.models import lora
 from testbed.models.tokenizer import WordTokenizer
-from testbed.runtimes.arm_runner import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.runtimes.collect import Round
 from testbed.runtimes.reference_policy import timed_reference_rows
+from testbed.runtimes.runner import ArmRunner, make_engine, make_trainer, seed_everything
 from testbed.runtimes.simulated.cluster import Job, SimulatedCluster
 from testbed.scenario.schema import ArmConfig, Scenario
 from testbed.types import Trajectory

@@ -1,0 +1,1 @@
+"""Every figure of the report and the notebooks."""

@@ -1,0 +1,1 @@
+"""Realignment metrics per switch and segment, from a run's tables."""

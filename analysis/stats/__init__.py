@@ -1,0 +1,1 @@
+"""The statistics of paired comparisons: intervals, tests, power (pure functions)."""

@@ -1,0 +1,1 @@
+"""The tables the report writes and prints: markdown, console, the verdict lines."""
