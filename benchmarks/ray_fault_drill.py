@@ -34,10 +34,11 @@ KILLER = """
 import os, pathlib, sys, time, ray
 checkpoints = pathlib.Path(sys.argv[1])
 ray.init(address=os.environ["DRILL_ADDRESS"], log_to_driver=False)
-print("connected", round(time.time() - float(sys.argv[2]), 1), newest(), flush=True)
 
 def newest():
     return max((int(p.stem[1:]) for p in checkpoints.glob("u*.pt")), default=-1)
+
+print("connected", round(time.time() - float(sys.argv[2]), 1), newest(), flush=True)
 
 def kill(suffix, ready):
     deadline = time.time() + 600
