@@ -113,4 +113,6 @@ class SamplingConfig(Strict):
     # responses). "episode": a counter-based stream per episode (Philox, keyed by the seed and the
     # episode's clock, turn and token position; testbed/engines/streams.py), so the arms of a seed
     # draw the same uniforms for the same episode whatever the batch layout: common random numbers.
+    # The default stays "batch" so that older scenarios keep their rows; the headline (style_shift),
+    # style_cycle and mechanism scenarios set "episode".
     streams: Literal["batch", "episode"] = "batch"
