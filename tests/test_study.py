@@ -1,5 +1,5 @@
 """Studies (testbed/cli/study_command.py): a scenario's claims in stages of seeds, written as they run and
-resumed stage by stage; the stopping rule (analysis/stats/study_rule.py) on hand-made looks."""
+resumed stage by stage; the stopping rule (analysis/study_rule.py) on hand-made looks."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from analysis.protocol import Protocol
-from analysis.stats.study_rule import next_stage_fits
+from analysis.study_rule import next_stage_fits
 from testbed.cli.study_command import main
 
 ROOT = Path(__file__).resolve().parent.parent

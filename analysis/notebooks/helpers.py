@@ -16,7 +16,7 @@ def newest_runs(root: Path, n: int = 1) -> list[str]:
 
 
 NOTEBOOK_FIGURES = "notebook_figures"  # beside the report's figures/, never inside it
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the project (analysis/notebooks/helpers.py)
 
 
 def figure_dir(out_dir: str | Path, notebook: str) -> Path:

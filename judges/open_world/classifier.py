@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-MODEL_PATH = Path(__file__).resolve().parent / "data" / "open_style_model.npz"
+MODEL_PATH = Path(__file__).resolve().parents[1] / "data" / "open_style_model.npz"  # judges/data/
 CLASSES: tuple[str, ...] = ("academic", "cute", "chuunibyou", "classical", "plain")
 _FIRST_PERSON = frozenset("i me my mine myself we us our ours".split())
 _SECOND_PERSON = frozenset("you your yours yourself yourselves".split())

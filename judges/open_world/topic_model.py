@@ -44,7 +44,7 @@ from judges.open_world.text import FUNCTION_WORDS
 from judges.open_world.vectors import COMMON, table
 from testbed.world.topics import TOPICS
 
-MODEL_PATH = Path(__file__).resolve().parent / "data" / "open_topic_model.npz"
+MODEL_PATH = Path(__file__).resolve().parents[1] / "data" / "open_topic_model.npz"  # judges/data/
 TOPIC_INDEX: dict[str, int] = {t: i for i, t in enumerate(TOPICS)}
 _ROWS: dict[str, int] = {}  # word -> its table row, or -1 (no vector, or a function word)
 MEMO_MAX = 100_000

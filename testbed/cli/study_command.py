@@ -9,7 +9,7 @@ seed counts: 5, 10, 20, 40) and the budget in core-hours. Stage k runs the scena
 adds (stage 1, the pilot: seeds 0-4; stage 2: 5-9; ...) into STUDY_DIR/stageK, as `python -m
 testbed.run` would (arms side by side, on Ray where the scenario says so: on a cluster with
 `--set runtime.address=HEAD:PORT`). After each stage every open claim is looked at over all the
-seeds so far (analysis/stats/study_rule.py):
+seeds so far (analysis/study_rule.py):
 
   decided    its paired t test at alpha / (number of stages) says X or Y is better, or TOST at
              that level puts the difference inside the claim's margin (equivalent);
@@ -114,7 +114,7 @@ def run_stage(root: Path, state: dict[str, Any], k: int, seeds: list[int]) -> in
 
 def run_study(root: Path, state: dict[str, Any], max_stages: int | None) -> int:
     from analysis.protocol import Protocol
-    from analysis.stats.study_rule import look, next_stage_fits, study_markdown
+    from analysis.study_rule import look, next_stage_fits, study_markdown
 
     protocol = Protocol.model_validate(state["protocol"])
     claims = [protocol.claim(c) for c in state["claims"]]
