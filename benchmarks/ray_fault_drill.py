@@ -5,7 +5,7 @@ cluster: a rollout actor killed while the run goes on, then the learner killed o
 exists. The run must stop with exit 3 and a checkpoint, `--resume` must finish it, and the clock
 must be contiguous with nothing lost or judged twice.
 
-    python benchmarks/ray_fault_drill.py [--episodes 480] [--nodes 2]
+    python benchmarks/ray_fault_drill.py [--episodes 1600] [--nodes 2]
 
 Prints what happened at each step and a JSON summary; exits 1 if a check fails.
 """
@@ -58,7 +58,7 @@ kill("-rm-seed0-learner0", lambda: newest() >= after + 2)
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=480)
+    parser.add_argument("--episodes", type=int, default=1600)
     parser.add_argument("--nodes", type=int, default=2)
     args = parser.parse_args()
     out = Path(tempfile.mkdtemp(prefix="drill"))
@@ -76,11 +76,15 @@ def main() -> int:
         started = time.time()
         driver = subprocess.Popen(run, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         checkpoints = out / "drill" / "checkpoints" / "rm-seed0"
-        killer = subprocess.run(
-            [sys.executable, "-c", KILLER, str(checkpoints), str(started)], env=env, capture_output=True, text=True
-        )
-        summary["other_driver"] = killer.stdout.strip().splitlines() or killer.stderr[-500:]
+        killer = subprocess.Popen(
+            [sys.executable, "-c", KILLER, str(checkpoints), str(started)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
         stdout, stderr = driver.communicate(timeout=900)
+        if killer.poll() is None:  # the run ended before both kills: the drill did not happen
+            killer.kill()
+        killed_out, killed_err = killer.communicate()
+        summary["other_driver"] = killed_out.strip().splitlines() or killed_err[-500:]
         summary["first_exit"] = driver.returncode
         summary["first_stop"] = next((line for line in stderr.splitlines() if "stopped" in line), "")
         summary["first_run_actor_restarts"] = (stdout + stderr).count("restarting it")
