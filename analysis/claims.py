@@ -148,8 +148,8 @@ def _where(a: Any) -> tuple[str, str]:
     run = a.runs[0]
     commit = str(run.manifest.get("git_commit") or run.manifest.get("commit") or "")[:7]
     numerics = (run.manifest.get("numerics") or {}).get("mode", "")
-    command = f"python -m testbed.run scenarios/{scenario_name(a)}.yaml"
-    command += " --set numerics=native" if numerics == "native" else ""
+    command = run.manifest.get("command") or f"python -m testbed.run scenarios/{scenario_name(a)}.yaml"
+    command += " --set numerics=native" if numerics == "native" and "numerics=" not in command else ""
     names = ", ".join(r.name for r in a.runs)
     pooled = f" (pooled over {len(a.runs)} runs of other seeds: {names})" if len(a.runs) > 1 else ""
     return f"{run.name} (commit {commit or '?'}, numerics {numerics or '?'}){pooled}", command

@@ -64,6 +64,13 @@ class PerSeedFiles:
     def __init__(self, path: Path):
         self.path, self.name = path, path.name
         self.manifest: dict[str, Any] = {"scenario": path.name.split("-")[0]}  # style_shift-1cfe171
+        # run.json beside the CSVs: the run's scenario, git_commit, numerics and the command that made it
+        described = path / "run.json"
+        if described.exists():
+            try:
+                self.manifest.update(json.loads(described.read_text()))
+            except ValueError as exc:
+                raise ValueError(f"{described}: not JSON ({exc})") from exc
         self.switches = pd.read_csv(path / "switches_by_seed.csv")
         segments = path / "segments_by_seed.csv"
         self.segments = pd.read_csv(segments) if segments.exists() else pd.DataFrame()
