@@ -124,3 +124,29 @@ def test_a_ratio_dependent_claim_on_a_run_whose_ratio_never_moved_is_not_testabl
     # a run with no updates table says nothing about its ratio: the card does not guess
     no_updates = {r["claim"].id: r for r in claims.card_rows([analysis_of(values, name="cluster_corrections")])}
     assert no_updates["replay_stale_routing"]["verdict"] == "contradicted"
+
+
+def test_published_csvs_name_their_scenario_commit_and_command_from_run_json(tmp_path):
+    """docs/results/<run>/ holds a report's per-seed CSVs; its run.json says which scenario, commit,
+    numerics and command made them, so the card's row and reproduce command are that run's."""
+    import json
+
+    from analysis.power import PerSeedFiles
+
+    published = tmp_path / "revision-abc1234"
+    published.mkdir()
+    pd.DataFrame([{"arm": "sao", "seed": 0, "switch": 1, "episodes_to_bar": 10.0}]).to_csv(
+        published / "switches_by_seed.csv", index=False
+    )
+    assert PerSeedFiles(published).manifest == {"scenario": "revision"}  # without run.json: the folder's name
+    described = {"scenario": "revision_shift", "git_commit": "abc1234", "numerics": {"mode": "native"}}
+    command = "git checkout abc1234 && python -m testbed.run scenarios/revision_shift.yaml --set numerics=native"
+    (published / "run.json").write_text(json.dumps({**described, "command": command}))
+    files = PerSeedFiles(published)
+    assert files.manifest["scenario"] == "revision_shift"
+    where, reproduce = claims._where(SimpleNamespace(runs=[files]))
+    assert where.startswith("revision-abc1234 (commit abc1234, numerics native)")
+    assert reproduce == command  # as written, not a second --set numerics
+    (published / "run.json").write_text("{not json")
+    with pytest.raises(ValueError, match="run.json"):
+        PerSeedFiles(published)
