@@ -181,12 +181,12 @@ def first_line(exc: BaseException) -> str:
 
 def node_report() -> dict[str, Any]:
     """What a worker of this job finds on its node: the project's packages imported, the versions."""
+    import importlib
+
     import ray
 
-    import judges  # noqa: F401  (the shipped packages: an import error here is the node's fault)
-    import testbed  # noqa: F401
-    import trainers  # noqa: F401
-
+    for name in SHIPPED_PACKAGES:  # by name, as the registry loads them: an import error here is the node's fault
+        importlib.import_module(name)
     return {"node": ray.get_runtime_context().get_node_id(), "versions": driver_versions()}
 
 
