@@ -212,6 +212,34 @@ def test_parallel_arms_write_the_rows_of_running_them_one_after_another(tmp_path
         assert len(read_table(par_dir, table)) == len(read_table(seq_dir, table))
 
 
+def test_parallel_arms_on_the_simulated_cluster_run_side_by_side_and_write_the_same_rows(
+    tmp_path, local_ray, monkeypatch, shared_cache, capfd
+):
+    # The simulated cluster is one process per arm x seed (no actors), so its arms run as tasks too.
+    monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
+    simulated = [
+        "--set",
+        "runtime.kind=simulated",
+        "--set",
+        "runtime.max_staleness=2",
+        "--set",
+        "runtime.simulation={rollout_slots: 16, staleness_policy: drop, latency: {per_token_s: 0.05, spread: 0.8}, "
+        "learner: {fixed_s: 0.2, per_token_s: 0.0005, sync_s: 0.1}}",
+        "--set",
+        "arms=[{name: rm, type: running_mean, args: {window: 32, episodes_per_update: 16}}, "
+        "{name: grpo, type: grpo, args: {group_size: 4, episodes_per_update: 16}}]",
+    ]
+    code_seq, seq_dir = run(tmp_path, "sim_sequential", *simulated)
+    capfd.readouterr()
+    code_par, par_dir = run(tmp_path, "sim_parallel", *simulated, "--set", "runtime.parallel_arms=true")
+    assert code_seq == code_par == 0
+    columns = ["arm", "seed", "t", "prompt_id", "reward", "policy_version", "staleness", "response", "sim_done_s"]
+    seq, par = (judged(d).sort_values(["arm", "t"]).reset_index(drop=True)[columns] for d in (seq_dir, par_dir))
+    pd.testing.assert_frame_equal(par, seq)
+    assert (seq["staleness"] > 0).any()  # the cluster really ran asynchronously
+    assert "running 2 arm x seed tasks side by side on Ray" in capfd.readouterr().out
+
+
 def test_with_parallel_arms_an_asynchronous_arm_runs_after_the_synchronous_ones(
     tmp_path, local_ray, monkeypatch, shared_cache
 ):

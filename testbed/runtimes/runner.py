@@ -68,7 +68,7 @@ class ArmRunner:
         store: RunStore,
         progress: Progress | None,
         log: Callable[[str], None],
-        completed: dict | None,
+        completed: dict | None = None,  # the run's finished arms x seeds (for its checkpoints); none in a task
     ):
         self.scenario, self.arm, self.seed, self.judge, self.schedule = scenario, arm, seed, judge, schedule
         self.store, self.progress, self.log, self.completed = store, progress, log, completed or {}
