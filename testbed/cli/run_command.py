@@ -89,9 +89,8 @@ def run_arms(
         )
 
     with make_progress() as progress, runtime_session(scenario):
-        # Side by side: the arms that run in one process (synchronous, simulated cluster). An arm on the
-        # Ray runtime has actors of its own, which need the cores a task would hold, so those run one
-        # after another (after the parallel ones).
+        # Side by side: the one-process arms (synchronous, simulated cluster). A Ray-runtime arm has actors
+        # of its own, which need the cores a task would hold: those run one after another, afterwards.
         side = (
             [(a, s) for a, s in jobs if scenario.runtime_for(a).kind in ("sync", "simulated")]
             if scenario.runtime.parallel_arms
