@@ -219,6 +219,10 @@ def test_parallel_arms_on_the_simulated_cluster_run_side_by_side_and_write_the_s
     monkeypatch.setenv("TESTBED_CACHE", str(shared_cache))
     simulated = [
         "--set",
+        "budget.episodes=48",  # three updates of 16: enough for staleness, and cheap twice
+        "--set",
+        "eval.every=48",
+        "--set",
         "runtime.kind=simulated",
         "--set",
         "runtime.max_staleness=2",
